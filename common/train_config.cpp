@@ -1,0 +1,245 @@
+#include "common/train_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "common/train_config_schema_json.h"  // generated: kTrainConfigSchemaJson
+
+namespace kubetune {
+namespace {
+
+using nlohmann::json;
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out = "invalid training config:";
+  for (const auto& line : lines) out += "\n  " + line;
+  return out;
+}
+
+std::string child_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+bool has_type(const json& value, const std::string& type) {
+  if (type == "object") return value.is_object();
+  if (type == "array") return value.is_array();
+  if (type == "string") return value.is_string();
+  if (type == "boolean") return value.is_boolean();
+  if (type == "integer") return value.is_number_integer();
+  if (type == "number") return value.is_number();
+  return false;
+}
+
+void check_range(const json& value, const json& schema, const std::string& path,
+                 std::vector<std::string>& problems) {
+  double v = value.get<double>();
+  if (schema.contains("minimum")) {
+    double min = schema["minimum"].get<double>();
+    bool exclusive = schema.value("exclusiveMinimum", false);
+    if (exclusive ? !(v > min) : !(v >= min))
+      problems.push_back(path + ": must be " + (exclusive ? "> " : ">= ") + schema["minimum"].dump());
+  }
+  if (schema.contains("maximum")) {
+    double max = schema["maximum"].get<double>();
+    bool exclusive = schema.value("exclusiveMaximum", false);
+    if (exclusive ? !(v < max) : !(v <= max))
+      problems.push_back(path + ": must be " + (exclusive ? "< " : "<= ") + schema["maximum"].dump());
+  }
+}
+
+// Applies defaults and validates `value` against an OpenAPI v3 subset (the one CRDs use), in place,
+// collecting every problem rather than stopping at the first: users fix a file in one pass.
+void apply_schema(json& value, const json& schema, const std::string& path,
+                  std::vector<std::string>& problems) {
+  const std::string type = schema.value("type", "");
+  if (!type.empty() && !has_type(value, type)) {
+    problems.push_back(path + ": expected " + type + ", got " + value.type_name() + " " +
+                       value.dump());
+    return;
+  }
+  if (schema.contains("enum")) {
+    bool found = false;
+    for (const auto& allowed : schema["enum"]) found = found || allowed == value;
+    if (!found) problems.push_back(path + ": " + value.dump() + " is not one of " + schema["enum"].dump());
+  }
+  if (value.is_number()) check_range(value, schema, path, problems);
+  if (value.is_string() && schema.contains("minLength") &&
+      value.get<std::string>().size() < schema["minLength"].get<size_t>())
+    problems.push_back(path + ": must not be empty");
+  if (value.is_array() && schema.contains("items")) {
+    for (size_t i = 0; i < value.size(); ++i)
+      apply_schema(value[i], schema["items"], path + "[" + std::to_string(i) + "]", problems);
+  }
+  if (!value.is_object() || !schema.contains("properties")) return;
+  const json& properties = schema["properties"];
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (!properties.contains(it.key()))
+      problems.push_back(child_path(path, it.key()) + ": unknown field (allowed: " +
+                         [&] {
+                           std::string names;
+                           for (auto p = properties.begin(); p != properties.end(); ++p)
+                             names += (names.empty() ? "" : ", ") + p.key();
+                           return names;
+                         }() +
+                         ")");
+  }
+  for (const auto& name : schema.value("required", json::array())) {
+    if (!value.contains(name.get<std::string>()))
+      problems.push_back(child_path(path, name.get<std::string>()) + ": required field missing");
+  }
+  for (auto it = properties.begin(); it != properties.end(); ++it) {
+    if (!value.contains(it.key()) && it.value().contains("default"))
+      value[it.key()] = it.value()["default"];
+    if (value.contains(it.key()))
+      apply_schema(value[it.key()], it.value(), child_path(path, it.key()), problems);
+  }
+}
+
+json yaml_node_to_json(const YAML::Node& node, const std::string& source) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node) out.push_back(yaml_node_to_json(item, source));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : node) out[kv.first.as<std::string>()] = yaml_node_to_json(kv.second, source);
+      return out;
+    }
+    case YAML::NodeType::Scalar:
+      break;
+  }
+  // Quoted scalars stay strings ("1" is a string); plain ones are typed the way YAML 1.2's core
+  // schema types them, so `learningRate: 2e-4` is a number and `packing: true` a boolean.
+  const std::string& text = node.Scalar();
+  if (node.Tag() == "!") return text;
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  if (text == "null" || text == "~" || text.empty()) return nullptr;
+  try {
+    size_t used = 0;
+    long long integer = std::stoll(text, &used, 10);
+    if (used == text.size()) return integer;
+  } catch (const std::exception&) {
+  }
+  try {
+    size_t used = 0;
+    double number = std::stod(text, &used);
+    if (used == text.size() && text.find_first_of("0123456789") != std::string::npos) return number;
+  } catch (const std::exception&) {
+  }
+  return text;
+}
+
+}  // namespace
+
+ConfigError::ConfigError(const std::vector<std::string>& problems)
+    : std::runtime_error(join_lines(problems)), problems_(problems) {}
+
+const nlohmann::json& train_config_schema() {
+  static const nlohmann::json schema = nlohmann::json::parse(kTrainConfigSchemaJson);
+  return schema;
+}
+
+nlohmann::json validate_train_config(nlohmann::json config) {
+  std::vector<std::string> problems;
+  if (!config.is_object()) throw ConfigError({"(top level): expected an object"});
+  apply_schema(config, train_config_schema(), "", problems);
+  if (!problems.empty()) throw ConfigError(problems);
+  return config;
+}
+
+nlohmann::json yaml_to_json(const std::string& text, const std::string& source_name) {
+  try {
+    return yaml_node_to_json(YAML::Load(text), source_name);
+  } catch (const YAML::Exception& e) {
+    throw std::runtime_error(source_name + ":" + std::to_string(e.mark.line + 1) + ":" +
+                             std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+}
+
+nlohmann::json load_yaml_or_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return yaml_to_json(buffer.str(), path);  // JSON is valid YAML
+}
+
+TrainConfig TrainConfig::from_json(const nlohmann::json& c) {
+  TrainConfig t;
+  t.model_path = c["model"]["path"];
+  t.dtype = c["model"]["dtype"];
+  t.gradient_checkpointing = c["model"]["gradientCheckpointing"];
+  const auto& data = c["data"];
+  t.train_file = data["train"];
+  t.validation_file = data.value("validation", "");
+  t.format = data["format"];
+  t.loss_on = data["lossOn"];
+  t.max_length = data["maxLength"];
+  t.packing = data["packing"];
+  t.shuffle = data["shuffle"];
+  t.method = c["method"]["type"];
+  const auto& lora = c["method"]["lora"];
+  t.lora.r = lora["r"];
+  t.lora.alpha = lora["alpha"];
+  t.lora.dropout = lora["dropout"];
+  for (const auto& m : lora["targetModules"]) {
+    if (m == "all-linear") {
+      for (const char* name : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+        t.lora.target_modules.push_back(name);
+    } else {
+      t.lora.target_modules.push_back(m);
+    }
+  }
+  const auto& tr = c["training"];
+  t.epochs = tr["epochs"];
+  t.max_steps = tr["maxSteps"];
+  t.micro_batch_size = tr["microBatchSize"];
+  t.gradient_accumulation_steps = tr["gradientAccumulationSteps"];
+  t.global_batch_size = tr["globalBatchSize"];
+  t.learning_rate = tr["learningRate"];
+  t.weight_decay = tr["weightDecay"];
+  t.adam_beta1 = tr["adamBeta1"];
+  t.adam_beta2 = tr["adamBeta2"];
+  t.adam_epsilon = tr["adamEpsilon"];
+  t.lr_scheduler = tr["lrScheduler"];
+  t.warmup_steps = tr["warmupSteps"];
+  t.warmup_ratio = tr["warmupRatio"];
+  t.max_grad_norm = tr["maxGradNorm"];
+  t.seed = tr["seed"];
+  t.log_every_steps = tr["logEverySteps"];
+  t.eval_every_steps = tr["evalEverySteps"];
+  t.output_dir = c["output"]["dir"];
+  t.save_merged = c["output"]["saveMerged"];
+  const auto& ck = c["checkpoint"];
+  t.checkpoint_dir = ck.value("dir", t.output_dir + "/checkpoints");
+  t.checkpoint_every_steps = ck["everySteps"];
+  t.checkpoint_keep_last = ck["keepLast"];
+  t.resume = ck["resume"];
+  t.dist_backend = c["distributed"]["backend"];
+  t.collective_timeout_seconds = c["distributed"]["timeoutSeconds"];
+  t.bucket_size_mb = c["distributed"]["bucketSizeMb"];
+  t.metrics_port = c["metrics"]["port"];
+  t.job_name = c["metrics"]["jobName"];
+  return t;
+}
+
+TrainConfig load_train_config(const std::string& path) {
+  try {
+    return TrainConfig::from_json(validate_train_config(load_yaml_or_json_file(path)));
+  } catch (const ConfigError& e) {
+    std::vector<std::string> problems;
+    for (const auto& p : e.problems()) problems.push_back(path + ": " + p);
+    throw ConfigError(problems);
+  }
+}
+
+}  // namespace kubetune

@@ -1,0 +1,99 @@
+// The training part of a FineTuneJob: the document `kubetune-trainer train --config` reads and the
+// `spec` fields of the FineTuneJob custom resource (everything but workers/runPolicy/volumes).
+//
+// It is defined once, as an OpenAPI v3 schema (train_config_schema()). The same schema fills in
+// defaults and validates a user's file here, and is embedded in the CRD by the operator, so the
+// trainer, the operator and the API server never disagree about a field.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kubetune {
+
+// Thrown for a config the user got wrong. what() lists every problem, one per line, each starting
+// with the JSON path of the field ("training.learningRate: must be > 0").
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(const std::vector<std::string>& problems);
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
+// OpenAPI v3 (structural, CRD-compatible) schema of the training config, with defaults and enums.
+const nlohmann::json& train_config_schema();
+
+// Applies the schema's defaults and checks types, enums, ranges and unknown keys; throws ConfigError.
+nlohmann::json validate_train_config(nlohmann::json config);
+
+// Reads a YAML or JSON file into JSON (YAML is a superset; errors name the file and line).
+nlohmann::json load_yaml_or_json_file(const std::string& path);
+nlohmann::json yaml_to_json(const std::string& text, const std::string& source_name);
+
+struct LoraSettings {
+  int r = 16;
+  double alpha = 32;
+  double dropout = 0.0;
+  std::vector<std::string> target_modules;  // expanded: "all-linear" becomes the seven projections
+};
+
+struct TrainConfig {
+  // model
+  std::string model_path;
+  std::string dtype;  // "auto" | "float32" | "bfloat16"
+  bool gradient_checkpointing = false;
+  // data
+  std::string train_file;
+  std::string validation_file;  // "" when absent
+  std::string format;           // auto | messages | prompt_completion | text
+  std::string loss_on;          // completion | all
+  int max_length = 2048;
+  bool packing = false;
+  bool shuffle = true;
+  // method
+  std::string method;  // lora | full
+  LoraSettings lora;
+  // training
+  int epochs = 1;
+  long max_steps = -1;  // -1: derived from epochs
+  int micro_batch_size = 1;
+  int gradient_accumulation_steps = 1;
+  int global_batch_size = 0;  // 0: micro_batch_size * accumulation * world size
+  double learning_rate = 2e-4;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
+  std::string lr_scheduler;  // cosine | linear | constant
+  long warmup_steps = 0;
+  double warmup_ratio = 0.0;
+  double max_grad_norm = 1.0;
+  uint64_t seed = 42;
+  long log_every_steps = 1;
+  long eval_every_steps = 0;  // 0: only at the end
+  // output
+  std::string output_dir;
+  bool save_merged = false;  // lora: also write merged full weights
+  // checkpoint
+  std::string checkpoint_dir;  // default <output>/checkpoints
+  long checkpoint_every_steps = 0;
+  int checkpoint_keep_last = 2;
+  std::string resume;  // auto | never | <path>
+  // distributed
+  std::string dist_backend;  // auto | nccl | gloo
+  double collective_timeout_seconds = 600;
+  double bucket_size_mb = 25;
+  // metrics
+  int metrics_port = 0;  // 0: no exporter
+  std::string job_name;
+
+  static TrainConfig from_json(const nlohmann::json& validated);
+};
+
+// Loads, validates and parses a config file: the one call the trainer's `train` command makes.
+TrainConfig load_train_config(const std::string& path);
+
+}  // namespace kubetune
