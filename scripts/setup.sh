@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Sets up this machine for kubetune and builds it. Idempotent: a second run only rebuilds what changed.
+#
+#   scripts/setup.sh           Debian packages, torch==2.11.0 (its LibTorch is what we link), build
+#   scripts/setup.sh --test    the same, plus the Python reference libraries the tests compare against
+#
+# Downloads and builds are cached outside the clone, under $KUBETUNE_CACHE (default ~/.cache/kubetune).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${KUBETUNE_CACHE:-$HOME/.cache/kubetune}
+WITH_TEST_DEPS=0
+[[ "${1:-}" == "--test" ]] && WITH_TEST_DEPS=1
+
+APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
+  libcpprest-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libicu-dev libssl-dev
+  libgtest-dev libgmock-dev libcli11-dev prometheus)
+TORCH_PIN="torch==2.11.0"
+TEST_PINS=("transformers==5.23.0" "peft==0.21.2" "tokenizers==0.23.3" "safetensors==0.8.0"
+  "numpy==2.4.6" "jinja2==3.1.6")
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+install_debian_packages() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return
+  log "installing Debian packages: ${missing[*]}"
+  local sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# A virtual environment in the cache holds torch (for LibTorch) and, for tests, the references.
+install_python_packages() {
+  local venv="$CACHE/venv"
+  [[ -x "$venv/bin/python" ]] || { log "creating $venv"; python3 -m venv "$venv"; }
+  local wanted=("$TORCH_PIN")
+  [[ $WITH_TEST_DEPS -eq 1 ]] && wanted+=("${TEST_PINS[@]}")
+  local stamp="$venv/.kubetune-pins"
+  if [[ "$(cat "$stamp" 2>/dev/null)" != "${wanted[*]}" ]] &&
+    ! "$venv/bin/python" - "${wanted[@]}" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    if version(name) != want:
+        sys.exit(1)
+PY
+    log "installing Python packages: ${wanted[*]} (first time: a few minutes)"
+    PIP_CACHE_DIR="$CACHE/pip" "$venv/bin/pip" install -q --disable-pip-version-check "${wanted[@]}"
+  fi
+  echo "${wanted[*]}" >"$stamp"
+  PYTHON="$venv/bin/python"
+}
+
+build() {
+  # One build folder per clone path, so several clones never fight over one CMakeCache; ccache
+  # (keyed relative to the clone) makes a fresh clone's first build cheap.
+  local key
+  key=$(printf '%s' "$ROOT" | md5sum | cut -c1-10)
+  BUILD_DIR=${KUBETUNE_BUILD_DIR:-$CACHE/build/$key}
+  export CCACHE_DIR="$CACHE/ccache" CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=true CCACHE_MAXSIZE=8G
+  local torch_prefix
+  torch_prefix=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+  if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+    log "configuring in $BUILD_DIR"
+    cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache \
+      -DCMAKE_PREFIX_PATH="$torch_prefix" -DKUBETUNE_PYTHON="$PYTHON" >"$CACHE/configure.log" 2>&1 ||
+      { cat "$CACHE/configure.log"; exit 1; }
+  fi
+  log "building (2 cores: the first build takes a while, later ones are incremental)"
+  cmake --build "$BUILD_DIR" -j "$(nproc)"
+  ln -sfn "$BUILD_DIR" "$CACHE/build/latest"
+}
+
+mkdir -p "$CACHE/build"
+install_debian_packages
+install_python_packages
+build
+log "done: binaries in $BUILD_DIR/bin"
+echo "$BUILD_DIR" >"$CACHE/build/last-build-dir"

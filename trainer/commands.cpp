@@ -1,0 +1,198 @@
+#include "trainer/commands.h"
+
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "common/train_config.h"
+#include "trainer/data/dataset.h"
+#include "trainer/dist/communicator.h"
+#include "trainer/dist/launcher.h"
+#include "trainer/io/hf_checkpoint.h"
+#include "trainer/io/peft_adapter.h"
+#include "trainer/train/device.h"
+#include "trainer/train/evaluate.h"
+#include "trainer/train/model_setup.h"
+#include "trainer/train/train_loop.h"
+
+namespace kubetune {
+namespace {
+
+int train_command(const std::string& config_path) {
+  TrainConfig config;
+  try {
+    config = load_train_config(config_path);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return train::kExitUserError;
+  }
+  return train::run_training(config);
+}
+
+int eval_command(const std::string& model_dir, const std::string& adapter_dir,
+                 const std::string& data_path, int batch_size, int max_length, bool as_json) {
+  const auto device = train::pick_device(0);
+  const auto dtype = train::compute_dtype("auto", device);
+  auto text = train::load_text_tools(model_dir);
+  data::DatasetOptions options;
+  options.max_length = max_length;
+  auto examples = data::load_jsonl(data_path, text.tokenizer, text.chat.get(), options);
+  auto model = train::load_model(model_dir, device, dtype, std::nullopt, false, 0);
+  if (!adapter_dir.empty()) {
+    io::load_peft_adapter(model, adapter_dir);
+    model->to(device);
+  }
+  auto result = train::evaluate(*model, examples, batch_size, text.pad_id, device, dtype, nullptr);
+  if (as_json) {
+    nlohmann::json records = nlohmann::json::array();
+    for (size_t i = 0; i < examples.size(); ++i) {
+      const auto& s = result.per_example[i];
+      records.push_back({{"line", examples[i].source_line},
+                         {"mean_loss", s.n_targets ? s.loss_sum / s.n_targets : 0.0},
+                         {"n_targets", s.n_targets},
+                         {"accuracy", s.n_targets ? double(s.n_correct) / s.n_targets : 0.0}});
+    }
+    std::cout << nlohmann::json{{"mean_loss", result.mean_loss},
+                                {"n_targets", result.n_targets},
+                                {"accuracy", result.accuracy},
+                                {"records", records}}
+                     .dump()
+              << std::endl;
+  } else {
+    std::cout << "records " << examples.size() << " | target tokens " << result.n_targets
+              << " | mean loss " << result.mean_loss << " | token accuracy " << result.accuracy
+              << std::endl;
+  }
+  return 0;
+}
+
+int tokenize_command(const std::string& tokenizer_dir, bool chat, bool as_json) {
+  auto text = train::load_text_tools(tokenizer_dir);
+  std::string line;
+  size_t line_number = 0;
+  while (std::getline(std::cin, line)) {
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error("stdin:" + std::to_string(line_number) + ": " + e.what());
+    }
+    std::vector<int32_t> ids;
+    if (record.contains("messages")) {
+      if (!chat) throw std::runtime_error("stdin:" + std::to_string(line_number) + ": a messages record needs --chat");
+      if (!text.chat) throw std::runtime_error(tokenizer_dir + ": no chat template (tokenizer_config.json chat_template or chat_template.jinja)");
+      ids = text.tokenizer.encode(text.chat->render(record["messages"], false,
+                                                   {{"bos_token", text.tokenizer.bos_token()},
+                                                    {"eos_token", text.tokenizer.eos_token()}}),
+                                  false);
+    } else if (record.contains("text") && record["text"].is_string()) {
+      ids = text.tokenizer.encode(record["text"].get<std::string>(), false);
+    } else {
+      throw std::runtime_error("stdin:" + std::to_string(line_number) + ": expected {\"text\": ...} or {\"messages\": [...]}");
+    }
+    if (as_json) {
+      std::cout << nlohmann::json{{"ids", ids}}.dump() << "\n";
+    } else {
+      for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+      std::cout << "\n";
+    }
+  }
+  return 0;
+}
+
+int init_model_command(const std::string& config_path, const std::string& tokenizer_dir,
+                       const std::string& out_dir, uint64_t seed) {
+  std::ifstream in(config_path);
+  if (!in) throw std::runtime_error(config_path + ": cannot open");
+  auto config = model::ModelConfig::from_json(nlohmann::json::parse(in), config_path);
+  torch::manual_seed(seed);
+  model::CausalLM model(config);
+  io::save_hf_model(model, out_dir, torch::kFloat32);
+  io::copy_tokenizer_files(tokenizer_dir, out_dir);
+  std::cout << "wrote a randomly initialised " << config.model_type << " model ("
+            << config.num_parameters() << " parameters) to " << out_dir << std::endl;
+  return 0;
+}
+
+int dispatch(int argc, char** argv) {
+  // `launch` passes everything after `--` to the children untouched, so it is parsed by hand.
+  if (argc >= 2 && std::string(argv[1]) == "launch")
+    return dist::launch_main(std::vector<std::string>(argv + 2, argv + argc));
+
+  CLI::App app{"kubetune-trainer: fine-tune Hugging Face models (LoRA or full) on CPUs and GPUs"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all");
+
+  std::string config;
+  auto* train = app.add_subcommand("train", "fine-tune from a YAML/JSON config");
+  train->add_option("--config", config, "training config file")->required();
+
+  std::string model_dir, adapter_dir, data_path;
+  int batch_size = 8, max_length = 1 << 20;
+  bool json = false;
+  auto* eval = app.add_subcommand("eval", "mean next-token loss of a model (+adapter) on JSONL");
+  eval->add_option("--model", model_dir, "Hugging Face model folder")->required();
+  eval->add_option("--adapter", adapter_dir, "PEFT adapter folder");
+  eval->add_option("--data", data_path, "JSONL file")->required();
+  eval->add_option("--batch-size", batch_size, "records per forward pass");
+  eval->add_option("--max-length", max_length, "truncate records to this many tokens");
+  eval->add_flag("--json", json, "print one JSON object");
+
+  std::string tokenizer_dir;
+  bool chat = false;
+  auto* tokenize = app.add_subcommand("tokenize", "token ids of JSONL records read from stdin");
+  tokenize->add_option("--tokenizer", tokenizer_dir, "folder with tokenizer.json")->required();
+  tokenize->add_flag("--chat", chat, "render {\"messages\"} with the chat template first");
+  tokenize->add_flag("--json", json, "one JSON object per line");
+
+  std::string model_config, out_dir;
+  uint64_t seed = 0;
+  auto* init = app.add_subcommand("init-model", "write a randomly initialised model folder");
+  init->add_option("--config", model_config, "model config.json")->required();
+  init->add_option("--tokenizer", tokenizer_dir, "folder with tokenizer files to copy")->required();
+  init->add_option("--out", out_dir, "output folder")->required();
+  init->add_option("--seed", seed, "random seed");
+
+  app.add_subcommand("launch", "start one process per GPU / CPU worker (see launch --help)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : train::kExitUserError;
+  }
+  if (*train) return train_command(config);
+  if (*eval) return eval_command(model_dir, adapter_dir, data_path, batch_size, max_length, json);
+  if (*tokenize) return tokenize_command(tokenizer_dir, chat, json);
+  if (*init) return init_model_command(model_config, tokenizer_dir, out_dir, seed);
+  return 1;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  try {
+    return dispatch(argc, argv);
+  } catch (const ConfigError& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return train::kExitUserError;
+  } catch (const train::UserInputError& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return train::kExitUserError;
+  } catch (const c10::DistError& e) {
+    std::cerr << "error: collective failed: " << e.what_without_backtrace() << std::endl;
+    return dist::kExitCollectiveFailure;
+  } catch (const c10::Error& e) {
+    std::cerr << "error: " << e.what_without_backtrace() << std::endl;
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+}  // namespace kubetune

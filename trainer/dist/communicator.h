@@ -1,0 +1,63 @@
+// Collectives between the training processes, on LibTorch's c10d: a TCPStore rendezvous at
+// MASTER_ADDR:MASTER_PORT, ProcessGroupNCCL on GPUs and ProcessGroupGloo on CPUs, and c10d's own
+// DDP Reducer for gradients (bucketed all-reduce that overlaps with the backward pass).
+//
+// Nothing here may hang: every collective has a timeout, and a watchdog thread ends the process
+// with a message naming the collective if one outlives it (e.g. a peer died mid-step).
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/dist/dist_env.h"
+
+namespace kubetune::dist {
+
+// Exit status of a process that gave up on a collective: retryable (the operator restarts the gang).
+constexpr int kExitCollectiveFailure = 3;
+
+class Communicator {
+ public:
+  // backend: auto | nccl | gloo. A single process gets a communicator whose collectives are no-ops.
+  static std::unique_ptr<Communicator> create(const DistEnv& env, const std::string& backend,
+                                              torch::Device device, double timeout_seconds);
+  virtual ~Communicator() = default;
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  const DistEnv& env() const { return env_; }
+  virtual std::string backend_name() const = 0;
+
+  virtual void all_reduce_sum(torch::Tensor& tensor, const char* what) = 0;
+  virtual void broadcast(std::vector<torch::Tensor>& tensors, int root, const char* what) = 0;
+  virtual void barrier(const char* what) = 0;
+
+  // Gradient synchronisation for `params` (all trainable, same order on every rank). Call
+  // begin_synced_micro_step() before the forward of the micro-step whose backward should all-reduce
+  // (the last of an accumulation); other micro-steps accumulate locally. Gradients are averaged
+  // over ranks, as in torch DDP.
+  virtual void attach_gradient_sync(const std::vector<torch::Tensor>& params,
+                                    const std::vector<std::string>& names, double bucket_mb) = 0;
+  virtual void begin_synced_micro_step() = 0;
+
+  // Marks a blocking region (e.g. a backward that ends in the gradient all-reduce) for the watchdog.
+  class Watch {
+   public:
+    Watch(Communicator& c, const char* what);
+    ~Watch();
+
+   private:
+    Communicator& c_;
+  };
+
+ protected:
+  explicit Communicator(const DistEnv& env) : env_(env) {}
+  virtual void watch_begin(const char* what) {}
+  virtual void watch_end() {}
+  DistEnv env_;
+};
+
+}  // namespace kubetune::dist

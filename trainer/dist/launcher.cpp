@@ -1,0 +1,232 @@
+#include "trainer/dist/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <torch/cuda.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+namespace kubetune::dist {
+namespace {
+
+std::atomic<int> g_forward_signal{0};
+void remember_signal(int sig) { g_forward_signal = sig; }
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;
+  std::thread reader;
+};
+
+std::mutex g_output_mutex;
+
+// Copies a child's output to ours, one whole line at a time, each prefixed with "[rank N] ".
+void pump_lines(int fd, int rank) {
+  std::string pending;
+  char buf[4096];
+  const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    size_t newline;
+    while ((newline = pending.find('\n')) != std::string::npos) {
+      std::lock_guard<std::mutex> lock(g_output_mutex);
+      std::cout << prefix << pending.substr(0, newline + 1) << std::flush;
+      pending.erase(0, newline + 1);
+    }
+  }
+  if (!pending.empty()) {
+    std::lock_guard<std::mutex> lock(g_output_mutex);
+    std::cout << prefix << pending << "\n" << std::flush;
+  }
+  close(fd);
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  return "ended with wait status " + std::to_string(status);
+}
+
+int exit_code_for(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+Child spawn(int rank, int local_rank, const LaunchOptions& o, int world, int local_world,
+            const std::vector<std::string>& args) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
+  std::map<std::string, std::string> env = {
+      {"RANK", std::to_string(rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_WORLD_SIZE", std::to_string(local_world)},
+      {"NODE_RANK", std::to_string(o.node_rank)},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"NNODES", std::to_string(o.nnodes)},
+      {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(o.master_port)},
+  };
+  // CPU workers share the cores instead of each starting one thread per core.
+  if (!getenv("OMP_NUM_THREADS") && !torch::cuda::is_available())
+    env["OMP_NUM_THREADS"] =
+        std::to_string(std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN) / local_world));
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);  // its own group: stopping a rank stops everything it started
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> argv;
+    std::string self = "/proc/self/exe";
+    argv.push_back(const_cast<char*>("kubetune-trainer"));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(self.c_str(), argv.data());
+    std::fprintf(stderr, "exec failed: %s\n", strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(pipe_fds[1]);
+  Child c;
+  c.rank = rank;
+  c.pid = pid;
+  c.out_fd = pipe_fds[0];
+  c.reader = std::thread(pump_lines, c.out_fd, rank);
+  return c;
+}
+
+void signal_all(std::vector<Child>& children, const std::map<pid_t, int>& finished, int sig) {
+  for (auto& c : children)
+    if (!finished.count(c.pid)) kill(-c.pid, sig);
+}
+
+// Records the wait status of every child that has ended since the last call.
+void reap(std::map<pid_t, int>& finished) {
+  int status = 0;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) finished[pid] = status;
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
+  int local_world = o.nproc_per_node;
+  if (local_world <= 0) local_world = std::max<int>(1, static_cast<int>(torch::cuda::device_count()));
+  const int world = local_world * o.nnodes;
+  struct sigaction sa {};
+  sa.sa_handler = remember_signal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  std::vector<Child> children;
+  for (int i = 0; i < local_world; ++i)
+    children.push_back(spawn(o.node_rank * local_world + i, i, o, world, local_world, child_args));
+  std::cerr << "launcher: started " << local_world << " process(es), world size " << world
+            << ", master " << o.master_addr << ":" << o.master_port << std::endl;
+
+  std::map<pid_t, int> finished;
+  int result = 0;
+  bool stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::now();
+  while (finished.size() < children.size()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    reap(finished);
+    if (int sig = g_forward_signal.exchange(0); sig != 0) {
+      std::cerr << "launcher: received signal " << sig << ", forwarding to all ranks" << std::endl;
+      signal_all(children, finished, sig);
+      if (!stopping) {
+        stopping = true;
+        result = 128 + sig;
+        stop_deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int>(o.grace_seconds * 1000));
+      }
+    }
+    for (const auto& c : children) {
+      auto it = finished.find(c.pid);
+      if (stopping || it == finished.end() || it->second == 0) continue;
+      std::cerr << "launcher: rank " << c.rank << " (pid " << c.pid << ") " << describe(it->second)
+                << "; stopping the other ranks" << std::endl;
+      result = exit_code_for(it->second);
+      stopping = true;
+      signal_all(children, finished, SIGTERM);
+      stop_deadline = std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(static_cast<int>(o.grace_seconds * 1000));
+    }
+    if (stopping && std::chrono::steady_clock::now() > stop_deadline) {
+      signal_all(children, finished, SIGKILL);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    }
+  }
+  for (auto& c : children) c.reader.join();
+  if (result == 0) std::cerr << "launcher: all " << children.size() << " rank(s) finished" << std::endl;
+  return result;
+}
+
+int launch_main(const std::vector<std::string>& args) {
+  LaunchOptions o;
+  std::vector<std::string> child;
+  auto value = [&](size_t& i) -> const std::string& {
+    if (i + 1 >= args.size()) throw std::runtime_error("launch: " + args[i] + " needs a value");
+    return args[++i];
+  };
+  auto integer = [&](size_t& i) {
+    const std::string& name = args[i];
+    const std::string& v = value(i);
+    try {
+      return std::stoi(v);
+    } catch (const std::exception&) {
+      throw std::runtime_error("launch: " + name + " expects an integer, got '" + v + "'");
+    }
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      child.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      break;
+    } else if (a == "--nproc-per-node" || a == "--nproc_per_node") {
+      o.nproc_per_node = args.size() > i + 1 && args[i + 1] == "auto" ? (++i, 0) : integer(i);
+    } else if (a == "--nnodes") {
+      o.nnodes = integer(i);
+    } else if (a == "--node-rank" || a == "--node_rank") {
+      o.node_rank = integer(i);
+    } else if (a == "--master-addr" || a == "--master_addr") {
+      o.master_addr = value(i);
+    } else if (a == "--master-port" || a == "--master_port") {
+      o.master_port = integer(i);
+    } else {
+      throw std::runtime_error("launch: unknown option '" + a +
+                               "' (usage: launch --nproc-per-node N|auto [--nnodes M --node-rank R "
+                               "--master-addr A --master-port P] -- train --config FILE)");
+    }
+  }
+  if (child.empty()) throw std::runtime_error("launch: nothing to run; put the command after '--'");
+  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw std::runtime_error("launch: --node-rank must be in [0, --nnodes)");
+  return launch(o, child);
+}
+
+}  // namespace kubetune::dist

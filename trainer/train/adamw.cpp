@@ -1,0 +1,61 @@
+#include "trainer/train/adamw.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace kubetune::train {
+
+AdamW::AdamW(std::vector<AdamWParam> params, AdamWOptions options)
+    : params_(std::move(params)), options_(options) {
+  for (auto& p : params_) {
+    p.exp_avg = torch::zeros_like(p.param, torch::MemoryFormat::Preserve);
+    p.exp_avg_sq = torch::zeros_like(p.param, torch::MemoryFormat::Preserve);
+  }
+}
+
+void AdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  ++step_;
+  const double bias_correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
+  const double bias_correction2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
+  const double step_size = lr / bias_correction1;
+  const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+  for (auto& p : params_) {
+    const auto& grad = p.param.grad();
+    if (!grad.defined()) continue;
+    if (p.decay && options_.weight_decay != 0) p.param.mul_(1.0 - lr * options_.weight_decay);
+    p.exp_avg.lerp_(grad, 1.0 - options_.beta1);
+    p.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);
+    auto denom = (p.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options_.eps);
+    p.param.addcdiv_(p.exp_avg, denom, -step_size);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& p : params_) {
+    auto& grad = p.param.mutable_grad();
+    if (grad.defined()) grad.zero_();
+  }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : params_) {
+    out.emplace_back(p.name + ".exp_avg", p.exp_avg);
+    out.emplace_back(p.name + ".exp_avg_sq", p.exp_avg_sq);
+  }
+  out.emplace_back("step", torch::tensor({step_}, torch::kInt64));
+  return out;
+}
+
+void AdamW::load_state(const std::function<torch::Tensor(const std::string&)>& lookup) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    p.exp_avg.copy_(lookup(p.name + ".exp_avg"));
+    p.exp_avg_sq.copy_(lookup(p.name + ".exp_avg_sq"));
+  }
+  step_ = lookup("step").item<int64_t>();
+}
+
+}  // namespace kubetune::train

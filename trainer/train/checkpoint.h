@@ -1,0 +1,58 @@
+// Resumable checkpoints: trainable weights, optimizer state and the position in training.
+//
+// Layout: <dir>/step-00000120/{trainable.safetensors, optimizer.safetensors, trainer_state.json}
+// (+ a PEFT adapter for LoRA runs, so any checkpoint is also a usable adapter). A checkpoint is
+// written into a hidden temporary folder and renamed into place only when complete, so a crash
+// mid-write never leaves something that looks like a checkpoint; loading still verifies each file
+// and falls back to the previous checkpoint if one is damaged.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <torch/types.h>
+#include <vector>
+
+namespace kubetune::train {
+
+struct TrainerState {
+  int64_t step = 0;  // optimizer steps completed
+  int64_t tokens_seen = 0;
+  int64_t samples_seen = 0;
+  int64_t global_batch = 0;
+  int world_size = 1;
+  uint64_t seed = 0;
+  std::string method;
+  nlohmann::json to_json() const;
+  static TrainerState from_json(const nlohmann::json&);
+};
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+struct CheckpointContents {
+  std::string path;
+  TrainerState state;
+  NamedTensors trainable;  // CPU tensors
+  NamedTensors optimizer;
+};
+
+// Writes atomically and returns the final folder. `extra` may add files (e.g. the PEFT adapter) into
+// the temporary folder before it is renamed.
+std::string save_checkpoint(const std::string& dir, const TrainerState& state,
+                            const NamedTensors& trainable, const NamedTensors& optimizer,
+                            const std::function<void(const std::string& tmp_dir)>& extra = {});
+
+// Complete checkpoints in `dir`, newest first.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+
+// Loads one checkpoint folder, verifying every file; throws naming the file on any damage.
+CheckpointContents load_checkpoint(const std::string& path);
+
+// The newest loadable checkpoint under `dir` (damaged ones are reported on stderr and skipped).
+std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir);
+
+// Keeps the newest `keep` checkpoints.
+void prune_checkpoints(const std::string& dir, int keep);
+
+}  // namespace kubetune::train

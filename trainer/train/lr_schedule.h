@@ -1,0 +1,18 @@
+// Learning-rate schedules with the formulas of transformers' get_{linear,cosine,constant}_schedule_with_warmup.
+#pragma once
+
+#include <string>
+
+namespace kubetune::train {
+
+struct LrSchedule {
+  std::string kind;  // cosine | linear | constant
+  double peak_lr = 0;
+  long warmup_steps = 0;
+  long total_steps = 0;
+
+  // The rate for optimizer step `step` (0-based), as HF's LambdaLR gives it.
+  double at(long step) const;
+};
+
+}  // namespace kubetune::train

@@ -1,0 +1,64 @@
+#include "trainer/train/model_setup.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "trainer/io/hf_checkpoint.h"
+
+namespace kubetune::train {
+
+TextTools load_text_tools(const std::string& model_dir) {
+  TextTools t{text::Tokenizer::from_dir(model_dir), nullptr, 0};
+  try {
+    t.chat = std::make_unique<text::ChatTemplate>(text::ChatTemplate::from_dir(model_dir));
+  } catch (const std::exception&) {
+    t.chat = nullptr;  // only messages-format data needs one; the loader says so if it is missing
+  }
+  // Padding positions are masked everywhere, so any valid id works when the model defines none.
+  t.pad_id = t.tokenizer.pad_id().value_or(t.tokenizer.eos_id().value_or(0));
+  return t;
+}
+
+model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
+                           torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
+                           bool full_finetune, uint64_t seed) {
+  auto config = model::ModelConfig::from_dir(model_dir);
+  model::CausalLM model(config);
+  io::load_hf_weights(model, model_dir);
+  if (lora) model::apply_lora(model, *lora, seed);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) {
+    const bool trainable = full_finetune || p.requires_grad();
+    p.set_data(p.detach().to(device, trainable ? torch::kFloat32 : frozen_dtype));
+    p.set_requires_grad(trainable);
+  }
+  for (auto& b : model->buffers()) b.set_data(b.to(device));
+  return model;
+}
+
+NamedParams trainable_parameters(model::CausalLMImpl& model) {
+  NamedParams out;
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    out.names.push_back(item.key());
+    out.tensors.push_back(item.value());
+  }
+  return out;
+}
+
+BatchTensors to_tensors(const data::MicroBatch& batch, const torch::Device& device) {
+  auto make = [&](const std::vector<int64_t>& values) {
+    return torch::from_blob(const_cast<int64_t*>(values.data()), {batch.batch, batch.length},
+                            torch::kInt64)
+        .to(device, torch::kInt64, /*non_blocking=*/false, /*copy=*/true);  // never alias `values`
+  };
+  BatchTensors t;
+  t.input_ids = make(batch.input_ids);
+  t.position_ids = make(batch.position_ids);
+  t.labels = make(batch.labels);
+  if (batch.has_padding_or_packing) t.segment_ids = make(batch.segment_ids);
+  return t;
+}
+
+}  // namespace kubetune::train

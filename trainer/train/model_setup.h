@@ -1,0 +1,42 @@
+// Loading what a run needs: the model (with LoRA when asked), its tokenizer and chat template,
+// and turning data micro-batches into tensors on the right device.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <torch/types.h>
+
+#include "trainer/data/batch.h"
+#include "trainer/model/causal_lm.h"
+#include "trainer/model/lora.h"
+#include "trainer/text/chat_template.h"
+#include "trainer/text/tokenizer.h"
+
+namespace kubetune::train {
+
+struct TextTools {
+  text::Tokenizer tokenizer;
+  std::unique_ptr<text::ChatTemplate> chat;  // null when the model folder has no chat template
+  int32_t pad_id = 0;
+};
+TextTools load_text_tools(const std::string& model_dir);
+
+// Loads an HF folder onto `device`. Frozen weights are stored in `frozen_dtype`; trainable ones
+// (LoRA adapters, or everything for full fine-tuning) stay fp32 master weights.
+model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
+                           torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
+                           bool full_finetune, uint64_t seed);
+
+struct NamedParams {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> tensors;
+};
+NamedParams trainable_parameters(model::CausalLMImpl& model);
+
+struct BatchTensors {
+  torch::Tensor input_ids, position_ids, segment_ids, labels;  // segment_ids undefined: plain causal
+};
+BatchTensors to_tensors(const data::MicroBatch& batch, const torch::Device& device);
+
+}  // namespace kubetune::train

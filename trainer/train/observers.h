@@ -1,0 +1,19 @@
+// Who watches a run: the progress line and history files on rank 0, Prometheus on every rank.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "common/train_config.h"
+#include "trainer/dist/dist_env.h"
+#include "trainer/train/step_stats.h"
+
+namespace kubetune::train {
+
+std::vector<std::unique_ptr<TrainingObserver>> make_observers(const TrainConfig& config,
+                                                              const dist::DistEnv& env,
+                                                              const torch::Device& device);
+
+}  // namespace kubetune::train

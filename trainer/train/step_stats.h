@@ -1,0 +1,48 @@
+// What one optimizer step did: the record every observer (progress line, Prometheus, history file)
+// receives, so each of them stays a few lines long.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace kubetune::train {
+
+struct StepStats {
+  int64_t step = 0;         // optimizer steps done (1-based after the first step)
+  int64_t total_steps = 0;
+  double epoch = 0;         // fractional epoch
+  double loss = 0;          // global: summed over ranks and micro-batches, / global target tokens
+  double learning_rate = 0;
+  double grad_norm = 0;
+  int64_t global_targets = 0;
+  int64_t local_tokens = 0;   // non-padding tokens this rank processed this step
+  int64_t global_tokens = 0;  // the same over all ranks
+  int64_t local_samples = 0;
+  double step_seconds = 0;
+  // Parts of the step (seconds): waiting for data, forward+backward, waiting for the gradient
+  // all-reduce to finish after backward, optimizer (clip + update).
+  double data_seconds = 0, forward_backward_seconds = 0, allreduce_wait_seconds = 0,
+         optimizer_seconds = 0;
+  double elapsed_seconds = 0;  // since training (or this resumed run) started
+  double eta_seconds = 0;
+  double tokens_per_second = 0;  // this rank, smoothed
+  std::optional<double> eval_loss;
+  double mfu = 0;  // model FLOPs utilisation estimate (GPU only, 0 on CPU)
+};
+
+struct DeviceMemory {  // bytes; only on GPU
+  int64_t allocated = 0, reserved = 0, peak = 0, total = 0;
+};
+
+// Anything that wants to see training progress.
+class TrainingObserver {
+ public:
+  virtual ~TrainingObserver() = default;
+  virtual void on_step(const StepStats& stats) = 0;
+  virtual void on_eval(int64_t step, double eval_loss) {}
+  virtual void on_checkpoint(int64_t step, const std::string& path) {}
+  virtual void on_finish(const StepStats& last) {}
+};
+
+}  // namespace kubetune::train

@@ -1,0 +1,398 @@
+// The training loop, top to bottom:
+//   set-up: process group, tokenizer, data, model (+LoRA), sampler, optimizer, resume
+//   per optimizer step:
+//     1. the rank's micro-batches for this step; all-reduce their target-token count once, so the
+//        loss of every micro-batch on every rank is divided by the same global count
+//     2. forward + backward per micro-batch; only the last one synchronises gradients (bucketed
+//        all-reduce inside backward, overlapped with it on GPU)
+//     3. clip, AdamW, learning-rate schedule; report; checkpoint
+//   end: adapter or model folder, final checkpoint, final evaluation
+#include "trainer/train/train_loop.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+#include "trainer/data/dataset.h"
+#include "trainer/data/sampler.h"
+#include "trainer/dist/communicator.h"
+#include "trainer/io/hf_checkpoint.h"
+#include "trainer/io/peft_adapter.h"
+#include "trainer/model/loss.h"
+#include "trainer/train/adamw.h"
+#include "trainer/train/checkpoint.h"
+#include "trainer/train/device.h"
+#include "trainer/train/evaluate.h"
+#include "trainer/train/lr_schedule.h"
+#include "trainer/train/model_setup.h"
+#include "trainer/train/observers.h"
+
+namespace fs = std::filesystem;
+
+namespace kubetune::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+data::DatasetOptions dataset_options(const TrainConfig& c) {
+  data::DatasetOptions o;
+  o.format = data::parse_format(c.format);
+  o.loss_on = data::parse_loss_on(c.loss_on);
+  o.max_length = c.max_length;
+  return o;
+}
+
+std::optional<model::LoraConfig> lora_config(const TrainConfig& c) {
+  if (c.method != "lora") return std::nullopt;
+  model::LoraConfig l;
+  l.r = c.lora.r;
+  l.alpha = c.lora.alpha;
+  l.dropout = c.lora.dropout;
+  l.target_modules = c.lora.target_modules;
+  return l;
+}
+
+// Biases and norm weights are not decayed (the HF Trainer's rule).
+bool decays(const std::string& name, const torch::Tensor& p) {
+  return p.dim() >= 2 && name.find("norm") == std::string::npos;
+}
+
+struct BatchShape {
+  int64_t global_batch, accumulation;
+};
+
+// The global batch is what the user's results depend on, so it is fixed first: from the config,
+// or, when resuming, from the checkpoint (a restart on another number of processes then changes
+// the accumulation steps, not the batch).
+BatchShape batch_shape(const TrainConfig& c, int world, int64_t resumed_global_batch) {
+  int64_t global = c.global_batch_size > 0
+                       ? c.global_batch_size
+                       : static_cast<int64_t>(c.micro_batch_size) * c.gradient_accumulation_steps * world;
+  if (resumed_global_batch > 0) global = resumed_global_batch;
+  const int64_t per_step = static_cast<int64_t>(c.micro_batch_size) * world;
+  if (global % per_step != 0)
+    throw ConfigError({"training.globalBatchSize: " + std::to_string(global) +
+                       " is not a multiple of microBatchSize x world size = " +
+                       std::to_string(per_step)});
+  return {global, global / per_step};
+}
+
+data::MicroBatch collate(const std::vector<data::Example>& examples,
+                         const std::vector<size_t>& indices, const TrainConfig& c, int32_t pad_id) {
+  std::vector<const data::Example*> picked;
+  for (size_t i : indices) picked.push_back(&examples[i]);
+  if (picked.empty()) return {};
+  return c.packing ? data::pack_batch(picked, c.max_length, pad_id) : data::pad_batch(picked, pad_id);
+}
+
+// The whole run's state that a step reads and writes.
+struct Run {
+  const TrainConfig& config;
+  dist::Communicator& comm;
+  torch::Device device;
+  torch::Dtype dtype;
+  model::CausalLM model;
+  NamedParams trainable;
+  AdamW optimizer;
+  LrSchedule schedule;
+  data::DistributedSampler sampler;
+  std::vector<data::Example> train, validation;
+  TextTools text;
+  TrainerState state;
+  std::vector<std::unique_ptr<TrainingObserver>> observers;
+};
+
+// A micro-batch with no examples (short tail of an epoch) still runs a backward through every
+// trainable parameter, with zero gradients, so that the gradient all-reduce sees all ranks.
+torch::Tensor zero_loss(const NamedParams& trainable) {
+  auto total = torch::zeros({}, trainable.tensors.front().options());
+  for (const auto& p : trainable.tensors) total = total + p.sum() * 0.0;
+  return total;
+}
+
+StepStats train_step(Run& run) {
+  StepStats s;
+  const auto step_start = Clock::now();
+  const int64_t steps_per_epoch = run.sampler.steps_per_epoch();
+  const int64_t epoch = run.state.step / steps_per_epoch;
+  const int64_t step_in_epoch = run.state.step % steps_per_epoch;
+
+  // 1. Data and the global normaliser.
+  std::vector<data::MicroBatch> micro;
+  int64_t local_targets = 0;
+  for (const auto& indices : run.sampler.micro_batches(epoch, step_in_epoch)) {
+    micro.push_back(collate(run.train, indices, run.config, run.text.pad_id));
+    local_targets += micro.back().n_targets;
+    s.local_tokens += micro.back().n_tokens;
+    s.local_samples += static_cast<int64_t>(indices.size());
+  }
+  auto counts = torch::tensor({local_targets, s.local_tokens}, torch::kInt64).to(run.device);
+  run.comm.all_reduce_sum(counts, "target-token count");
+  counts = counts.cpu();
+  s.global_targets = counts[0].item<int64_t>();
+  s.global_tokens = counts[1].item<int64_t>();
+  s.data_seconds = seconds_since(step_start);
+
+  // 2. Forward and backward. DDP averages gradients over ranks, so each rank scales its summed
+  // loss by world/global_targets: the result is (sum over all targets) / global_targets.
+  const double scale =
+      static_cast<double>(run.comm.world_size()) / std::max<int64_t>(1, s.global_targets);
+  torch::manual_seed(run.config.seed + 1000003ULL * run.state.step + run.comm.rank());  // dropout
+  auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64));
+  const auto fb_start = Clock::now();
+  double sync_seconds = 0;
+  for (size_t m = 0; m < micro.size(); ++m) {
+    const bool last = m + 1 == micro.size();
+    if (last) run.comm.begin_synced_micro_step();
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(run.device, run.dtype);
+      if (micro[m].batch == 0) {
+        loss = zero_loss(run.trainable);
+      } else {
+        auto t = to_tensors(micro[m], run.device);
+        auto hidden = run.model->hidden_states(t.input_ids, t.position_ids, t.segment_ids);
+        auto [sum, n] = model::next_token_loss_sum(*run.model, hidden, t.labels);
+        loss_sum += sum.detach().to(torch::kCPU, torch::kFloat64);
+        loss = sum * scale;
+      }
+    }
+    const auto backward_start = Clock::now();
+    if (last) {
+      dist::Communicator::Watch watch(run.comm, "gradient all-reduce (backward)");
+      loss.backward();
+    } else {
+      loss.backward();
+    }
+    if (last && run.device.is_cuda()) torch::cuda::synchronize(run.device.index());
+    if (last) sync_seconds = seconds_since(backward_start);
+  }
+  s.forward_backward_seconds = seconds_since(fb_start) - sync_seconds;
+  s.allreduce_wait_seconds = run.comm.world_size() > 1 ? sync_seconds : 0.0;
+  if (run.comm.world_size() == 1) s.forward_backward_seconds += sync_seconds;
+
+  // 3. Update.
+  const auto opt_start = Clock::now();
+  s.grad_norm = run.config.max_grad_norm > 0
+                    ? torch::nn::utils::clip_grad_norm_(run.trainable.tensors, run.config.max_grad_norm)
+                    : torch::nn::utils::clip_grad_norm_(run.trainable.tensors, 1e30);
+  s.learning_rate = run.schedule.at(run.state.step);
+  run.optimizer.step(s.learning_rate);
+  run.optimizer.zero_grad();
+  s.optimizer_seconds = seconds_since(opt_start);
+
+  auto global_loss = loss_sum.to(run.device, torch::kFloat64);
+  run.comm.all_reduce_sum(global_loss, "loss");
+  s.loss = global_loss.item<double>() / std::max<int64_t>(1, s.global_targets);
+
+  run.state.step += 1;
+  run.state.tokens_seen += s.global_tokens;
+  run.state.samples_seen += s.local_samples;  // this rank's; the global count is step x global batch
+  s.step = run.state.step;
+  s.total_steps = run.schedule.total_steps;
+  s.epoch = static_cast<double>(run.state.step) / steps_per_epoch;
+  s.step_seconds = seconds_since(step_start);
+  return s;
+}
+
+NamedTensors named(const NamedParams& p) {
+  NamedTensors out;
+  for (size_t i = 0; i < p.names.size(); ++i) out.emplace_back(p.names[i], p.tensors[i]);
+  return out;
+}
+
+void write_checkpoint(Run& run) {
+  if (run.comm.rank() == 0) {
+    const auto lora = lora_config(run.config);
+    auto path = save_checkpoint(run.config.checkpoint_dir, run.state, named(run.trainable),
+                                run.optimizer.state(), [&](const std::string& tmp) {
+                                  if (lora) io::save_peft_adapter(run.model, *lora, run.config.model_path, tmp);
+                                });
+    prune_checkpoints(run.config.checkpoint_dir, run.config.checkpoint_keep_last);
+    for (auto& o : run.observers) o->on_checkpoint(run.state.step, path);
+  }
+  run.comm.barrier("checkpoint written");
+}
+
+void restore(Run& run, const CheckpointContents& c) {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> by_name(c.trainable.begin(), c.trainable.end());
+  for (size_t i = 0; i < run.trainable.names.size(); ++i) {
+    auto it = by_name.find(run.trainable.names[i]);
+    if (it == by_name.end())
+      throw std::runtime_error(c.path + ": checkpoint has no tensor '" + run.trainable.names[i] +
+                               "' (was it written by a different method or model?)");
+    run.trainable.tensors[i].copy_(it->second);
+  }
+  std::map<std::string, torch::Tensor> opt(c.optimizer.begin(), c.optimizer.end());
+  run.optimizer.load_state([&](const std::string& name) {
+    auto it = opt.find(name);
+    if (it == opt.end()) throw std::runtime_error(c.path + ": optimizer state lacks '" + name + "'");
+    return it->second;
+  });
+  run.state.step = c.state.step;
+  run.state.tokens_seen = c.state.tokens_seen;
+  run.state.samples_seen = c.state.samples_seen;
+}
+
+std::optional<CheckpointContents> find_resume_point(const TrainConfig& c) {
+  if (c.resume == "never") return std::nullopt;
+  if (c.resume == "auto") return load_latest_checkpoint(c.checkpoint_dir);
+  return load_checkpoint(c.resume);
+}
+
+void save_outputs(Run& run) {
+  if (run.comm.rank() != 0) return;
+  const auto& c = run.config;
+  fs::create_directories(c.output_dir);
+  if (const auto lora = lora_config(c)) {
+    io::save_peft_adapter(run.model, *lora, c.model_path, c.output_dir);
+    if (c.save_merged) {
+      auto merged = load_model(c.model_path, torch::Device(torch::kCPU), torch::kFloat32, lora,
+                               false, c.seed);
+      torch::NoGradGuard no_grad;
+      auto ours = run.model->named_parameters();
+      for (auto& item : merged->named_parameters())
+        if (item.value().requires_grad()) item.value().copy_(ours[item.key()].to(torch::kCPU));
+      model::merge_lora(merged);
+      io::save_hf_model(merged, c.output_dir + "/merged", torch::kFloat32);
+      io::copy_tokenizer_files(c.model_path, c.output_dir + "/merged");
+    }
+  } else {
+    io::save_hf_model(run.model, c.output_dir, torch::kFloat32);
+    io::copy_tokenizer_files(c.model_path, c.output_dir);
+  }
+  std::cout << "saved " << (lora_config(c) ? "PEFT adapter" : "model") << " to " << c.output_dir
+            << std::endl;
+}
+
+double run_validation(Run& run) {
+  auto result = evaluate(*run.model, run.validation, run.config.micro_batch_size, run.text.pad_id,
+                         run.device, run.dtype, &run.comm);
+  return result.mean_loss;
+}
+
+struct UserInputs {
+  TextTools text;
+  std::vector<data::Example> train, validation;
+  model::CausalLM model;
+};
+
+// Everything read from the user's files: a failure here is theirs to fix, not ours to retry.
+UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, torch::Dtype dtype) {
+  try {
+    auto text = load_text_tools(c.model_path);
+    auto options = dataset_options(c);
+    auto train = data::load_jsonl(c.train_file, text.tokenizer, text.chat.get(), options);
+    std::vector<data::Example> validation;
+    if (!c.validation_file.empty())
+      validation = data::load_jsonl(c.validation_file, text.tokenizer, text.chat.get(), options);
+    torch::manual_seed(c.seed);
+    auto model = load_model(c.model_path, device, dtype, lora_config(c), c.method == "full", c.seed);
+    return {std::move(text), std::move(train), std::move(validation), model};
+  } catch (const std::exception& e) {
+    throw UserInputError(e.what());
+  }
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& c) {
+  const auto env = dist::DistEnv::from_environment();
+  const auto device = pick_device(env.local_rank);
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());  // fail early on a bad device
+  const auto dtype = compute_dtype(c.dtype, device);
+  auto comm = dist::Communicator::create(env, c.dist_backend, device, c.collective_timeout_seconds);
+  const bool lead = env.rank == 0;
+
+  auto inputs = load_user_inputs(c, device, dtype);
+  auto checkpoint = find_resume_point(c);
+  const auto shape = batch_shape(c, env.world_size, checkpoint ? checkpoint->state.global_batch : 0);
+  data::DistributedSampler sampler(inputs.train.size(), shape.global_batch, shape.accumulation, env.rank,
+                                   env.world_size, c.seed, c.shuffle);
+  const int64_t total_steps = c.max_steps > 0 ? c.max_steps : c.epochs * sampler.steps_per_epoch();
+  LrSchedule schedule{c.lr_scheduler, c.learning_rate,
+                      c.warmup_steps > 0 ? c.warmup_steps
+                                         : static_cast<long>(std::ceil(c.warmup_ratio * total_steps)),
+                      total_steps};
+
+  auto model = inputs.model;
+  model->set_gradient_checkpointing(c.gradient_checkpointing);
+  auto trainable = trainable_parameters(*model);
+  std::vector<AdamWParam> opt_params;
+  for (size_t i = 0; i < trainable.names.size(); ++i)
+    opt_params.push_back({trainable.names[i], trainable.tensors[i], decays(trainable.names[i], trainable.tensors[i]), {}, {}});
+  AdamW optimizer(std::move(opt_params),
+                  {c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
+
+  Run run{c, *comm, device, dtype, model, trainable, std::move(optimizer), schedule,
+          std::move(sampler), std::move(inputs.train), std::move(inputs.validation),
+          std::move(inputs.text), {}, {}};
+  run.state.global_batch = shape.global_batch;
+  run.state.world_size = env.world_size;
+  run.state.seed = c.seed;
+  run.state.method = c.method;
+  run.observers = make_observers(c, env, device);
+
+  if (checkpoint) {
+    restore(run, *checkpoint);
+    checkpoint.reset();  // free the host copies
+    if (lead)
+      std::cout << "resuming from " << checkpoint->path << " at step " << run.state.step << "/"
+                << total_steps << std::endl;
+  }
+  // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
+  run.comm.broadcast(run.trainable.tensors, 0, "initial weights");
+  run.comm.attach_gradient_sync(run.trainable.tensors, run.trainable.names, c.bucket_size_mb);
+
+  if (lead)
+    std::cout << "training " << c.method << " on " << run.train.size() << " examples: "
+              << total_steps << " steps, global batch " << shape.global_batch << " ("
+              << c.micro_batch_size << " x " << shape.accumulation << " accumulation x "
+              << env.world_size << " processes), " << run.trainable.names.size()
+              << " trainable tensors, device " << device.str() << ", backend "
+              << run.comm.backend_name() << std::endl;
+
+  const auto start = Clock::now();
+  const int64_t first_step = run.state.step;
+  StepStats last;
+  double smoothed_tps = 0;
+  while (run.state.step < total_steps) {
+    last = train_step(run);
+    last.elapsed_seconds = seconds_since(start);
+    const double per_step = last.elapsed_seconds / static_cast<double>(last.step - first_step);
+    last.eta_seconds = per_step * static_cast<double>(total_steps - last.step);
+    const double tps = last.local_tokens / std::max(1e-9, last.step_seconds);
+    smoothed_tps = smoothed_tps == 0 ? tps : 0.8 * smoothed_tps + 0.2 * tps;
+    last.tokens_per_second = smoothed_tps;
+    for (auto& o : run.observers) o->on_step(last);
+
+    const bool final_step = run.state.step == total_steps;
+    if (c.eval_every_steps > 0 && !run.validation.empty() && !final_step &&
+        run.state.step % c.eval_every_steps == 0) {
+      double eval_loss = run_validation(run);
+      for (auto& o : run.observers) o->on_eval(run.state.step, eval_loss);
+    }
+    if (c.checkpoint_every_steps > 0 && !final_step &&
+        run.state.step % c.checkpoint_every_steps == 0)
+      write_checkpoint(run);
+  }
+  write_checkpoint(run);
+  save_outputs(run);
+  if (!run.validation.empty()) {
+    last.eval_loss = run_validation(run);
+    for (auto& o : run.observers) o->on_eval(run.state.step, *last.eval_loss);
+  }
+  for (auto& o : run.observers) o->on_finish(last);
+  run.comm.barrier("end of training");
+  return 0;
+}
+
+}  // namespace kubetune::train
