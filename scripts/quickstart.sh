@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The embedded default: sets up this machine, makes a tiny Llama with random weights, fine-tunes it
+# on the shipped upper-casing chat task with two CPU worker processes, and evaluates it before and
+# after on held-out examples. No cluster, no GPU, no downloads. Takes a few minutes on 2 cores.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${KUBETUNE_CACHE:-$HOME/.cache/kubetune}
+"$ROOT/scripts/setup.sh"
+BIN=$(cat "$CACHE/build/last-build-dir")/bin
+cd "$ROOT"
+
+EX=examples/default
+RUN=runs/default
+rm -rf "$RUN"
+"$BIN/kubetune-trainer" init-model --config $EX/model_config.json --tokenizer $EX/tokenizer \
+  --out $RUN/base-model --seed 0
+
+echo; echo "== before training (held-out examples)"
+"$BIN/kubetune-trainer" eval --model $RUN/base-model --data $EX/validation.jsonl
+
+echo; echo "== training: 2 CPU worker processes"
+if [[ -x "$BIN/kubetune" ]]; then
+  "$BIN/kubetune" run $EX/job.yaml
+else
+  "$BIN/kubetune-trainer" launch --nproc-per-node 2 --master-port 29533 -- train --config $EX/train.yaml
+fi
+
+echo; echo "== after training (held-out examples)"
+"$BIN/kubetune-trainer" eval --model $RUN/output --data $EX/validation.jsonl
+echo
+echo "model: $RUN/output   metrics history: $RUN/output/metrics_history.jsonl   chart: $RUN/output/training_curves.svg"

@@ -1,0 +1,100 @@
+#include "example_series.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "common/metrics/operator_series.h"
+#include "common/metrics/trainer_series.h"
+
+namespace kubetune::metrics::testing {
+namespace {
+
+std::vector<double> buckets_for(const SeriesSpec& spec) {
+  if (spec.name == trainer_series::kStepSeconds) {
+    return {trainer_series::kStepSecondsBuckets.begin(), trainer_series::kStepSecondsBuckets.end()};
+  }
+  if (spec.name == operator_series::kReconcileDurationSeconds) {
+    return {operator_series::kReconcileDurationBuckets.begin(),
+            operator_series::kReconcileDurationBuckets.end()};
+  }
+  throw std::logic_error("no buckets known for histogram " + std::string(spec.name));
+}
+
+// Every value a multi-valued label takes in the example data.
+std::vector<std::string> values_of(const SeriesSpec& spec, const std::string& label) {
+  if (label == "phase" && spec.name == operator_series::kJobs) {
+    return {operator_series::kJobPhases.begin(), operator_series::kJobPhases.end()};
+  }
+  if (label == "phase")
+    return {trainer_series::kStepPhases.begin(), trainer_series::kStepPhases.end()};
+  if (label == "result") {
+    return {operator_series::kReconcileResults.begin(), operator_series::kReconcileResults.end()};
+  }
+  return {};
+}
+
+void fill(Registry& registry, const SeriesSpec& spec, const Labels& labels, double value) {
+  const std::string name(spec.name);
+  const std::string help(spec.help);
+  switch (spec.type) {
+    case MetricType::kCounter:
+      registry.counter(name, help).with(labels).inc(value);
+      break;
+    case MetricType::kGauge:
+      registry.gauge(name, help).with(labels).set(value);
+      break;
+    case MetricType::kHistogram: {
+      auto& histogram = registry.histogram(name, help, buckets_for(spec)).with(labels);
+      for (double v : {0.02 * value, 0.7 * value, 3.0 * value}) histogram.observe(v);
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+Labels example_labels(const SeriesSpec& spec, const std::string& job, int rank) {
+  Labels labels;
+  for (const std::string& label : label_names(spec)) {
+    if (label == "job") {
+      labels[label] = job;
+    } else if (label == "namespace") {
+      labels[label] = "ml";
+    } else if (label == "rank" || label == "local_rank") {
+      labels[label] = std::to_string(rank);
+    } else if (label == "device") {
+      labels[label] = "cuda:" + std::to_string(rank);
+    } else if (auto values = values_of(spec, label); !values.empty()) {
+      labels[label] = values.front();
+    } else {
+      throw std::logic_error("no example value for label " + label + " of " +
+                             std::string(spec.name));
+    }
+  }
+  return labels;
+}
+
+void populate_all_series(Registry& registry, const std::string& job) {
+  auto populate = [&](const SeriesSpec& spec) {
+    const auto names = label_names(spec);
+    const bool per_rank = std::find(names.begin(), names.end(), "rank") != names.end();
+    for (int rank = 0; rank < (per_rank ? 2 : 1); ++rank) {
+      Labels labels = example_labels(spec, job, rank);
+      // One series per value of the multi-valued label (phase/result), if the spec has one.
+      std::string multi;
+      for (const auto& label : names) {
+        if (!values_of(spec, label).empty()) multi = label;
+      }
+      const auto values = multi.empty() ? std::vector<std::string>{""} : values_of(spec, multi);
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        if (!multi.empty()) labels[multi] = values[k];
+        fill(registry, spec, labels, 1.5 + rank + static_cast<double>(k));
+      }
+    }
+  };
+  for (const auto& spec : trainer_series::kAll) populate(spec);
+  for (const auto& spec : operator_series::kAll) populate(spec);
+}
+
+}  // namespace kubetune::metrics::testing
