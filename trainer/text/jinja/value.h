@@ -1,0 +1,118 @@
+// Runtime values of the chat-template interpreter. Data (None, bools, numbers, strings, lists,
+// dicts) lives in an insertion-ordered JSON value so dict order follows Python; the few Jinja-only
+// kinds (undefined, namespace, callable) are separate.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kubetune::text::jinja {
+
+using Json = nlohmann::ordered_json;
+
+class Value;
+using Args = std::vector<Value>;
+using Kwargs = std::vector<std::pair<std::string, Value>>;
+
+struct Callable {
+  std::string name;
+  std::function<Value(const Args&, const Kwargs&)> fn;
+};
+
+struct Namespace {
+  std::map<std::string, Value> attrs;
+};
+
+class Value {
+ public:
+  enum class Kind { Undefined, Data, Namespace, Callable };
+
+  Value() = default;                                         // undefined
+  Value(Json j) : kind_(Kind::Data), json_(std::move(j)) {}  // NOLINT: implicit on purpose
+  static Value undefined(std::string hint = "") {
+    Value v;
+    v.hint_ = std::move(hint);
+    return v;
+  }
+  static Value make_namespace(std::shared_ptr<Namespace> ns) {
+    Value v;
+    v.kind_ = Kind::Namespace;
+    v.ns_ = std::move(ns);
+    return v;
+  }
+  static Value make_callable(std::shared_ptr<Callable> fn) {
+    Value v;
+    v.kind_ = Kind::Callable;
+    v.fn_ = std::move(fn);
+    return v;
+  }
+
+  Kind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == Kind::Undefined; }
+  bool is_data() const { return kind_ == Kind::Data; }
+  bool is_none() const { return is_data() && json_.is_null(); }
+  bool is_string() const { return is_data() && json_.is_string(); }
+  bool is_int() const { return is_data() && (json_.is_number_integer()); }
+  bool is_number() const { return is_data() && json_.is_number(); }
+  bool is_bool() const { return is_data() && json_.is_boolean(); }
+  bool is_list() const { return is_data() && json_.is_array(); }
+  bool is_dict() const { return is_data() && json_.is_object(); }
+
+  const Json& json() const { return json_; }
+  Json& json() { return json_; }
+  const std::string& str() const { return json_.get_ref<const std::string&>(); }
+  int64_t as_int() const {
+    return json_.is_number_integer() ? json_.get<int64_t>()
+                                     : static_cast<int64_t>(json_.get<double>());
+  }
+  double as_double() const { return json_.get<double>(); }
+  const std::shared_ptr<Namespace>& ns() const { return ns_; }
+  const std::shared_ptr<Callable>& fn() const { return fn_; }
+  const std::string& hint() const { return hint_; }
+  // Tuple literals behave as lists but print like Python tuples: (1, 2).
+  bool is_tuple() const { return tuple_; }
+  Value& mark_tuple() {
+    tuple_ = true;
+    return *this;
+  }
+
+ private:
+  Kind kind_ = Kind::Undefined;
+  Json json_;
+  std::shared_ptr<Namespace> ns_;
+  std::shared_ptr<Callable> fn_;
+  bool tuple_ = false;
+  std::string hint_;  // for undefined values: what was looked up, for error messages
+};
+
+// Python truthiness (undefined is false).
+bool truthy(const Value& v);
+// Python str() of a value, as Jinja prints it ({{ none }} -> "None", lists -> "['a', 1]").
+std::string to_str(const Value& v);
+// Python repr() of JSON data.
+std::string py_repr(const Json& j);
+// Python float repr (shortest round-trip, "1.0", "1e-05").
+std::string py_float(double d);
+// Python equality (1 == 1.0 == True, deep for lists/dicts).
+bool equals(const Value& a, const Value& b);
+
+struct JsonDumpOptions {
+  std::optional<std::string> indent;  // nullopt = single line
+  std::string item_separator = ", ";
+  std::string key_separator = ": ";
+  bool ensure_ascii = false;
+  bool sort_keys = false;
+};
+// Python's json.dumps (what transformers' tojson filter calls).
+std::string json_dumps(const Json& j, const JsonDumpOptions& options);
+
+// Name of a value's type for error messages ("string", "list", ...).
+std::string type_name(const Value& v);
+
+}  // namespace kubetune::text::jinja
