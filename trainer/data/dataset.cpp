@@ -1,0 +1,120 @@
+#include "trainer/data/dataset.h"
+
+#include <stdexcept>
+
+#include "trainer/data/jsonl_reader.h"
+#include "trainer/data/record_encoder.h"
+#include "trainer/data/record_format.h"
+
+namespace kubetune::data {
+namespace {
+
+// Auto mode guesses per record; a file mixing formats is almost always a mistake (e.g. two
+// datasets concatenated with different conventions), so it is rejected instead of guessed.
+class FormatChecker {
+ public:
+  explicit FormatChecker(Format requested) : requested_(requested) {}
+
+  Format check(const nlohmann::json& record, size_t line) {
+    const Format format = resolve_format(record, requested_);
+    if (first_ == Format::Auto) {  // the first record
+      first_ = format;
+      first_line_ = line;
+    } else if (first_ != format) {
+      throw std::runtime_error(std::string("record is in ") + format_name(format) +
+                               " format but line " + std::to_string(first_line_) + " is in " +
+                               format_name(first_) +
+                               " format; all records of a file must share one format");
+    }
+    return format;
+  }
+
+ private:
+  Format requested_;
+  Format first_ = Format::Auto;  // the format of the first record; Auto before it
+  size_t first_line_ = 0;
+};
+
+// Keeps the start: the prompt and the beginning of the answer are what the model must see.
+void truncate(Example& example, int max_length) {
+  const size_t limit = static_cast<size_t>(max_length);
+  if (example.input_ids.size() > limit) {
+    example.input_ids.resize(limit);
+    example.labels.resize(limit);
+  }
+}
+
+void check_has_targets(const Example& example, size_t untruncated_length, int max_length) {
+  if (count_targets(example) > 0) return;
+  if (untruncated_length > example.input_ids.size()) {
+    throw std::runtime_error("no target tokens left after truncating the record from " +
+                             std::to_string(untruncated_length) + " to " +
+                             std::to_string(max_length) +
+                             " tokens (the prompt fills data.maxLength); raise data.maxLength "
+                             "or shorten the prompt");
+  }
+  throw std::runtime_error("record has no target tokens (nothing for the loss to learn from)");
+}
+
+}  // namespace
+
+Format parse_format(std::string_view name) {
+  if (name == "auto" || name.empty()) return Format::Auto;
+  if (name == "messages") return Format::Messages;
+  if (name == "prompt_completion") return Format::PromptCompletion;
+  if (name == "text") return Format::Text;
+  throw std::runtime_error("data.format: unknown value \"" + std::string(name) +
+                           "\" (expected auto, messages, prompt_completion or text)");
+}
+
+LossOn parse_loss_on(std::string_view name) {
+  if (name == "completion" || name.empty()) return LossOn::Completion;
+  if (name == "all") return LossOn::All;
+  throw std::runtime_error("data.lossOn: unknown value \"" + std::string(name) +
+                           "\" (expected completion or all)");
+}
+
+const char* format_name(Format format) {
+  switch (format) {
+    case Format::Auto:
+      return "auto";
+    case Format::Messages:
+      return "messages";
+    case Format::PromptCompletion:
+      return "prompt_completion";
+    case Format::Text:
+      return "text";
+  }
+  return "?";
+}
+
+std::vector<Example> load_jsonl(const std::string& path, const text::Tokenizer& tokenizer,
+                                const text::ChatTemplate* chat, const DatasetOptions& options) {
+  if (options.max_length < 2) {
+    throw std::runtime_error("data.maxLength: must be at least 2, got " +
+                             std::to_string(options.max_length));
+  }
+  const EncodeContext context{tokenizer, chat, options.loss_on};
+  FormatChecker formats(options.format);
+  JsonlReader reader(path);
+  std::vector<Example> examples;
+  nlohmann::json record;
+  while (reader.next(record)) {
+    try {
+      const Format format = formats.check(record, reader.line());
+      Example example = encode_record(record, format, context);
+      const size_t untruncated_length = example.input_ids.size();
+      truncate(example, options.max_length);
+      check_has_targets(example, untruncated_length, options.max_length);
+      example.source_line = reader.line();
+      examples.push_back(std::move(example));
+    } catch (const std::exception& e) {
+      // Tokenizer and template errors get the location too: the record caused them.
+      throw std::runtime_error(reader.where() + ": " + e.what());
+    }
+  }
+  if (examples.empty()) throw std::runtime_error(path + ": no records");
+  return examples;
+}
+
+}  // namespace kubetune::data

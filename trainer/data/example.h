@@ -1,0 +1,24 @@
+#pragma once
+// One tokenized training example, the unit that flows from the dataset loader to the batcher.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kubetune::data {
+
+// Hugging Face convention: a label of -100 means "not a target" (ignored by the loss).
+constexpr int32_t kIgnoreIndex = -100;
+
+struct Example {
+  std::vector<int32_t> input_ids;
+  // Same length as input_ids. The loss shifts: position t predicts labels[t + 1], so labels[0] is
+  // never predicted.
+  std::vector<int32_t> labels;
+  size_t source_line = 0;  // 1-based line of the JSONL file the example came from
+};
+
+// Number of tokens the loss is computed on: labels != -100, excluding position 0 (never predicted).
+int64_t count_targets(const Example& example);
+
+}  // namespace kubetune::data

@@ -1,0 +1,36 @@
+#include "trainer/data/record_format.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace kubetune::data {
+namespace {
+
+std::string keys_of(const nlohmann::json& record) {
+  std::string keys;
+  for (const auto& item : record.items()) {
+    if (!keys.empty()) keys += ", ";
+    keys += "\"" + item.key() + "\"";
+  }
+  return keys.empty() ? "none" : keys;
+}
+
+}  // namespace
+
+std::optional<Format> detect_format(const nlohmann::json& record) {
+  if (record.contains("messages")) return Format::Messages;
+  if (record.contains("prompt") && record.contains("completion")) return Format::PromptCompletion;
+  if (record.contains("text")) return Format::Text;
+  return std::nullopt;
+}
+
+Format resolve_format(const nlohmann::json& record, Format requested) {
+  if (requested != Format::Auto) return requested;
+  if (const auto detected = detect_format(record)) return *detected;
+  throw std::runtime_error(
+      "unknown record format: expected a \"messages\" field, \"prompt\" and \"completion\" "
+      "fields, or a \"text\" field; the record has fields " +
+      keys_of(record));
+}
+
+}  // namespace kubetune::data
