@@ -229,6 +229,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& c) {
   t.bucket_size_mb = c["distributed"]["bucketSizeMb"];
   t.metrics_port = c["metrics"]["port"];
   t.job_name = c["metrics"]["jobName"];
+  t.metrics_linger_seconds = c["metrics"]["lingerSeconds"];
   return t;
 }
 

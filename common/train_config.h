@@ -89,6 +89,7 @@ struct TrainConfig {
   // metrics
   int metrics_port = 0;  // 0: no exporter
   std::string job_name;
+  double metrics_linger_seconds = 0;
 
   static TrainConfig from_json(const nlohmann::json& validated);
 };
