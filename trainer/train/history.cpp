@@ -95,6 +95,11 @@ void HistoryWriter::on_step(const StepStats& s) {
                          {"global_tokens", s.global_tokens},
                          {"step_seconds", s.step_seconds},
                          {"elapsed_seconds", s.elapsed_seconds}};
+  if (s.has_device_memory) {
+    line["gpu_memory_allocated_bytes"] = s.device_memory.allocated;
+    line["gpu_memory_peak_bytes"] = s.device_memory.peak;
+    line["gpu_memory_reserved_bytes"] = s.device_memory.reserved;
+  }
   jsonl_ << line.dump() << "\n";
   jsonl_.flush();
 }

@@ -1,7 +1,11 @@
 #include "trainer/train/observers.h"
 
+#include "trainer/train/device.h"
 #include "trainer/train/history.h"
 #include "trainer/train/progress.h"
+#ifdef KUBETUNE_HAVE_METRICS
+#include "trainer/metrics/prometheus_observer.h"
+#endif
 
 namespace kubetune::train {
 
@@ -13,6 +17,21 @@ std::vector<std::unique_ptr<TrainingObserver>> make_observers(const TrainConfig&
     observers.push_back(std::make_unique<ProgressPrinter>(config.log_every_steps));
     observers.push_back(std::make_unique<HistoryWriter>(config.output_dir));
   }
+#ifdef KUBETUNE_HAVE_METRICS
+  if (config.metrics_port > 0) {  // every rank, each on metrics.port + local rank
+    PrometheusObserver::Options o;
+    o.job = config.job_name;
+    o.rank = env.rank;
+    o.local_rank = env.local_rank;
+    o.port = config.metrics_port + env.local_rank;
+    o.linger_seconds = config.metrics_linger_seconds;
+    if (device.is_cuda()) {
+      o.gpu_device = device.str();
+      o.read_memory = [device](DeviceMemory& m) { return device_memory(device, m); };
+    }
+    observers.push_back(std::make_unique<PrometheusObserver>(std::move(o)));
+  }
+#endif
   (void)device;
   return observers;
 }

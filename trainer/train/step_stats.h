@@ -8,6 +8,10 @@
 
 namespace kubetune::train {
 
+struct DeviceMemory {  // bytes; only on GPU
+  int64_t allocated = 0, reserved = 0, peak = 0, total = 0;
+};
+
 struct StepStats {
   int64_t step = 0;         // optimizer steps done (1-based after the first step)
   int64_t total_steps = 0;
@@ -29,10 +33,8 @@ struct StepStats {
   double tokens_per_second = 0;  // this rank, smoothed
   std::optional<double> eval_loss;
   double mfu = 0;  // model FLOPs utilisation estimate (GPU only, 0 on CPU)
-};
-
-struct DeviceMemory {  // bytes; only on GPU
-  int64_t allocated = 0, reserved = 0, peak = 0, total = 0;
+  bool has_device_memory = false;  // false on CPU: GPU series are then absent, not zero
+  DeviceMemory device_memory;      // this process's GPU
 };
 
 // Anything that wants to see training progress.

@@ -37,6 +37,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Dense bf16 peak of the H100/H200 (SXM), the GPUs we run on; MFU is reported against it.
+constexpr double kPeakBf16FlopsPerSecond = 989e12;
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -199,6 +202,7 @@ StepStats train_step(Run& run) {
   s.total_steps = run.schedule.total_steps;
   s.epoch = static_cast<double>(run.state.step) / steps_per_epoch;
   s.step_seconds = seconds_since(step_start);
+  s.has_device_memory = device_memory(run.device, s.device_memory);
   return s;
 }
 
@@ -360,6 +364,12 @@ int run_training(const TrainConfig& c) {
               << " trainable tensors, device " << device.str() << ", backend "
               << run.comm.backend_name() << std::endl;
 
+  // Model FLOPs per trained token (PaLM's MFU convention): 6N for full fine-tuning, 4N for LoRA
+  // (no weight gradients for the frozen matrices), plus attention's 12 x layers x width x length.
+  const auto& mc = run.model->config();
+  const double flops_per_token =
+      (c.method == "full" ? 6.0 : 4.0) * static_cast<double>(mc.num_parameters()) +
+      12.0 * mc.num_hidden_layers * mc.num_attention_heads * mc.head_dim * c.max_length;
   const auto start = Clock::now();
   const int64_t first_step = run.state.step;
   StepStats last;
@@ -372,6 +382,7 @@ int run_training(const TrainConfig& c) {
     const double tps = last.local_tokens / std::max(1e-9, last.step_seconds);
     smoothed_tps = smoothed_tps == 0 ? tps : 0.8 * smoothed_tps + 0.2 * tps;
     last.tokens_per_second = smoothed_tps;
+    if (device.is_cuda()) last.mfu = smoothed_tps * flops_per_token / kPeakBf16FlopsPerSecond;
     for (auto& o : run.observers) o->on_step(last);
 
     const bool final_step = run.state.step == total_steps;

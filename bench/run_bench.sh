@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Our trainer against transformers + PEFT + torch DDP on the same work, on this machine's GPUs.
+#
+#   bench/run_bench.sh BIN_DIR [--gpus "1 2 4"] [--methods "lora full"] [--shape llama-3.2-1b]
+#                      [--seq 2048] [--micro-batch 4] [--steps 20] [--warmup 5] [--out DIR]
+#
+# Prints one JSON line per run and, at the end, a table: tokens/s per GPU, peak GPU memory and
+# scaling efficiency (tokens/s per GPU at N GPUs / at 1 GPU) for both, and our/HF ratios.
+set -euo pipefail
+BIN=$1; shift
+GPUS="1 2 4"; METHODS="lora full"; SHAPE=llama-3.2-1b; SEQ=2048; MB=4; STEPS=20; WARMUP=5
+OUT=${OUT:-/tmp/kubetune-bench}
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --gpus) GPUS=$2; shift 2 ;; --methods) METHODS=$2; shift 2 ;; --shape) SHAPE=$2; shift 2 ;;
+    --seq) SEQ=$2; shift 2 ;; --micro-batch) MB=$2; shift 2 ;; --steps) STEPS=$2; shift 2 ;;
+    --warmup) WARMUP=$2; shift 2 ;; --out) OUT=$2; shift 2 ;; *) echo "unknown option $1"; exit 2 ;;
+  esac
+done
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+mkdir -p "$OUT"
+RESULTS=$OUT/results.jsonl
+: >"$RESULTS"
+[[ -d $OUT/inputs/model ]] || python3 "$HERE/make_bench_inputs.py" "$OUT/inputs" --shape "$SHAPE" --seq "$SEQ"
+
+port=29600
+for method in $METHODS; do
+  for g in $GPUS; do
+    port=$((port + 1))
+    run=$OUT/ours-$method-$g
+    rm -rf "$run"; mkdir -p "$run"
+    cat >"$run/config.json" <<JSON
+{"model": {"path": "$OUT/inputs/model", "dtype": "bfloat16"},
+ "data": {"train": "$OUT/inputs/data.jsonl", "format": "text", "lossOn": "all", "maxLength": $SEQ, "shuffle": false},
+ "method": {"type": "$method", "lora": {"r": 16, "alpha": 32, "targetModules": ["all-linear"]}},
+ "training": {"maxSteps": $((STEPS + WARMUP)), "microBatchSize": $MB, "gradientAccumulationSteps": 1,
+              "learningRate": 1e-4, "lrScheduler": "constant", "maxGradNorm": 1.0, "logEverySteps": 5},
+ "output": {"dir": "$run/out"}, "checkpoint": {"resume": "never"}}
+JSON
+    "$BIN/kubetune-trainer" launch --nproc-per-node "$g" --master-port $port -- train --config "$run/config.json" >"$run/log.txt" 2>&1 ||
+      { tail -30 "$run/log.txt"; exit 1; }
+    python3 - "$run/out/metrics_history.jsonl" "$method" "$g" "$WARMUP" >>"$RESULTS" <<'PY'
+import json, sys
+path, method, gpus, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+steps = [json.loads(l) for l in open(path) if '"loss"' in l]
+timed = [s for s in steps if s["step"] > warmup]
+tokens = sum(s["global_tokens"] for s in timed)
+seconds = sum(s["step_seconds"] for s in timed)
+peak = max(s.get("gpu_memory_peak_bytes", 0) for s in steps)
+print(json.dumps({"impl": "ours", "method": method, "gpus": gpus,
+                  "tokens_per_s_per_gpu": tokens / seconds / gpus, "peak_gib": peak / 2**30,
+                  "final_loss": steps[-1]["loss"]}))
+PY
+    tail -1 "$RESULTS"
+    torchrun --nproc-per-node "$g" --master-port $((port + 100)) "$HERE/hf_baseline.py" --model "$OUT/inputs/model" \
+      --data "$OUT/inputs/data.jsonl" --method "$method" --seq "$SEQ" --micro-batch "$MB" \
+      --steps "$STEPS" --warmup-steps "$WARMUP" 2>"$run/hf-stderr.txt" | grep '^{' >>"$RESULTS" ||
+      { tail -30 "$run/hf-stderr.txt"; exit 1; }
+    tail -1 "$RESULTS"
+  done
+done
+python3 "$HERE/report.py" "$RESULTS"

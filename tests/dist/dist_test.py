@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Distributed training on CPU (Gloo) through `kubetune-trainer launch`; each a ctest entry."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "train"))
+import harness as h  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(nproc, cfg_path, **kw):
+    return ["launch", "--nproc-per-node", nproc, "--master-port", free_port(), "--", "train", "--config", cfg_path]
+
+
+def setup(name, n_examples=48):
+    w = h.workdir(name)
+    model = h.tiny_model(w / "model")
+    data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", n_examples)
+    return w, model, data
+
+
+def children_of(pid: int):
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out.append(int(p.name))
+            except (OSError, IndexError):
+                pass
+    return out
+
+
+def rank_pids(launcher: subprocess.Popen, n: int, timeout=60):
+    """Child pids in rank order (the launcher starts rank 0 first, so pid order is rank order)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        kids = sorted(children_of(launcher.pid))
+        if len(kids) == n:
+            return kids
+        time.sleep(0.2)
+    raise AssertionError("ranks did not start")
+
+
+def wait_for_step(out_dir: Path, step: int, timeout=240):
+    history = out_dir / "metrics_history.jsonl"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if history.exists() and f'"step":{step},' in history.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"step {step} not reached")
+
+
+def same_weights_as_one_process():
+    """2 and 3 processes == 1 process with the same global batch of 6, to 1e-5."""
+    w, model, data = setup("ddp-equal")
+    results = {}
+    for world, micro, accum in ((1, 2, 3), (2, 1, 3), (3, 2, 1)):
+        cfg = h.config(model, data, w / f"out{world}", microBatchSize=micro, gradientAccumulationSteps=accum,
+                       maxSteps=4, learningRate=1e-2)
+        path = h.write_config(w / f"c{world}.json", cfg)
+        args = ["train", "--config", path] if world == 1 else launch(world, path)
+        h.run(args)
+        results[world] = h.weights(w / f"out{world}")
+    moved = max((results[1][k] - h.weights(model)[k]).abs().max().item() for k in results[1])
+    assert moved > 1e-3
+    for world in (2, 3):
+        diff = h.max_abs_diff(results[1], results[world])
+        print(f"world {world}: max |w - w_single| = {diff:.3g}")
+        assert diff <= 1e-5, diff
+
+
+def killed_rank_stops_the_job():
+    """SIGKILL one rank mid-run: the launcher exits non-zero within 30 s, naming rank and signal."""
+    w, model, data = setup("ddp-kill", 400)
+    cfg = h.config(model, data, w / "out", microBatchSize=2, epochs=50)
+    launcher = subprocess.Popen([h.TRAINER, *map(str, launch(2, h.write_config(w / "c.json", cfg)))],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = rank_pids(launcher, 2)
+        wait_for_step(w / "out", 2)
+        killed_at = time.time()
+        os.kill(pids[1], signal.SIGKILL)
+        out, err = launcher.communicate(timeout=30)
+        elapsed = time.time() - killed_at
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    print(err.strip().splitlines()[-3:], f"{elapsed:.1f}s")
+    assert launcher.returncode != 0
+    assert elapsed < 30
+    assert re.search(r"rank 1 \(pid \d+\) was killed by signal 9", err), err[-2000:]
+
+
+def stalled_rank_times_out():
+    """A rank that stops participating (SIGSTOP): the others abort on the collective timeout."""
+    w, model, data = setup("ddp-stall", 400)
+    cfg = h.config(model, data, w / "out", microBatchSize=2, epochs=50)
+    cfg["distributed"]["timeoutSeconds"] = 5
+    launcher = subprocess.Popen([h.TRAINER, *map(str, launch(2, h.write_config(w / "c.json", cfg)))],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = rank_pids(launcher, 2)
+        wait_for_step(w / "out", 2)
+        os.kill(pids[1], signal.SIGSTOP)
+        out, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    print(err.strip().splitlines()[-4:])
+    assert launcher.returncode == 3, (launcher.returncode, err[-2000:])  # 3: collective failure, retryable
+    assert re.search(r"rank 0 \(pid \d+\) exited with status 3", err), err[-2000:]
+
+
+def resume_after_kill_matches():
+    """Kill the whole job after a checkpoint, launch again: same final weights as uninterrupted."""
+    w, model, data = setup("ddp-resume", 48)
+    def cfg_for(out, ckpt):
+        c = h.config(model, data, out, microBatchSize=2, gradientAccumulationSteps=1, maxSteps=10)
+        c["checkpoint"] = {"resume": "auto", "dir": str(ckpt), "everySteps": 3}
+        return c
+    h.run(launch(2, h.write_config(w / "a.json", cfg_for(w / "straight", w / "ck-a"))))
+    path = h.write_config(w / "b.json", cfg_for(w / "resumed", w / "ck-b"))
+    launcher = subprocess.Popen([h.TRAINER, *map(str, launch(2, path))], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while not (w / "ck-b" / "step-00000006" / "trainer_state.json").exists():
+            assert time.time() < deadline and launcher.poll() is None, "no checkpoint at step 6"
+            time.sleep(0.1)
+        launcher.send_signal(signal.SIGTERM)
+        launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode != 0
+    p = h.run(launch(2, path))
+    assert "resuming from" in p.stdout, p.stdout[-2000:]
+    diff = h.max_abs_diff(h.weights(w / "straight"), h.weights(w / "resumed"))
+    print(f"max |uninterrupted - resumed| = {diff:.3g}")
+    assert diff <= 1e-6, diff
+
+
+if __name__ == "__main__":
+    h.main({f.__name__: f for f in [same_weights_as_one_process, killed_rank_stops_the_job,
+                                     stalled_rank_times_out, resume_after_kill_matches]})

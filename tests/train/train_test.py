@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Process-level tests of `kubetune-trainer`, each a ctest entry: `train_test.py NAME`.
+References: transformers (eval loss), tokenizers (token ids), PEFT (adapter logits)."""
+import json
+import math
+import subprocess
+
+import torch
+
+import harness as h
+
+
+def accumulation_equals_big_batch():
+    """One step of batch 8 == 4 micro-batches of 2 (examples of different lengths), to 1e-5."""
+    w = h.workdir("accum")
+    model = h.tiny_model(w / "model")
+    data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 8)
+    runs = {}
+    for name, micro, accum in (("big", 8, 1), ("micro", 2, 4)):
+        cfg = h.config(model, data, w / name, microBatchSize=micro, gradientAccumulationSteps=accum,
+                       maxSteps=1, warmupSteps=0, lrScheduler="constant", learningRate=1e-2)
+        h.run(["train", "--config", h.write_config(w / f"{name}.json", cfg)])
+        runs[name] = h.weights(w / name)
+    base = h.weights(model)
+    moved = max((runs["big"][k] - base[k]).abs().max().item() for k in base)
+    diff = h.max_abs_diff(runs["big"], runs["micro"])
+    print(f"max |w_big - w_micro| = {diff:.3g} (weights moved by up to {moved:.3g})")
+    assert moved > 1e-3, "the step did not change the weights: the test would prove nothing"
+    assert diff <= 1e-5, diff
+
+
+def resume_equals_uninterrupted():
+    """Stop after step 3 (a checkpoint), resume, finish: same weights as never stopping."""
+    w = h.workdir("resume")
+    model = h.tiny_model(w / "model")
+    data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 40)
+    common = dict(microBatchSize=2, gradientAccumulationSteps=2, maxSteps=6)
+    straight = h.config(model, data, w / "straight", **common)
+    h.run(["train", "--config", h.write_config(w / "straight.json", straight)])
+    first = h.config(model, data, w / "resumed", **{**common, "maxSteps": 3})
+    first["checkpoint"] = {"resume": "auto", "dir": str(w / "ckpt"), "everySteps": 1}
+    h.run(["train", "--config", h.write_config(w / "first.json", first)])
+    second = h.config(model, data, w / "resumed", **common)
+    second["checkpoint"] = {"resume": "auto", "dir": str(w / "ckpt"), "everySteps": 2}
+    p = h.run(["train", "--config", h.write_config(w / "second.json", second)])
+    assert "resuming from" in p.stdout and "step-00000003" in p.stdout, p.stdout[-2000:]
+    diff = h.max_abs_diff(h.weights(w / "straight"), h.weights(w / "resumed"))
+    print(f"max |uninterrupted - resumed| = {diff:.3g}")
+    assert diff <= 1e-6, diff
+
+
+def damaged_checkpoint_is_skipped():
+    """A truncated newest checkpoint is reported and the previous good one is used."""
+    w = h.workdir("damaged")
+    model = h.tiny_model(w / "model")
+    data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 20)
+    cfg = h.config(model, data, w / "out", maxSteps=2)
+    cfg["checkpoint"] = {"resume": "auto", "dir": str(w / "ckpt"), "everySteps": 1}
+    h.run(["train", "--config", h.write_config(w / "a.json", cfg)])
+    newest = w / "ckpt" / "step-00000002" / "trainable.safetensors"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    cfg["training"]["maxSteps"] = 3
+    p = h.run(["train", "--config", h.write_config(w / "b.json", cfg)])
+    assert "skipping damaged checkpoint" in p.stderr and "step-00000001" in p.stdout, p.stderr[-2000:]
+
+
+def eval_matches_transformers():
+    """`eval --json` per-record mean loss and target counts == transformers on the same tokens."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    w = h.workdir("eval")
+    model_dir = h.tiny_model(w / "model", seed=3)
+    data = w / "eval.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in [
+        {"text": "hello world, a plain text record"},
+        {"prompt": "upper: abc", "completion": "ABC"},
+        {"messages": [{"role": "user", "content": "upper: hi there"}, {"role": "assistant", "content": "HI THERE"}]},
+    ]) + "\n")
+    ours = json.loads(h.run(["eval", "--model", model_dir, "--data", data, "--json"]).stdout)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    eos = tok.eos_token_id
+    # The same records, tokenised and masked the way the README documents, scored by transformers.
+    text_ids = tok("hello world, a plain text record")["input_ids"] + [eos]
+    prompt = tok("upper: abc")["input_ids"]
+    pc_ids = prompt + tok("ABC", add_special_tokens=False)["input_ids"] + [eos]
+    pc_labels = [-100] * len(prompt) + pc_ids[len(prompt):]
+    msgs = [{"role": "user", "content": "upper: hi there"}, {"role": "assistant", "content": "HI THERE"}]
+    full = tok.apply_chat_template(msgs, tokenize=False)
+    prefix = tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
+    enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
+    chat_labels = [t if s >= len(prefix) else -100 for t, (s, _) in zip(enc["input_ids"], enc["offset_mapping"])]
+    expected = []
+    for ids, labels in ((text_ids, text_ids), (pc_ids, pc_labels), (enc["input_ids"], chat_labels)):
+        with torch.no_grad():
+            out = hf(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
+        expected.append((out.loss.item(), sum(1 for l in labels[1:] if l != -100)))
+    for rec, (loss, n) in zip(ours["records"], expected):
+        print(f"ours {rec['mean_loss']:.6f} ({rec['n_targets']}) hf {loss:.6f} ({n})")
+        assert rec["n_targets"] == n
+        assert math.isclose(rec["mean_loss"], loss, rel_tol=1e-4), (rec, loss)
+    total = sum(l * n for l, n in expected) / sum(n for _, n in expected)
+    assert math.isclose(ours["mean_loss"], total, rel_tol=1e-4)
+
+
+def tokenize_matches_tokenizers():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(h.EXAMPLE / "tokenizer")
+    records = [{"text": "Hello,  wörld!\r\n\tcode = x**2 # 数字 🙂"},
+               {"messages": [{"role": "user", "content": "upper: ab"}, {"role": "assistant", "content": "AB"}]}]
+    stdin = "\n".join(json.dumps(r) for r in records) + "\n"
+    p = h.run(["tokenize", "--tokenizer", h.EXAMPLE / "tokenizer", "--chat", "--json"], input=stdin)
+    ours = [json.loads(l)["ids"] for l in p.stdout.splitlines()]
+    assert ours[0] == tok(records[0]["text"], add_special_tokens=False)["input_ids"]
+    assert ours[1] == tok.apply_chat_template(records[1]["messages"], tokenize=True, return_dict=False)
+
+
+def lora_adapter_loads_in_peft():
+    """Train LoRA; the adapter we write loads in PEFT and gives the loss our eval reports."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    w = h.workdir("lora")
+    model_dir = h.tiny_model(w / "model")
+    data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 16)
+    cfg = h.config(model_dir, data, w / "adapter", method="lora", maxSteps=4, learningRate=5e-2)
+    h.run(["train", "--config", h.write_config(w / "lora.json", cfg)])
+    assert (w / "adapter" / "adapter_config.json").exists()
+    one = w / "one.jsonl"
+    one.write_text(json.dumps({"text": "some text to score"}) + "\n")
+    ours = json.loads(h.run(["eval", "--model", model_dir, "--adapter", w / "adapter", "--data", one, "--json"]).stdout)
+    base = json.loads(h.run(["eval", "--model", model_dir, "--data", one, "--json"]).stdout)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), w / "adapter")
+    ids = torch.tensor([tok("some text to score")["input_ids"] + [tok.eos_token_id]])
+    with torch.no_grad():
+        loss = peft_model(input_ids=ids, labels=ids).loss.item()
+    print(f"ours {ours['mean_loss']:.6f} peft {loss:.6f} base {base['mean_loss']:.6f}")
+    assert abs(ours["mean_loss"] - base["mean_loss"]) > 1e-4, "adapter changed nothing"
+    assert math.isclose(ours["mean_loss"], loss, rel_tol=1e-4)
+
+
+def bad_inputs_are_named():
+    """Each bad input: non-zero exit (2: user error) and a message naming the file/line/field."""
+    w = h.workdir("bad")
+    model = h.tiny_model(w / "model")
+    good = h.subset(h.EXAMPLE / "train.jsonl", w / "good.jsonl", 4)
+    bad_json = w / "bad.jsonl"
+    bad_json.write_text(good.read_text().splitlines()[0] + "\n{not json\n")
+    no_targets = w / "no_targets.jsonl"
+    no_targets.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    empty = w / "empty.jsonl"
+    empty.write_text("\n")
+    broken_model = w / "broken"
+    subprocess.run(["cp", "-r", str(model), str(broken_model)], check=True)
+    st = broken_model / "model.safetensors"
+    st.write_bytes(st.read_bytes()[:1000])
+    unknown_arch = w / "unknown"
+    subprocess.run(["cp", "-r", str(model), str(unknown_arch)], check=True)
+    c = json.loads((unknown_arch / "config.json").read_text())
+    c["model_type"], c["architectures"] = "gpt_neox", ["GPTNeoXForCausalLM"]
+    (unknown_arch / "config.json").write_text(json.dumps(c))
+    cases = [
+        ("unknown key", lambda cfg: cfg["training"].update(learningrate=1), "training.learningrate"),
+        ("malformed line", lambda cfg: cfg["data"].update(train=str(bad_json)), "bad.jsonl:2"),
+        ("no targets", lambda cfg: cfg["data"].update(train=str(no_targets)), "no_targets.jsonl:1"),
+        ("empty dataset", lambda cfg: cfg["data"].update(train=str(empty)), "empty.jsonl"),
+        ("truncated safetensors", lambda cfg: cfg["model"].update(path=str(broken_model)), "model.safetensors"),
+        ("missing model", lambda cfg: cfg["model"].update(path=str(w / "nope")), "nope"),
+        ("unknown architecture", lambda cfg: cfg["model"].update(path=str(unknown_arch)), "gpt_neox"),
+    ]
+    for name, mutate, needle in cases:
+        cfg = h.config(model, good, w / "out", maxSteps=1)
+        mutate(cfg)
+        p = h.run(["train", "--config", h.write_config(w / "c.json", cfg)], check=False)
+        print(f"{name}: exit {p.returncode}: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ''}")
+        assert p.returncode == 2, (name, p.returncode, p.stderr[-2000:])
+        assert needle in p.stderr, (name, needle, p.stderr[-2000:])
+        assert "Segmentation" not in p.stderr and "terminate called" not in p.stderr
+
+
+if __name__ == "__main__":
+    h.main({f.__name__: f for f in [accumulation_equals_big_batch, resume_equals_uninterrupted,
+                                     damaged_checkpoint_is_skipped, eval_matches_transformers,
+                                     tokenize_matches_tokenizers, lora_adapter_loads_in_peft,
+                                     bad_inputs_are_named]})
