@@ -1,0 +1,107 @@
+#include "operator/api/cel_rules.h"
+
+#include <regex>
+
+namespace kubetune::op {
+namespace {
+
+using nlohmann::json;
+
+// `dir` is `mount` or below it ("/data" holds "/data/out" but not "/data2").
+bool is_under(const std::string& dir, const std::string& mount) {
+  return dir == mount || dir.rfind(mount + "/", 0) == 0;
+}
+
+bool on_some_volume(const json& spec, const std::string& dir) {
+  for (const auto& v : spec.value("volumes", json::array())) {
+    if (v.contains("mountPath") && v["mountPath"].is_string() &&
+        is_under(dir, v["mountPath"].get<std::string>())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string string_at(const json& obj, const char* a, const char* b) {
+  if (!obj.contains(a) || !obj[a].is_object() || !obj[a].contains(b) || !obj[a][b].is_string()) {
+    return "";
+  }
+  return obj[a][b].get<std::string>();
+}
+
+long long int_at(const json& obj, const char* a, const char* b, long long fallback) {
+  if (!obj.contains(a) || !obj[a].is_object() || !obj[a].contains(b) || !obj[a][b].is_number()) {
+    return fallback;
+  }
+  return obj[a][b].get<long long>();
+}
+
+std::vector<CelRule> make_rules() {
+  std::vector<CelRule> rules;
+  rules.push_back(
+      {"",
+       "self.metadata.name.size() <= 50 && "
+       "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+       "metadata.name must be a DNS-1035 label (lower-case letters, digits, '-', starting with a "
+       "letter) of at most 50 characters: it names the Service and the pods' host names",
+       [](const json& self) {
+         static const std::regex dns1035("^[a-z]([-a-z0-9]*[a-z0-9])?$");
+         const std::string name = string_at(self, "metadata", "name");
+         // generateName objects have no name yet; the API server checks the final one.
+         return name.empty() || (name.size() <= 50 && std::regex_match(name, dns1035));
+       }});
+  rules.push_back(
+      {"spec",
+       "has(self.volumes) && self.volumes.exists(v, self.output.dir == v.mountPath || "
+       "self.output.dir.startsWith(v.mountPath + '/'))",
+       "output.dir must be under the mountPath of one of spec.volumes: a pod's own filesystem is "
+       "lost when the gang restarts",
+       [](const json& self) { return on_some_volume(self, string_at(self, "output", "dir")); }});
+  rules.push_back(
+      {"spec",
+       "!has(self.checkpoint) || !has(self.checkpoint.dir) || self.checkpoint.dir == '' || "
+       "(has(self.volumes) && self.volumes.exists(v, self.checkpoint.dir == v.mountPath || "
+       "self.checkpoint.dir.startsWith(v.mountPath + '/')))",
+       "checkpoint.dir must be under the mountPath of one of spec.volumes, so that restarted "
+       "workers can resume from it",
+       [](const json& self) {
+         const std::string dir = string_at(self, "checkpoint", "dir");
+         return dir.empty() || on_some_volume(self, dir);
+       }});
+  rules.push_back({"spec",
+                   "!has(self.distributed) || !has(self.distributed.backend) || "
+                   "self.distributed.backend != 'nccl' || self.workers.gpusPerWorker > 0",
+                   "distributed.backend nccl needs GPUs: set workers.gpusPerWorker > 0 or use "
+                   "backend gloo/auto",
+                   [](const json& self) {
+                     return string_at(self, "distributed", "backend") != "nccl" ||
+                            int_at(self, "workers", "gpusPerWorker", 1) > 0;
+                   }});
+  rules.push_back({"spec.volumes[]", "has(self.persistentVolumeClaim) != has(self.hostPath)",
+                   "exactly one of persistentVolumeClaim or hostPath must be set",
+                   [](const json& self) {
+                     return self.contains("persistentVolumeClaim") != self.contains("hostPath");
+                   }});
+  rules.push_back({"spec.volumes[]", "!self.name.startsWith('kubetune-')",
+                   "volume names starting with kubetune- are reserved for the operator",
+                   [](const json& self) {
+                     return !self.contains("name") || !self["name"].is_string() ||
+                            self["name"].get<std::string>().rfind("kubetune-", 0) != 0;
+                   }});
+  return rules;
+}
+
+}  // namespace
+
+const std::vector<CelRule>& cel_rules() {
+  static const std::vector<CelRule> rules = make_rules();
+  return rules;
+}
+
+CelEvaluators cel_evaluators() {
+  CelEvaluators out;
+  for (const auto& r : cel_rules()) out[r.rule] = r.check;
+  return out;
+}
+
+}  // namespace kubetune::op

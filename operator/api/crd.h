@@ -1,0 +1,27 @@
+// The FineTuneJob CustomResourceDefinition, composed in C++ from the trainer's config schema
+// (common/train_config.h: model, data, method, training, output, checkpoint, distributed,
+// metrics) and the operator's own part (workers, runPolicy, volumes) and status. The checked-in
+// charts/kubetune/crds/finetunejobs.yaml is `kubetune-operator crd`; a test keeps them equal.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace kubetune::op {
+
+// Schemas of the operator's spec keys (workers, runPolicy, volumes) and of status.
+const nlohmann::json& operator_spec_schema();
+const nlohmann::json& status_schema();
+
+// openAPIV3Schema of a whole FineTuneJob object (apiVersion, kind, metadata, spec, status).
+const nlohmann::json& job_schema();
+
+// The CRD object and its YAML.
+nlohmann::json crd();
+std::string crd_yaml();
+
+// Turns the trainer's JSON schema into a structural CRD schema: `additionalProperties: false`
+// is not allowed there (unknown fields are pruned or, with strict field validation, rejected).
+nlohmann::json to_structural(nlohmann::json schema);
+
+}  // namespace kubetune::op

@@ -1,0 +1,174 @@
+#include "operator/api/desired_objects.h"
+
+#include "operator/api/names.h"
+
+namespace kubetune::op {
+namespace {
+
+using nlohmann::json;
+
+json labels(const FineTuneJob& job) {
+  return {{kLabelManagedBy, kManagerName},
+          {"app.kubernetes.io/name", "kubetune"},
+          {"app.kubernetes.io/instance", job.name},
+          {kLabelJob, job.name}};
+}
+
+json metadata(const FineTuneJob& job, const std::string& name) {
+  return {{"name", name},
+          {"namespace", job.ns},
+          {"labels", labels(job)},
+          {"ownerReferences", json::array({owner_reference(job)})}};
+}
+
+int processes_per_pod(const FineTuneJob& job) {
+  return job.workers.gpus > 0 ? job.workers.gpus : 1;
+}
+
+json env_var(const std::string& name, const std::string& value) {
+  return {{"name", name}, {"value", value}};
+}
+
+json field_env(const std::string& name, const std::string& field) {
+  return {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", field}}}}}};
+}
+
+json container_env(const FineTuneJob& job, int rank, int attempt) {
+  json env = json::array({
+      env_var("MASTER_ADDR", master_address(job)),
+      env_var("MASTER_PORT", std::to_string(kMasterPort)),
+      env_var("NNODES", std::to_string(job.workers.replicas)),
+      env_var("NODE_RANK", std::to_string(rank)),
+      env_var("NPROC_PER_NODE", std::to_string(processes_per_pod(job))),
+      env_var("KUBETUNE_JOB_NAME", job.name),
+      env_var("KUBETUNE_ATTEMPT", std::to_string(attempt)),
+      field_env("POD_NAME", "metadata.name"),
+      field_env("POD_NAMESPACE", "metadata.namespace"),
+  });
+  for (const auto& e : job.workers.env) env.push_back(e);
+  return env;
+}
+
+json container_command(const FineTuneJob& job, int rank) {
+  return {"kubetune-trainer",
+          "launch",
+          "--nproc-per-node",
+          std::to_string(processes_per_pod(job)),
+          "--nnodes",
+          std::to_string(job.workers.replicas),
+          "--node-rank",
+          std::to_string(rank),
+          "--master-addr",
+          master_address(job),
+          "--master-port",
+          std::to_string(kMasterPort),
+          "--",
+          "train",
+          "--config",
+          std::string(kConfigMountDir) + "/" + kConfigFile};
+}
+
+json resources(const Workers& w) {
+  json limits = json::object();
+  json requests = json::object();
+  if (w.gpus > 0) limits["nvidia.com/gpu"] = w.gpus;
+  if (!w.cpu.is_null()) limits["cpu"] = requests["cpu"] = w.cpu;
+  if (!w.memory.is_null()) limits["memory"] = requests["memory"] = w.memory;
+  json out = {{"limits", limits}};
+  if (!requests.empty()) out["requests"] = requests;
+  return out;
+}
+
+void add_volumes(const FineTuneJob& job, json& pod_spec, json& mounts) {
+  pod_spec["volumes"] = json::array(
+      {{{"name", "kubetune-config"}, {"configMap", {{"name", config_map_name(job.name)}}}},
+       {{"name", "kubetune-shm"},
+        {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", job.workers.shm_size}}}}});
+  mounts = json::array(
+      {{{"name", "kubetune-config"}, {"mountPath", kConfigMountDir}, {"readOnly", true}},
+       {{"name", "kubetune-shm"}, {"mountPath", "/dev/shm"}}});
+  for (const auto& v : job.volumes) {
+    json volume = {{"name", v.name}};
+    if (!v.claim_name.empty()) {
+      volume["persistentVolumeClaim"] = {{"claimName", v.claim_name}, {"readOnly", v.read_only}};
+    } else {
+      volume["hostPath"] = {{"path", v.host_path}, {"type", v.host_path_type}};
+    }
+    pod_spec["volumes"].push_back(volume);
+    mounts.push_back({{"name", v.name}, {"mountPath", v.mount_path}, {"readOnly", v.read_only}});
+  }
+}
+
+json make_pod(const FineTuneJob& job, int rank, int attempt) {
+  json container = {{"name", kTrainerContainer},
+                    {"image", job.workers.image},
+                    {"imagePullPolicy", job.workers.pull_policy},
+                    {"command", container_command(job, rank)},
+                    {"env", container_env(job, rank, attempt)},
+                    {"resources", resources(job.workers)}};
+  container["ports"] = json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}}});
+  if (job.metrics_port > 0) {
+    container["ports"].push_back({{"name", "metrics"}, {"containerPort", job.metrics_port}});
+  }
+  json spec = {{"restartPolicy", "Never"},  // the operator restarts the whole gang instead
+               {"hostname", pod_name(job.name, rank)},
+               {"subdomain", service_name(job.name)}};
+  json mounts;
+  add_volumes(job, spec, mounts);
+  container["volumeMounts"] = mounts;
+  spec["containers"] = json::array({container});
+  if (!job.workers.node_selector.empty()) spec["nodeSelector"] = job.workers.node_selector;
+  if (!job.workers.tolerations.empty()) spec["tolerations"] = job.workers.tolerations;
+  if (!job.workers.priority_class.empty()) spec["priorityClassName"] = job.workers.priority_class;
+  if (!job.workers.service_account.empty()) {
+    spec["serviceAccountName"] = job.workers.service_account;
+  }
+  json meta = metadata(job, pod_name(job.name, rank));
+  meta["labels"][kLabelRank] = std::to_string(rank);
+  meta["labels"][kLabelAttempt] = std::to_string(attempt);
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+}
+
+}  // namespace
+
+std::string pod_name(const std::string& job, int rank) {
+  return job + "-worker-" + std::to_string(rank);
+}
+std::string config_map_name(const std::string& job) { return job + "-config"; }
+std::string service_name(const std::string& job) { return job; }
+
+std::string master_address(const FineTuneJob& job) {
+  return pod_name(job.name, 0) + "." + service_name(job.name) + "." + job.ns + ".svc";
+}
+
+json owner_reference(const FineTuneJob& job) {
+  return {{"apiVersion", kApiVersion}, {"kind", kKind},
+          {"name", job.name},          {"uid", job.uid},
+          {"controller", true},        {"blockOwnerDeletion", true}};
+}
+
+DesiredObjects desired_objects(const FineTuneJob& job, int attempt) {
+  DesiredObjects out;
+  out.config_map = {{"apiVersion", "v1"},
+                    {"kind", "ConfigMap"},
+                    {"metadata", metadata(job, config_map_name(job.name))},
+                    {"data", {{kConfigFile, job.train_config.dump(2)}}}};
+  out.service = {
+      {"apiVersion", "v1"},
+      {"kind", "Service"},
+      {"metadata", metadata(job, service_name(job.name))},
+      {"spec",
+       {{"clusterIP", "None"},
+        // Rendezvous happens before any pod is Ready.
+        {"publishNotReadyAddresses", true},
+        {"selector", {{kLabelJob, job.name}}},
+        {"ports",
+         json::array(
+             {{{"name", "rendezvous"}, {"port", kMasterPort}, {"targetPort", kMasterPort}}})}}}};
+  for (int rank = 0; rank < job.workers.replicas; ++rank) {
+    out.pods.push_back(make_pod(job, rank, attempt));
+  }
+  return out;
+}
+
+}  // namespace kubetune::op

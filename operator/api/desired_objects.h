@@ -1,0 +1,33 @@
+// One translation, two backends: what a FineTuneJob becomes. The Kubernetes backend (the
+// reconciler) creates these objects; the local runner turns the pods into local processes.
+// Pure functions of the job, so they are tested without any API server.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "operator/api/job.h"
+
+namespace kubetune::op {
+
+struct DesiredObjects {
+  nlohmann::json config_map;         // <job>-config: config.json for `train --config`
+  nlohmann::json service;            // <job>: headless, gives pod 0 a stable DNS name
+  std::vector<nlohmann::json> pods;  // <job>-worker-<rank>, rank = index
+};
+
+// `attempt` is the gang number (status.restarts): it labels the pods so leftovers of an earlier
+// gang are recognised.
+DesiredObjects desired_objects(const FineTuneJob& job, int attempt);
+
+std::string pod_name(const std::string& job, int rank);
+std::string config_map_name(const std::string& job);
+std::string service_name(const std::string& job);
+// Pod 0's DNS name through the headless Service: MASTER_ADDR of every rank.
+std::string master_address(const FineTuneJob& job);
+
+// The ownerReference that makes the API server delete an object with its job.
+nlohmann::json owner_reference(const FineTuneJob& job);
+
+}  // namespace kubetune::op

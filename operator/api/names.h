@@ -1,0 +1,30 @@
+// Names shared by the CRD, the objects the operator creates and the local runner.
+#pragma once
+
+namespace kubetune::op {
+
+inline constexpr const char* kGroup = "kubetune.io";
+inline constexpr const char* kVersion = "v1alpha1";
+inline constexpr const char* kApiVersion = "kubetune.io/v1alpha1";
+inline constexpr const char* kKind = "FineTuneJob";
+inline constexpr const char* kPlural = "finetunejobs";
+inline constexpr const char* kShortName = "ftj";
+
+// Labels on everything the operator creates; the pod informer selects on kLabelManagedBy.
+inline constexpr const char* kLabelManagedBy = "app.kubernetes.io/managed-by";
+inline constexpr const char* kManagerName = "kubetune-operator";
+inline constexpr const char* kLabelJob = "kubetune.io/job-name";
+inline constexpr const char* kLabelRank = "kubetune.io/rank";
+// Which gang a pod belongs to (= status.restarts when it was created): pods of an older gang are
+// leftovers of a restart and are deleted before the new gang starts.
+inline constexpr const char* kLabelAttempt = "kubetune.io/attempt";
+
+inline constexpr const char* kTrainerContainer = "trainer";
+inline constexpr const char* kConfigMountDir = "/etc/kubetune";
+inline constexpr const char* kConfigFile = "config.json";
+inline constexpr int kMasterPort = 29500;
+
+// Training keys of the spec that are the operator's, not the trainer's.
+inline constexpr const char* kOperatorSpecKeys[] = {"workers", "runPolicy", "volumes"};
+
+}  // namespace kubetune::op

@@ -1,0 +1,29 @@
+// A validator for the structural OpenAPI v3 schemas of CustomResourceDefinitions: it does what
+// the API server does to a FineTuneJob before storing it (apply defaults, check types, enums,
+// required fields, ranges, lengths, patterns, list-map keys, unknown fields as with kubectl's
+// strict field validation) so that the operator, `kubetune validate` and the tests agree with it
+// without a cluster.
+//
+// CEL rules (x-kubernetes-validations) cannot be evaluated here; each rule string is looked up in
+// a table of C++ equivalents (cel_rules.h). A rule without an equivalent is reported as a problem,
+// so a rule added to the CRD without its C++ twin fails the tests.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace kubetune::op {
+
+// C++ twin of a CEL rule: returns true when `self` satisfies it.
+using CelEvaluator = std::function<bool(const nlohmann::json& self)>;
+using CelEvaluators = std::map<std::string, CelEvaluator>;  // keyed by the rule's text
+
+// Applies defaults to `value` in place and appends "path: message" for every problem.
+void validate_against_schema(const nlohmann::json& schema, nlohmann::json& value,
+                             const std::string& path, const CelEvaluators& cel,
+                             std::vector<std::string>& problems);
+
+}  // namespace kubetune::op

@@ -1,0 +1,13 @@
+// Writes JSON as block-style YAML, deterministically (keys in sorted order), for the CRD the
+// operator prints and the objects `kubetune render` shows. Strings are quoted whenever a YAML
+// reader could take them for something else (a number, a boolean, null, a flow collection...).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace kubetune::op {
+
+std::string json_to_yaml(const nlohmann::json& value);
+
+}  // namespace kubetune::op

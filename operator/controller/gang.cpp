@@ -1,0 +1,111 @@
+#include "operator/controller/gang.h"
+
+#include "operator/api/names.h"
+
+namespace kubetune::op {
+namespace {
+
+using nlohmann::json;
+
+// The trainer container's terminated state, or null.
+json terminated_state(const json& pod) {
+  for (const auto& cs : pod["status"].value("containerStatuses", json::array())) {
+    if (cs.value("name", "") != kTrainerContainer) continue;
+    if (cs.contains("state") && cs["state"].contains("terminated"))
+      return cs["state"]["terminated"];
+    if (cs.contains("lastState") && cs["lastState"].contains("terminated")) {
+      return cs["lastState"]["terminated"];
+    }
+  }
+  return nullptr;
+}
+
+int rank_of(const json& pod) {
+  const json labels = pod["metadata"].value("labels", json::object());
+  try {
+    return std::stoi(labels.value(kLabelRank, "-1"));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+std::optional<WorkerFailure> pod_failure(const json& pod, int rank) {
+  const json status = pod.value("status", json::object());
+  const std::string phase = status.value("phase", "Pending");
+  const std::string name = pod["metadata"].value("name", "");
+  WorkerFailure f;
+  f.rank = rank;
+  if (phase == "Failed") {
+    const json term = terminated_state(pod);
+    const std::string pod_reason = status.value("reason", "");
+    if (pod_reason == "Evicted") {
+      f.reason = "Evicted";
+      f.message = "worker " + std::to_string(rank) + " (pod " + name +
+                  ") was evicted: " + status.value("message", "");
+      return f;
+    }
+    if (term.is_null()) {
+      f.reason = pod_reason.empty() ? "WorkerFailed" : pod_reason;
+      f.message = "worker " + std::to_string(rank) + " (pod " + name + ") failed" +
+                  (pod_reason.empty() ? "" : ": " + pod_reason);
+      return f;
+    }
+    const int code = term.value("exitCode", 1);
+    const std::string why = term.value("reason", "");
+    f.permanent = code == kPermanentExitCode && why != "OOMKilled";
+    f.reason = f.permanent ? "ConfigError" : (why == "OOMKilled" ? "OOMKilled" : "WorkerFailed");
+    f.message = "worker " + std::to_string(rank) + " (pod " + name + ") exited with code " +
+                std::to_string(code) + (why.empty() ? "" : " (" + why + ")") +
+                (f.permanent ? ": configuration or data error, not retried" : "");
+    if (term.contains("message") && !term["message"].get<std::string>().empty()) {
+      f.message += ": " + term["message"].get<std::string>();
+    }
+    return f;
+  }
+  if (phase == "Unknown") {
+    f.reason = "NodeLost";
+    f.message = "worker " + std::to_string(rank) + " (pod " + name + ") lost contact with its node";
+    return f;
+  }
+  if (pod["metadata"].contains("deletionTimestamp") && phase != "Succeeded") {
+    f.reason = "WorkerDeleted";
+    f.message = "worker " + std::to_string(rank) + " (pod " + name + ") was deleted";
+    return f;
+  }
+  return std::nullopt;
+}
+
+GangState assess_gang(const std::vector<json>& pods, int replicas) {
+  GangState g;
+  g.replicas = replicas;
+  g.pods.resize(replicas);
+  for (const auto& pod : pods) {
+    const int rank = rank_of(pod);
+    if (rank >= 0 && rank < replicas) g.pods[rank] = pod;
+  }
+  for (int rank = 0; rank < replicas; ++rank) {
+    if (!g.pods[rank]) {
+      g.missing.push_back(rank);
+      continue;
+    }
+    const json& pod = *g.pods[rank];
+    if (auto f = pod_failure(pod, rank)) {
+      ++g.failed;
+      if (!g.failure || (f->permanent && !g.failure->permanent)) g.failure = f;
+      continue;
+    }
+    const std::string phase = pod.value("status", json::object()).value("phase", "Pending");
+    if (phase == "Succeeded") {
+      ++g.succeeded;
+    } else if (phase == "Running") {
+      ++g.running;
+    } else {
+      ++g.pending;
+    }
+  }
+  return g;
+}
+
+}  // namespace kubetune::op

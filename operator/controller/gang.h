@@ -1,0 +1,42 @@
+// Gang semantics: the workers of a job live and die together. This reads the pods of the current
+// gang as the kubelet reports them and says what the gang as a whole is doing, and classifies a
+// failure as permanent (the trainer's exit code 2: configuration or data error, retrying cannot
+// help) or retryable (any other exit code or signal, eviction, lost node, deleted pod).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kubetune::op {
+
+// `kubetune-trainer` exits with this for configuration and data errors.
+inline constexpr int kPermanentExitCode = 2;
+
+struct WorkerFailure {
+  int rank = -1;
+  std::string reason;   // condition reason: WorkerFailed, Evicted, NodeLost, WorkerDeleted...
+  std::string message;  // for humans: which pod, which exit code
+  bool permanent = false;
+};
+
+struct GangState {
+  int replicas = 0;
+  std::vector<std::optional<nlohmann::json>> pods;  // by rank; nullopt = no such pod
+  int pending = 0, running = 0, succeeded = 0, failed = 0;
+  std::vector<int> missing;              // ranks without a pod
+  std::optional<WorkerFailure> failure;  // the first failed worker (permanent ones first)
+
+  bool all_running() const { return running == replicas; }
+  bool all_succeeded() const { return succeeded == replicas; }
+  int active() const { return pending + running; }
+};
+
+// `pods`: the pods of one gang (one attempt); ranks come from their kubetune.io/rank label.
+GangState assess_gang(const std::vector<nlohmann::json>& pods, int replicas);
+
+// nullopt when the pod has not failed.
+std::optional<WorkerFailure> pod_failure(const nlohmann::json& pod, int rank);
+
+}  // namespace kubetune::op

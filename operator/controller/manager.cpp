@@ -1,0 +1,148 @@
+#include "operator/controller/manager.h"
+
+#include <iostream>
+
+#include "common/metrics/exposer.h"
+#include "operator/api/names.h"
+
+namespace kubetune::op {
+
+using nlohmann::json;
+
+Manager::Manager(kube::ClientConfig config, ManagerOptions options)
+    : options_(std::move(options)),
+      client_(std::make_unique<kube::KubeClient>(std::move(config))),
+      metrics_(std::make_unique<OperatorMetrics>()),
+      events_(std::make_unique<EventRecorder>(*client_)) {
+  if (options_.http_port >= 0) {
+    http_ = std::make_unique<metrics::Exposer>(options_.http_address, options_.http_port);
+    http_->add_registry(metrics_->registry());
+    http_->add_handler("/healthz", [] { return std::make_pair(200, std::string("ok")); });
+    http_->add_handler("/readyz", [this] {
+      return ready() ? std::make_pair(200, std::string("ok"))
+                     : std::make_pair(503, std::string("informers not synced"));
+    });
+  }
+}
+
+Manager::~Manager() { stop(); }
+
+int Manager::http_port() const { return http_ ? http_->port() : -1; }
+
+bool Manager::ready() const {
+  // A standby replica is ready (it can take over); a leader once its caches are filled.
+  if (!leading_) return !stopped_;
+  return controllers_running_ && jobs_ && jobs_->has_synced() && pods_ && pods_->has_synced();
+}
+
+void Manager::start() {
+  if (!options_.leader_elect) {
+    leading_ = true;
+    start_controllers();
+    return;
+  }
+  elector_ = std::make_unique<LeaderElector>(*client_, options_.leader);
+  election_thread_ = std::thread([this] {
+    elector_->run(
+        [this] {
+          leading_ = true;
+          metrics_->set_leader(true);
+          start_controllers();
+        },
+        [this] {
+          leading_ = false;
+          metrics_->set_leader(false);
+          stop_controllers();
+          if (!stopped_) lost_leadership_ = true;
+          done_.notify_all();
+        });
+  });
+}
+
+void Manager::start_controllers() {
+  kube::InformerOptions job_opts = options_.informer;
+  job_opts.ns = options_.watch_namespace;
+  jobs_ = std::make_unique<kube::Informer>(*client_, kube::resources::kFineTuneJobs, job_opts);
+  kube::InformerOptions pod_opts = job_opts;
+  pod_opts.label_selector = std::string(kLabelManagedBy) + "=" + kManagerName;
+  pods_ = std::make_unique<kube::Informer>(*client_, kube::resources::kPods, pod_opts);
+  queue_ = std::make_unique<WorkQueue>(options_.queue_base_delay, options_.queue_max_delay);
+  reconciler_ = std::make_unique<JobReconciler>(*client_, *jobs_, *pods_, *events_, metrics_.get(),
+                                                options_.reconciler);
+  jobs_->add_handler([this](const std::string&, const json& obj) {
+    queue_->add(kube::object_key(obj));
+    metrics_->set_queue_depth(queue_->depth());
+  });
+  pods_->add_handler([this](const std::string&, const json& pod) { enqueue_owner(pod); });
+  jobs_->start();
+  pods_->start();
+  // Reconcile only from full caches: a half-filled pod cache would look like missing workers.
+  while (!stopped_ && !(jobs_->wait_for_sync(std::chrono::milliseconds(100)) &&
+                        pods_->wait_for_sync(std::chrono::milliseconds(100)))) {
+  }
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  controllers_running_ = true;
+}
+
+void Manager::stop_controllers() {
+  if (queue_) queue_->shutdown();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  if (jobs_) jobs_->stop();
+  if (pods_) pods_->stop();
+  controllers_running_ = false;
+}
+
+void Manager::enqueue_owner(const json& pod) {
+  for (const auto& ref : pod["metadata"].value("ownerReferences", json::array())) {
+    if (ref.value("controller", false) && ref.value("kind", "") == kKind) {
+      queue_->add(pod["metadata"].value("namespace", "") + "/" + ref.value("name", ""));
+      metrics_->set_queue_depth(queue_->depth());
+    }
+  }
+}
+
+void Manager::worker_loop() {
+  std::string key;
+  while (queue_->get(key)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string result = "success";
+    try {
+      const ReconcileResult r = reconciler_->reconcile(key);
+      queue_->forget(key);
+      if (r.requeue_after.count() > 0) {
+        result = "requeue";
+        queue_->add_after(key, r.requeue_after);
+      }
+    } catch (const std::exception& e) {
+      result = "error";
+      std::cerr << "reconcile " << key << ": " << e.what() << "\n";
+      queue_->add_rate_limited(key);
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    metrics_->reconciled(result, seconds);
+    queue_->done(key);
+    metrics_->set_queue_depth(queue_->depth());
+  }
+}
+
+void Manager::stop(bool release_lease) {
+  if (stopped_.exchange(true)) return;
+  if (elector_) {
+    elector_->stop(release_lease);
+    if (election_thread_.joinable()) election_thread_.join();
+  } else {
+    stop_controllers();
+  }
+  leading_ = false;
+  done_.notify_all();
+}
+
+bool Manager::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [this] { return stopped_ || lost_leadership_; });
+  return lost_leadership_;
+}
+
+}  // namespace kubetune::op

@@ -1,0 +1,79 @@
+// Wires the operator together: API client, informers for FineTuneJobs and the pods the operator
+// made, the work queue and its workers running JobReconciler, leader election, and the HTTP
+// endpoint with /metrics, /healthz and /readyz.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "operator/controller/leader_election.h"
+#include "operator/controller/reconciler.h"
+#include "operator/controller/work_queue.h"
+#include "operator/kube/client_config.h"
+#include "operator/kube/informer.h"
+
+namespace kubetune::metrics {
+class Exposer;
+}
+
+namespace kubetune::op {
+
+struct ManagerOptions {
+  std::string watch_namespace;  // "" = all namespaces
+  int workers = 2;              // reconciles in parallel (never two for one job)
+  bool leader_elect = true;
+  LeaderElectionConfig leader;
+  std::string http_address = "0.0.0.0";
+  int http_port = 8080;  // /metrics, /healthz, /readyz; -1 = none
+  ReconcilerOptions reconciler;
+  kube::InformerOptions informer;  // back-off and timeouts (namespace/selector are set here)
+  std::chrono::milliseconds queue_base_delay{5};
+  std::chrono::milliseconds queue_max_delay{60000};
+};
+
+class Manager {
+ public:
+  Manager(kube::ClientConfig config, ManagerOptions options);
+  ~Manager();
+
+  void start();  // returns at once; campaigns for the lease in the background
+  // Stops everything; `release_lease` false leaves the lease to expire (a crash, for tests).
+  void stop(bool release_lease = true);
+  // Blocks until stop() or lost leadership; true when leadership was lost.
+  bool wait();
+
+  bool is_leader() const { return leading_; }
+  bool ready() const;
+  int http_port() const;
+  OperatorMetrics& metrics() { return *metrics_; }
+  kube::KubeClient& client() { return *client_; }
+  // For tests and diagnostics; null before this replica leads.
+  const kube::Informer* job_informer() const { return jobs_.get(); }
+
+ private:
+  void start_controllers();
+  void stop_controllers();
+  void worker_loop();
+  void enqueue_owner(const nlohmann::json& pod);
+
+  ManagerOptions options_;
+  std::unique_ptr<kube::KubeClient> client_;
+  std::unique_ptr<OperatorMetrics> metrics_;
+  std::unique_ptr<EventRecorder> events_;
+  std::unique_ptr<kube::Informer> jobs_, pods_;
+  std::unique_ptr<WorkQueue> queue_;
+  std::unique_ptr<JobReconciler> reconciler_;
+  std::unique_ptr<LeaderElector> elector_;
+  std::unique_ptr<metrics::Exposer> http_;
+  std::vector<std::thread> workers_;
+  std::thread election_thread_;
+  std::atomic<bool> leading_{false}, controllers_running_{false}, stopped_{false};
+  std::atomic<bool> lost_leadership_{false};
+  std::mutex mutex_;
+  std::condition_variable done_;
+};
+
+}  // namespace kubetune::op

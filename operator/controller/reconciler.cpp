@@ -1,0 +1,429 @@
+#include "operator/controller/reconciler.h"
+
+#include <cmath>
+#include <iostream>
+
+#include "operator/api/desired_objects.h"
+#include "operator/api/names.h"
+#include "operator/controller/conditions.h"
+#include "operator/controller/gang.h"
+#include "operator/controller/progress.h"
+
+namespace kubetune::op {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+namespace {
+
+const milliseconds kShortRequeue{300};  // waiting for pods of an old gang to go
+
+std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
+  return out;
+}
+
+int attempt_of(const json& pod) {
+  try {
+    return std::stoi(pod["metadata"].value("labels", json::object()).value(kLabelAttempt, "0"));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+bool is_terminal(const json& pod) {
+  const std::string phase = pod.value("status", json::object()).value("phase", "");
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+milliseconds until(SystemTime now, SystemTime when) {
+  return std::max(milliseconds(1),
+                  std::chrono::duration_cast<milliseconds>(when - now) + milliseconds(1));
+}
+
+}  // namespace
+
+struct JobReconciler::Pass {
+  std::string ns, name, key;
+  json obj;         // the job as read (its resourceVersion guards the status write)
+  json old_status;  // status as read
+  json status;      // status being computed
+  long generation = 0;
+  FineTuneJob job;
+  SystemTime now;
+  struct Event {
+    std::string type, reason, message;
+  };
+  std::vector<Event> events;  // recorded once the status that they describe is stored
+
+  std::string item() const { return kube::resources::kFineTuneJobs.item(ns, name); }
+  std::string phase() const { return status.value("phase", ""); }
+};
+
+JobReconciler::JobReconciler(kube::KubeClient& client, kube::Informer& jobs, kube::Informer& pods,
+                             EventRecorder& events, OperatorMetrics* metrics,
+                             ReconcilerOptions options)
+    : client_(client),
+      jobs_(jobs),
+      pods_(pods),
+      events_(events),
+      metrics_(metrics),
+      options_(std::move(options)) {}
+
+ReconcileResult JobReconciler::reconcile(const std::string& key) {
+  Pass p;
+  p.key = key;
+  p.ns = key.substr(0, key.find('/'));
+  p.name = key.substr(key.find('/') + 1);
+  auto cached = jobs_.get(p.ns, p.name);
+  if (!cached) {  // deleted: its objects go with it (ownerReferences); forget its series
+    if (metrics_) metrics_->forget_job(p.ns, p.name);
+    return {};
+  }
+  p.obj = *cached;
+  if (p.obj["metadata"].contains("deletionTimestamp")) return {};
+  p.now = options_.clock();
+  p.generation = p.obj["metadata"].value("generation", 0L);
+  p.old_status = p.obj.value("status", json::object());
+  if (!p.old_status.is_object()) p.old_status = json::object();
+  p.status = p.old_status;
+
+  try {
+    p.job = parse_job(p.obj);
+  } catch (const SpecError& e) {
+    return invalid_spec(p, e.problems());
+  }
+  const json failed = find_condition(p.status, kCondFailed);
+  if (p.phase() == "Failed" && failed.value("reason", "") == "InvalidSpec" &&
+      failed.value("observedGeneration", 0L) < p.generation) {
+    p.status = json::object();  // the spec was fixed: start over
+    p.events.push_back({"Normal", "SpecAccepted", "the corrected spec is valid; starting the job"});
+  }
+  if (p.phase() == "Succeeded" || p.phase() == "Failed") return finished(p);
+  if (p.job.run_policy.suspend) return suspend(p);
+  if (condition_is_true(p.status, kCondSuspended)) resume(p);
+  if (p.phase().empty()) p.status["phase"] = "Pending";
+  if (!p.status.contains("startTime")) p.status["startTime"] = format_time(p.now);
+  if (!p.status.contains("restarts")) p.status["restarts"] = 0;
+  if (!p.status.contains("workers")) p.status["workers"] = json::object();
+
+  if (p.job.run_policy.active_deadline_seconds) {
+    const auto deadline = parse_time(p.status["startTime"]) +
+                          std::chrono::seconds(*p.job.run_policy.active_deadline_seconds);
+    if (p.now >= deadline) {
+      return fail(p, "DeadlineExceeded",
+                  "the job was active longer than runPolicy.activeDeadlineSeconds=" +
+                      std::to_string(*p.job.run_policy.active_deadline_seconds));
+    }
+    ReconcileResult r = run_gang(p);
+    const auto left = until(p.now, deadline);
+    if (r.requeue_after.count() == 0 || left < r.requeue_after) r.requeue_after = left;
+    return r;
+  }
+  return run_gang(p);
+}
+
+ReconcileResult JobReconciler::run_gang(Pass& p) {
+  const int attempt = p.status.value("restarts", 0);
+  std::vector<json> current;
+  int older = 0;
+  for (const auto& pod : job_pods(p)) {
+    const int a = attempt_of(pod);
+    if (a > attempt) {
+      // Pods of a newer gang than our job says: our job object is stale. Come back later.
+      return {kShortRequeue};
+    }
+    if (a < attempt) {
+      ++older;
+      if (!pod["metadata"].contains("deletionTimestamp")) {
+        client_.remove(kube::resources::kPods.item(p.ns, pod["metadata"]["name"]));
+      }
+    } else {
+      current.push_back(pod);
+    }
+  }
+  if (older > 0) {  // the new gang starts when the old one is gone (pod names are reused)
+    write_status(p);
+    return {kShortRequeue};
+  }
+
+  GangState g = assess_gang(current, p.job.workers.replicas);
+  const bool created = p.status["workers"].value("created", 0) >= p.job.workers.replicas;
+  if (!g.failure && created) {
+    for (int rank : g.missing) {
+      if (!confirm_lost(p, rank)) return {kShortRequeue};  // our pod cache is behind
+      g.failure = WorkerFailure{
+          rank, "WorkerLost",
+          "worker " + std::to_string(rank) + " (pod " + pod_name(p.name, rank) + ") disappeared",
+          false};
+      break;
+    }
+  }
+  p.status["workers"]["active"] = g.active();
+  p.status["workers"]["succeeded"] = g.succeeded;
+  p.status["workers"]["failed"] = g.failed;
+  if (g.failure) return handle_failure(p, *g.failure);
+  if (g.all_succeeded()) return succeed(p);
+
+  if (!g.missing.empty()) create_gang(p, g.missing);
+  ReconcileResult result;
+  if (g.all_running()) {
+    transition(p, "Running", kCondRunning, "AllWorkersRunning",
+               "all " + std::to_string(g.replicas) + " workers are running", false);
+    if (condition_is_true(p.status, kCondRestarting)) {
+      set_condition(p.status, kCondRestarting, false, "GangRunning",
+                    "the restarted gang is running", p.generation, p.now);
+    }
+    if (p.job.metrics_port > 0) {
+      update_progress(p, *g.pods[0]);
+      result.requeue_after = options_.progress_period;
+    }
+  }
+  write_status(p);
+  return result;
+}
+
+void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
+  const int attempt = p.status.value("restarts", 0);
+  const DesiredObjects want = desired_objects(p.job, attempt);
+  ensure_object(kube::resources::kConfigMaps.collection(p.ns), want.config_map);
+  ensure_object(kube::resources::kServices.collection(p.ns), want.service);
+  for (int rank : missing) ensure_object(kube::resources::kPods.collection(p.ns), want.pods[rank]);
+  p.status["workers"]["created"] = p.job.workers.replicas;
+  if (p.phase() != "Running") {
+    transition(p, "Created", kCondCreated, "GangCreated",
+               "created " + std::to_string(p.job.workers.replicas) + " worker pods (gang " +
+                   std::to_string(attempt) + ")",
+               false);
+  }
+}
+
+void JobReconciler::ensure_object(const std::string& collection, const json& object) {
+  try {
+    client_.create(collection, object);
+  } catch (const kube::ApiError& e) {
+    if (!e.already_exists()) throw;  // idempotent: it is there from an earlier pass
+  }
+}
+
+bool JobReconciler::confirm_lost(Pass& p, int rank) {
+  try {
+    client_.get(kube::resources::kPods.item(p.ns, pod_name(p.name, rank)));
+    return false;
+  } catch (const kube::ApiError& e) {
+    if (e.not_found()) return true;
+    throw;
+  }
+}
+
+ReconcileResult JobReconciler::handle_failure(Pass& p, const WorkerFailure& f) {
+  if (f.permanent) return fail(p, f.reason, f.message);
+  const int restarts = p.status.value("restarts", 0);
+  const int limit = p.job.run_policy.backoff_limit;
+  if (restarts >= limit) {
+    return fail(p, "BackoffLimitExceeded",
+                "the gang failed " + std::to_string(restarts + 1) + " times (backoffLimit " +
+                    std::to_string(limit) + "); last failure: " + f.message);
+  }
+  p.status["restarts"] = restarts + 1;
+  p.status["workers"]["created"] = 0;
+  const std::string message = f.message + "; restarting all workers (restart " +
+                              std::to_string(restarts + 1) + " of " + std::to_string(limit) +
+                              "), resuming from the last checkpoint";
+  transition(p, "Restarting", kCondRestarting, f.reason, message, true);
+  set_condition(p.status, kCondRunning, false, f.reason, f.message, p.generation, p.now);
+  // The status goes first: if this pass is based on a stale job, the write fails with 409 and
+  // nothing is deleted, so the failure is counted once.
+  write_status(p);
+  if (metrics_) metrics_->restarted(p.ns, p.name);
+  delete_pods(p, true);
+  return {kShortRequeue};
+}
+
+ReconcileResult JobReconciler::fail(Pass& p, const std::string& reason,
+                                    const std::string& message) {
+  p.status["completionTime"] = format_time(p.now);
+  transition(p, "Failed", kCondFailed, reason, message, true);
+  set_condition(p.status, kCondRunning, false, reason, message, p.generation, p.now);
+  write_status(p);
+  delete_pods(p, false);  // frees the GPUs; finished pods stay for their logs
+  return {ttl_requeue(p)};
+}
+
+ReconcileResult JobReconciler::succeed(Pass& p) {
+  p.status["completionTime"] = format_time(p.now);
+  const std::string message =
+      "all " + std::to_string(p.job.workers.replicas) + " workers completed successfully";
+  transition(p, "Succeeded", kCondSucceeded, "Completed", message, false);
+  set_condition(p.status, kCondRunning, false, "Completed", message, p.generation, p.now);
+  write_status(p);
+  return {ttl_requeue(p)};
+}
+
+ReconcileResult JobReconciler::invalid_spec(Pass& p, const std::vector<std::string>& problems) {
+  const std::string message = "invalid spec: " + join(problems, "; ");
+  const json failed = find_condition(p.status, kCondFailed);
+  if (p.phase() == "Failed" && failed.value("reason", "") == "InvalidSpec" &&
+      failed.value("message", "") == message) {
+    return {};
+  }
+  if (!p.status.contains("completionTime")) p.status["completionTime"] = format_time(p.now);
+  transition(p, "Failed", kCondFailed, "InvalidSpec", message, true);
+  if (p.status["phase"] == "Failed" && p.old_status.value("phase", "") == "Failed") {
+    p.events.push_back({"Warning", "InvalidSpec", message});  // same phase, new problems
+  }
+  write_status(p);
+  delete_pods(p, false);
+  return {};
+}
+
+ReconcileResult JobReconciler::finished(Pass& p) {
+  delete_pods(p, false);  // level-triggered clean-up after Failed
+  write_status(p);        // only writes when something (e.g. the spec reset) changed
+  return {ttl_requeue(p)};
+}
+
+std::chrono::milliseconds JobReconciler::ttl_requeue(Pass& p) {
+  const auto& ttl = p.job.run_policy.ttl_seconds_after_finished;
+  if (!ttl || !p.status.contains("completionTime")) return milliseconds(0);
+  const auto expiry = parse_time(p.status["completionTime"]) + std::chrono::seconds(*ttl);
+  if (p.now < expiry) return until(p.now, expiry);
+  std::clog << "deleting " << p.key << ": ttlSecondsAfterFinished=" << *ttl << " expired\n";
+  client_.remove(p.item(), "Background");  // the garbage collector takes its pods
+  return milliseconds(0);
+}
+
+ReconcileResult JobReconciler::suspend(Pass& p) {
+  const int left = delete_pods(p, true);
+  p.status["workers"]["active"] = left;
+  if (!condition_is_true(p.status, kCondSuspended)) {
+    p.status["workers"]["created"] = 0;
+    // Like a Kubernetes Job, the deadline clock restarts when the job resumes.
+    p.status.erase("startTime");
+    transition(p, "Suspended", kCondSuspended, "Suspended",
+               "runPolicy.suspend is true: worker pods deleted", false);
+    set_condition(p.status, kCondRunning, false, "Suspended", "the job is suspended", p.generation,
+                  p.now);
+  }
+  write_status(p);
+  return left > 0 ? ReconcileResult{kShortRequeue} : ReconcileResult{};
+}
+
+void JobReconciler::resume(Pass& p) {
+  set_condition(p.status, kCondSuspended, false, "Resumed",
+                "runPolicy.suspend is false: recreating the workers, which resume from the last "
+                "checkpoint",
+                p.generation, p.now);
+  p.status["phase"] = "Pending";
+  p.events.push_back({"Normal", "Resumed", "recreating the workers from the last checkpoint"});
+}
+
+void JobReconciler::update_progress(Pass& p, const json& pod0) {
+  {
+    std::lock_guard<std::mutex> lock(scrape_mutex_);
+    auto& last = last_scrape_[p.key];
+    const auto now = std::chrono::steady_clock::now();
+    if (last.time_since_epoch().count() != 0 && now - last < options_.progress_period) return;
+    last = now;
+  }
+  const std::string ip = pod0.value("status", json::object()).value("podIP", "");
+  if (ip.empty()) return;
+  const std::string url = "http://" + ip + ":" + std::to_string(p.job.metrics_port) + "/metrics";
+  Progress pr;
+  try {
+    pr = scrape_progress(url, options_.scrape_timeout_ms);
+  } catch (const std::exception& e) {
+    std::clog << p.key << ": cannot read progress: " << e.what() << "\n";
+    return;
+  }
+  json progress = p.status.value("progress", json::object());
+  const json before = progress;
+  const int world = p.job.workers.replicas * std::max(1, p.job.workers.gpus);
+  auto put = [&](const char* field, const std::optional<double>& v, double scale = 1) {
+    if (v && std::isfinite(*v)) progress[field] = *v * scale;
+  };
+  if (pr.step) progress["step"] = static_cast<long>(*pr.step);
+  if (pr.total_steps) progress["totalSteps"] = static_cast<long>(*pr.total_steps);
+  put("epoch", pr.epoch);
+  put("loss", pr.loss);
+  put("tokensPerSecond", pr.tokens_per_second, world);  // rank 0's rate times the world size
+  put("etaSeconds", pr.eta_seconds);
+  progress["summary"] = std::to_string(progress.value("step", 0L)) + "/" +
+                        std::to_string(progress.value("totalSteps", 0L));
+  if (progress != before) progress["updateTime"] = format_time(p.now);
+  p.status["progress"] = progress;
+  if (pr.checkpoints &&
+      *pr.checkpoints > p.status.value("lastCheckpoint", json::object()).value("count", 0.0)) {
+    const json& ck = p.job.train_config["checkpoint"];
+    const std::string dir =
+        ck.value("dir", "").empty()
+            ? p.job.train_config["output"]["dir"].get<std::string>() + "/checkpoints"
+            : ck["dir"].get<std::string>();
+    p.status["lastCheckpoint"] = {{"count", static_cast<long>(*pr.checkpoints)},
+                                  {"step", progress.value("step", 0L)},
+                                  {"path", dir},
+                                  {"time", format_time(p.now)}};
+  }
+  if (metrics_) {
+    metrics_->set_progress(p.ns, p.name, progress.value("step", 0.0),
+                           progress.value("totalSteps", 0.0), progress.value("loss", 0.0),
+                           progress.value("tokensPerSecond", 0.0));
+  }
+}
+
+void JobReconciler::transition(Pass& p, const std::string& phase, const std::string& condition,
+                               const std::string& reason, const std::string& message,
+                               bool warning) {
+  if (p.phase() != phase) {
+    p.status["phase"] = phase;
+    p.events.push_back({warning ? "Warning" : "Normal", reason, message});
+  }
+  set_condition(p.status, condition, true, reason, message, p.generation, p.now);
+}
+
+void JobReconciler::write_status(Pass& p) {
+  p.status["observedGeneration"] = p.generation;
+  if (p.status != p.old_status) {
+    json obj = p.obj;
+    obj["status"] = p.status;
+    for (int attempt = 0;; ++attempt) {
+      try {
+        p.obj = client_.update_status(p.item(), obj);
+        break;
+      } catch (const kube::ApiError& e) {
+        if (!e.conflict() || attempt >= 3) throw;
+        // Retry only if nothing this pass relied on changed (e.g. someone added a label);
+        // otherwise start over from the fresh object.
+        json fresh = client_.get(p.item());
+        if (fresh["metadata"].value("generation", 0L) != p.generation ||
+            fresh.value("status", json::object()) != p.old_status) {
+          throw StaleObjectError(p.key + ": changed while reconciling; retrying");
+        }
+        obj = fresh;
+        obj["status"] = p.status;
+      }
+    }
+    p.old_status = p.status;
+  }
+  for (const auto& e : p.events) events_.record(p.obj, e.type, e.reason, e.message);
+  p.events.clear();
+  if (metrics_) metrics_->set_phase(p.ns, p.name, p.phase());
+}
+
+std::vector<json> JobReconciler::job_pods(const Pass& p) const {
+  return pods_.list(p.ns, {{kLabelJob, p.name}});
+}
+
+int JobReconciler::delete_pods(Pass& p, bool all) {
+  int left = 0;
+  for (const auto& pod : job_pods(p)) {
+    if (!all && is_terminal(pod)) continue;
+    ++left;
+    if (pod["metadata"].contains("deletionTimestamp")) continue;
+    client_.remove(kube::resources::kPods.item(p.ns, pod["metadata"]["name"]));
+  }
+  return left;
+}
+
+}  // namespace kubetune::op

@@ -1,0 +1,91 @@
+// The FineTuneJob reconciler: level-triggered and idempotent. Each call reads the job and its
+// pods from the informer caches, works out what should exist (ConfigMap, headless Service, one
+// pod per rank of the current gang) and what the status is, makes it so, and writes the status
+// through the status subresource. Running it twice in a row, or after an operator restart, does
+// nothing the first run did not (pods have fixed names; creating one twice answers 409).
+//
+// Gang restart bookkeeping lives in status: status.restarts is the current gang's number and
+// labels its pods (kubetune.io/attempt); status.workers.created says the gang was created, so a
+// pod that then disappears is a lost worker, not one still to create. Before anything
+// destructive the new status is written with the resourceVersion that was read: a stale cache
+// gets 409 and the pass is abandoned and retried, so one failure is never counted twice.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "operator/api/job.h"
+#include "operator/controller/events.h"
+#include "operator/controller/gang.h"
+#include "operator/controller/operator_metrics.h"
+#include "operator/controller/time_util.h"
+#include "operator/kube/client.h"
+#include "operator/kube/informer.h"
+
+namespace kubetune::op {
+
+struct ReconcileResult {
+  std::chrono::milliseconds requeue_after{0};  // 0 = wait for the next event
+};
+
+struct ReconcilerOptions {
+  std::chrono::milliseconds progress_period{15000};  // how often rank 0's metrics are read
+  int scrape_timeout_ms = 2000;
+  std::function<SystemTime()> clock = [] { return std::chrono::system_clock::now(); };
+};
+
+class JobReconciler {
+ public:
+  JobReconciler(kube::KubeClient& client, kube::Informer& jobs, kube::Informer& pods,
+                EventRecorder& events, OperatorMetrics* metrics, ReconcilerOptions options);
+
+  // key: "namespace/name". Throws on API errors; the caller re-queues with back-off.
+  ReconcileResult reconcile(const std::string& key);
+
+ private:
+  struct Pass;  // the state of one reconcile call
+
+  ReconcileResult invalid_spec(Pass& p, const std::vector<std::string>& problems);
+  ReconcileResult finished(Pass& p);
+  ReconcileResult suspend(Pass& p);
+  void resume(Pass& p);
+  ReconcileResult run_gang(Pass& p);
+  ReconcileResult handle_failure(Pass& p, const WorkerFailure& f);
+  ReconcileResult fail(Pass& p, const std::string& reason, const std::string& message);
+  ReconcileResult succeed(Pass& p);
+  void create_gang(Pass& p, const std::vector<int>& missing);
+  void ensure_object(const std::string& collection, const nlohmann::json& object);
+  void update_progress(Pass& p, const nlohmann::json& pod0);
+  bool confirm_lost(Pass& p, int rank);
+
+  void transition(Pass& p, const std::string& phase, const std::string& condition,
+                  const std::string& reason, const std::string& message, bool warning);
+  void write_status(Pass& p);
+  // Deletes the job's pods that are still running (all = also finished ones); returns how many
+  // are left (deleting or not).
+  int delete_pods(Pass& p, bool all);
+  std::vector<nlohmann::json> job_pods(const Pass& p) const;
+  std::chrono::milliseconds ttl_requeue(Pass& p);
+
+  kube::KubeClient& client_;
+  kube::Informer& jobs_;
+  kube::Informer& pods_;
+  EventRecorder& events_;
+  OperatorMetrics* metrics_;
+  ReconcilerOptions options_;
+  std::mutex scrape_mutex_;
+  std::map<std::string, std::chrono::steady_clock::time_point> last_scrape_;
+};
+
+// Thrown when a status write finds the object changed by someone else: retry from fresh state.
+class StaleObjectError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace kubetune::op

@@ -1,0 +1,232 @@
+#include "operator/local/local_runner.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "common/metrics/free_port.h"
+#include "operator/api/desired_objects.h"
+#include "operator/controller/gang.h"
+#include "operator/controller/progress.h"
+#include "operator/local/process_gang.h"
+
+extern char** environ;
+
+namespace kubetune::op::local {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+int count_local_gpus() {
+  int n = 0;
+  static const std::regex dev("nvidia[0-9]+");
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev", ec)) {
+    if (std::regex_match(e.path().filename().string(), dev)) ++n;
+  }
+  return n;
+}
+
+// How the pods map onto this machine.
+struct Placement {
+  int gpus_per_worker = 0;  // 0: CPU, one process per worker
+  int master_port = 0;
+};
+
+Placement place(const FineTuneJob& job, const LocalRunOptions& o) {
+  Placement p;
+  const int gpus = o.local_gpus >= 0 ? o.local_gpus : count_local_gpus();
+  if (job.workers.gpus > 0 && gpus > 0) {
+    p.gpus_per_worker = std::max(1, std::min(job.workers.gpus, gpus / job.workers.replicas));
+  }
+  p.master_port = metrics::pick_free_port("127.0.0.1");
+  return p;
+}
+
+// Each worker gets its own config file: on one machine the workers' rank-0 metrics ports would
+// collide, so worker r's port is shifted by the processes before it.
+std::string write_config(const FineTuneJob& job, const std::string& dir, int rank, int nproc) {
+  json config = job.train_config;
+  const int port = config["metrics"].value("port", 0);
+  if (port > 0) config["metrics"]["port"] = port + rank * nproc;
+  const std::string path = dir + "/config-" + std::to_string(rank) + ".json";
+  std::ofstream(path) << config.dump(2) << "\n";
+  return path;
+}
+
+std::vector<std::string> base_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  return env;
+}
+
+void set_env(std::vector<std::string>& env, const std::string& name, const std::string& value) {
+  for (auto& e : env) {
+    if (e.rfind(name + "=", 0) == 0) {
+      e = name + "=" + value;
+      return;
+    }
+  }
+  env.push_back(name + "=" + value);
+}
+
+// The pod's container, turned into a process: same arguments and environment, local addresses.
+ProcessSpec to_process(const json& pod, const FineTuneJob& job, const LocalRunOptions& o,
+                       const Placement& place, int rank, const std::string& config_path) {
+  const json& c = pod["spec"]["containers"][0];
+  const int nproc = place.gpus_per_worker > 0 ? place.gpus_per_worker : 1;
+  ProcessSpec spec;
+  std::vector<std::string> cmd = c["command"].get<std::vector<std::string>>();
+  cmd[0] = o.trainer;
+  for (size_t i = 0; i + 1 < cmd.size(); ++i) {
+    if (cmd[i] == "--master-addr") cmd[i + 1] = "127.0.0.1";
+    if (cmd[i] == "--master-port") cmd[i + 1] = std::to_string(place.master_port);
+    if (cmd[i] == "--nproc-per-node") cmd[i + 1] = std::to_string(nproc);
+    if (cmd[i] == "--config") cmd[i + 1] = config_path;
+  }
+  spec.argv = cmd;
+  spec.env = base_environment();
+  for (const auto& e : c["env"]) {
+    if (e.contains("value")) set_env(spec.env, e["name"], e["value"]);
+  }
+  set_env(spec.env, "POD_NAME", pod["metadata"]["name"]);
+  set_env(spec.env, "POD_NAMESPACE", job.ns);
+  set_env(spec.env, "MASTER_ADDR", "127.0.0.1");
+  set_env(spec.env, "MASTER_PORT", std::to_string(place.master_port));
+  set_env(spec.env, "NPROC_PER_NODE", std::to_string(nproc));
+  if (place.gpus_per_worker > 0) {
+    std::string devices;
+    for (int g = 0; g < place.gpus_per_worker; ++g) {
+      devices += (g ? "," : "") + std::to_string(rank * place.gpus_per_worker + g);
+    }
+    set_env(spec.env, "CUDA_VISIBLE_DEVICES", devices);
+  } else {
+    set_env(spec.env, "CUDA_VISIBLE_DEVICES", "");  // CPU workers, as the pod would be
+  }
+  spec.prefix = "[worker-" + std::to_string(rank) + "] ";
+  return spec;
+}
+
+void print_progress(const FineTuneJob& job, std::ostream& out) {
+  if (job.metrics_port <= 0) return;
+  try {
+    const Progress p =
+        scrape_progress("http://127.0.0.1:" + std::to_string(job.metrics_port) + "/metrics", 1000);
+    if (!p.step) return;
+    out << "[kubetune] progress: step " << static_cast<long>(*p.step) << "/"
+        << static_cast<long>(p.total_steps.value_or(0));
+    if (p.loss) out << "  loss " << *p.loss;
+    if (p.tokens_per_second) out << "  tokens/s (rank 0) " << *p.tokens_per_second;
+    if (p.eta_seconds) out << "  eta " << static_cast<long>(*p.eta_seconds) << " s";
+    out << "\n" << std::flush;
+  } catch (const std::exception&) {
+    // Not up yet, or between steps: the next period will tell.
+  }
+}
+
+enum class GangEnd { kSucceeded, kFailed, kDeadline };
+
+struct AttemptResult {
+  GangEnd end = GangEnd::kSucceeded;
+  Exit exit;
+};
+
+// Runs one gang until all succeed, one fails, or the deadline passes.
+AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int attempt,
+                          const std::string& dir, std::chrono::steady_clock::time_point deadline,
+                          std::ostream& out) {
+  const Placement pl = place(job, o);
+  const DesiredObjects want = desired_objects(job, attempt);
+  ProcessGang gang(out);
+  for (int rank = 0; rank < job.workers.replicas; ++rank) {
+    const int nproc = pl.gpus_per_worker > 0 ? pl.gpus_per_worker : 1;
+    const std::string config = write_config(job, dir, rank, nproc);
+    gang.spawn(to_process(want.pods[rank], job, o, pl, rank, config));
+  }
+  auto next_progress = std::chrono::steady_clock::now() + o.progress_period;
+  AttemptResult result;
+  while (gang.running() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      gang.terminate(o.grace);
+      result.end = GangEnd::kDeadline;
+      return result;
+    }
+    if (auto e = gang.wait_any(std::chrono::milliseconds(200))) {
+      if (e->code != 0) {
+        gang.terminate(o.grace);  // gang semantics: one down, all down
+        result.end = GangEnd::kFailed;
+        result.exit = *e;
+        return result;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= next_progress) {
+      print_progress(job, out);
+      next_progress += o.progress_period;
+    }
+  }
+  gang.terminate(o.grace);
+  return result;
+}
+
+}  // namespace
+
+int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& out) {
+  const std::string dir =
+      o.work_dir.empty() ? job.train_config["output"]["dir"].get<std::string>() + "/.kubetune-local"
+                         : o.work_dir;
+  fs::create_directories(dir);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = job.run_policy.active_deadline_seconds
+                            ? start + std::chrono::seconds(*job.run_policy.active_deadline_seconds)
+                            : std::chrono::steady_clock::time_point::max();
+  const int limit = job.run_policy.backoff_limit;
+  for (int restarts = 0;; ++restarts) {
+    out << "[kubetune] starting " << job.workers.replicas << " worker(s) of " << job.name
+        << " (gang " << restarts << ")\n"
+        << std::flush;
+    const AttemptResult r = run_attempt(job, o, restarts, dir, deadline, out);
+    if (r.end == GangEnd::kSucceeded) {
+      out << "[kubetune] " << job.name << " succeeded\n";
+      return 0;
+    }
+    if (r.end == GangEnd::kDeadline) {
+      out << "[kubetune] " << job.name
+          << " failed: activeDeadlineSeconds=" << *job.run_policy.active_deadline_seconds
+          << " exceeded\n";
+      return 1;
+    }
+    const std::string what = "worker " + std::to_string(r.exit.index) + " exited with code " +
+                             std::to_string(r.exit.code);
+    if (!r.exit.signaled && r.exit.code == kPermanentExitCode) {
+      out << "[kubetune] " << job.name << " failed: " << what
+          << " (configuration or data error, not retried)\n";
+      return 2;
+    }
+    if (restarts >= limit) {
+      out << "[kubetune] " << job.name << " failed: " << what << "; backoffLimit " << limit
+          << " reached\n";
+      return 1;
+    }
+    out << "[kubetune] " << what << "; restarting the gang (restart " << restarts + 1 << " of "
+        << limit << "), resuming from the last checkpoint\n"
+        << std::flush;
+  }
+}
+
+std::string default_trainer_path(const std::string& argv0) {
+  if (const char* env = std::getenv("KUBETUNE_TRAINER"); env && *env) return env;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) self = fs::absolute(argv0);
+  const fs::path sibling = self.parent_path() / "kubetune-trainer";
+  if (fs::exists(sibling)) return sibling.string();
+  // The build tree keeps the trainer in its own folder.
+  const fs::path in_build = self.parent_path().parent_path() / "trainer" / "kubetune-trainer";
+  if (fs::exists(in_build)) return in_build.string();
+  return "kubetune-trainer";
+}
+
+}  // namespace kubetune::op::local

@@ -1,0 +1,34 @@
+#!/bin/sh
+# A stand-in for kubetune-trainer in the local runner tests: records how it was started and
+# behaves as $FAKE_MODE says (set through the job's spec.workers.env).
+rank="$NODE_RANK"
+echo "rank $rank attempt $KUBETUNE_ATTEMPT args: $*"
+echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT NNODES=$NNODES POD_NAME=$POD_NAME"
+# The config file passed with --config must exist.
+config=""
+prev=""
+for a in "$@"; do
+  if [ "$prev" = "--config" ]; then config="$a"; fi
+  prev="$a"
+done
+[ -f "$config" ] || { echo "no config file: $config"; exit 9; }
+echo "$KUBETUNE_ATTEMPT" >> "$FAKE_STATE_DIR/attempts-$rank"
+case "$FAKE_MODE" in
+  succeed) exit 0 ;;
+  fail-once)
+    if [ "$KUBETUNE_ATTEMPT" = 0 ]; then
+      if [ "$rank" = 1 ]; then
+        # Fail only once the peer has started, so the test sees the peer stopped and restarted.
+        while [ ! -s "$FAKE_STATE_DIR/attempts-0" ]; do sleep 0.05; done
+        exit 3
+      fi
+      exec sleep 30  # without its peer it would hang: the runner must stop it
+    fi
+    exit 0 ;;
+  config-error)
+    if [ "$rank" = 0 ]; then exit 2; fi
+    exec sleep 30 ;;
+  always-fail) exit 1 ;;
+  hang) exec sleep 30 ;;
+esac
+exit 7

@@ -1,0 +1,131 @@
+// desired_objects(): what a FineTuneJob becomes, checked without any API server.
+#include <gtest/gtest.h>
+
+#include "common/train_config.h"
+#include "operator/api/desired_objects.h"
+#include "operator/api/names.h"
+#include "test_support.h"
+
+namespace kubetune::op {
+namespace {
+
+using nlohmann::json;
+
+FineTuneJob example(const std::string& file, const std::string& uid = "uid-1") {
+  json obj = load_yaml_or_json_file(testing::source_dir() + "/examples/jobs/" + file);
+  obj["metadata"]["namespace"] = obj["metadata"].value("namespace", "team-a");
+  obj["metadata"]["uid"] = uid;
+  return parse_job(obj);
+}
+
+json env_value(const json& container, const std::string& name) {
+  for (const auto& e : container["env"]) {
+    if (e["name"] == name) return e.contains("value") ? e["value"] : e["valueFrom"];
+  }
+  return nullptr;
+}
+
+json arg_after(const json& command, const std::string& flag) {
+  for (size_t i = 0; i + 1 < command.size(); ++i) {
+    if (command[i] == flag) return command[i + 1];
+  }
+  return nullptr;
+}
+
+TEST(DesiredObjects, OnePodPerNodeWithTheTorchrunEnvironment) {
+  const FineTuneJob job = example("full-multinode.yaml");
+  const DesiredObjects d = desired_objects(job, 3);
+  ASSERT_EQ(d.pods.size(), 2u);
+  const std::string master = "llama-full-sft-worker-0.llama-full-sft.team-a.svc";
+  for (int rank = 0; rank < 2; ++rank) {
+    const json& pod = d.pods[rank];
+    EXPECT_EQ(pod["metadata"]["name"], "llama-full-sft-worker-" + std::to_string(rank));
+    EXPECT_EQ(pod["metadata"]["labels"][kLabelRank], std::to_string(rank));
+    EXPECT_EQ(pod["metadata"]["labels"][kLabelAttempt], "3");
+    EXPECT_EQ(pod["metadata"]["labels"][kLabelJob], "llama-full-sft");
+    EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+    EXPECT_EQ(pod["spec"]["subdomain"], "llama-full-sft");
+    EXPECT_EQ(pod["spec"]["hostname"], pod["metadata"]["name"]);
+    const json& c = pod["spec"]["containers"][0];
+    EXPECT_EQ(c["command"][0], "kubetune-trainer");
+    EXPECT_EQ(c["command"][1], "launch");
+    EXPECT_EQ(arg_after(c["command"], "--nproc-per-node"), "8");
+    EXPECT_EQ(arg_after(c["command"], "--nnodes"), "2");
+    EXPECT_EQ(arg_after(c["command"], "--node-rank"), std::to_string(rank));
+    EXPECT_EQ(arg_after(c["command"], "--master-addr"), master);
+    EXPECT_EQ(arg_after(c["command"], "--config"), "/etc/kubetune/config.json");
+    EXPECT_EQ(env_value(c, "MASTER_ADDR"), master);
+    EXPECT_EQ(env_value(c, "NODE_RANK"), std::to_string(rank));
+    EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 8);
+    EXPECT_EQ(c["resources"]["limits"]["memory"], "900Gi");
+    EXPECT_EQ(c["resources"]["requests"]["cpu"], 64);
+    EXPECT_EQ(pod["spec"]["priorityClassName"], "training");
+    EXPECT_EQ(pod["spec"]["tolerations"][0]["key"], "nvidia.com/gpu");
+    EXPECT_EQ(pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"], "NVIDIA-H100-80GB-HBM3");
+  }
+}
+
+TEST(DesiredObjects, OwnedByTheJobSoDeletionCascades) {
+  const FineTuneJob job = example("lora-single-gpu.yaml", "abc-123");
+  const DesiredObjects d = desired_objects(job, 0);
+  for (const json* obj : {&d.config_map, &d.service, &d.pods[0]}) {
+    const json& ref = (*obj)["metadata"]["ownerReferences"][0];
+    EXPECT_EQ(ref["uid"], "abc-123");
+    EXPECT_EQ(ref["kind"], "FineTuneJob");
+    EXPECT_EQ(ref["apiVersion"], "kubetune.io/v1alpha1");
+    EXPECT_EQ(ref["controller"], true);
+    EXPECT_EQ(ref["blockOwnerDeletion"], true);
+    EXPECT_EQ((*obj)["metadata"]["labels"][kLabelManagedBy], kManagerName);
+  }
+}
+
+TEST(DesiredObjects, MountsConfigShmAndVolumes) {
+  const FineTuneJob job = example("full-multinode.yaml");
+  const json pod = desired_objects(job, 0).pods[0];
+  std::map<std::string, json> volumes, mounts;
+  for (const auto& v : pod["spec"]["volumes"]) volumes[v["name"]] = v;
+  for (const auto& m : pod["spec"]["containers"][0]["volumeMounts"]) mounts[m["name"]] = m;
+  EXPECT_EQ(volumes["kubetune-shm"]["emptyDir"]["medium"], "Memory");
+  EXPECT_EQ(volumes["kubetune-shm"]["emptyDir"]["sizeLimit"], "64Gi");
+  EXPECT_EQ(mounts["kubetune-shm"]["mountPath"], "/dev/shm");
+  EXPECT_EQ(volumes["kubetune-config"]["configMap"]["name"], "llama-full-sft-config");
+  EXPECT_EQ(mounts["kubetune-config"]["mountPath"], "/etc/kubetune");
+  EXPECT_EQ(volumes["models"]["persistentVolumeClaim"]["claimName"], "model-store");
+  EXPECT_EQ(volumes["models"]["persistentVolumeClaim"]["readOnly"], true);
+  EXPECT_EQ(mounts["models"]["mountPath"], "/models");
+  EXPECT_EQ(mounts["data"]["mountPath"], "/data");
+}
+
+TEST(DesiredObjects, ConfigMapHoldsTheValidatedTrainerConfig) {
+  const FineTuneJob job = example("lora-single-gpu.yaml");
+  const DesiredObjects d = desired_objects(job, 0);
+  const json config = json::parse(d.config_map["data"]["config.json"].get<std::string>());
+  // Exactly what the trainer's own validator makes of the training part (defaults included).
+  EXPECT_EQ(config, job.train_config);
+  EXPECT_NO_THROW(validate_train_config(config));
+  EXPECT_FALSE(config.contains("workers"));
+  EXPECT_FALSE(config.contains("volumes"));
+  EXPECT_EQ(config["metrics"]["jobName"], "llama-lora-chat");
+  EXPECT_EQ(config["checkpoint"]["resume"], "auto");
+}
+
+TEST(DesiredObjects, HeadlessServiceForRendezvous) {
+  const FineTuneJob job = example("lora-single-gpu.yaml");
+  const json svc = desired_objects(job, 0).service;
+  EXPECT_EQ(svc["metadata"]["name"], "llama-lora-chat");
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+  EXPECT_EQ(svc["spec"]["selector"][kLabelJob], "llama-lora-chat");
+}
+
+TEST(DesiredObjects, CpuWorkersHaveNoGpuLimitAndOneProcess) {
+  const FineTuneJob job = example("lora-cpu-hostpath.yaml");
+  const json pod = desired_objects(job, 0).pods[0];
+  const json& c = pod["spec"]["containers"][0];
+  EXPECT_FALSE(c["resources"]["limits"].contains("nvidia.com/gpu"));
+  EXPECT_EQ(arg_after(c["command"], "--nproc-per-node"), "1");
+  EXPECT_EQ(pod["spec"]["volumes"][2]["hostPath"]["path"], "/srv/kubetune");
+}
+
+}  // namespace
+}  // namespace kubetune::op

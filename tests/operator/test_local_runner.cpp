@@ -1,0 +1,126 @@
+// `kubetune run`: the job's pods as local processes, with the operator's gang policy. A shell
+// script stands in for kubetune-trainer (KUBETUNE_TRAINER).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/train_config.h"
+#include "operator/api/yaml_emit.h"
+#include "test_support.h"
+
+namespace kubetune::op {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct RunResult {
+  int code = -1;
+  std::string output;
+};
+
+class LocalRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() /
+          ("kubetune-local-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir / "state");
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  RunResult run(const std::string& mode, const std::function<void(json&)>& mutate = {}) {
+    json job =
+        load_yaml_or_json_file(testing::source_dir() + "/examples/jobs/lora-cpu-hostpath.yaml");
+    job["spec"]["volumes"][0]["mountPath"] = dir.string();
+    job["spec"]["volumes"][0]["hostPath"]["path"] = dir.string();
+    job["spec"]["output"]["dir"] = (dir / "out").string();
+    job["spec"]["workers"]["replicas"] = 2;
+    job["spec"]["workers"]["env"] = {
+        {{"name", "FAKE_MODE"}, {"value", mode}},
+        {{"name", "FAKE_STATE_DIR"}, {"value", (dir / "state").string()}}};
+    job["spec"]["runPolicy"] = {{"backoffLimit", 2}};
+    if (mutate) mutate(job);
+    const std::string manifest = (dir / "job.yaml").string();
+    std::ofstream(manifest) << op::json_to_yaml(job);
+    const std::string cmd = "KUBETUNE_TRAINER=" + std::string(std::getenv("FAKE_TRAINER")) + " " +
+                            std::getenv("KUBETUNE_CLI") + " run " + manifest + " 2>&1";
+    RunResult r;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), p)) r.output.append(buf, n);
+    const int status = pclose(p);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  }
+  std::string attempts(int rank) {
+    std::ifstream in(dir / "state" / ("attempts-" + std::to_string(rank)));
+    std::string all, line;
+    while (std::getline(in, line)) all += line;
+    return all;
+  }
+
+  fs::path dir;
+};
+
+TEST_F(LocalRunnerTest, RunsOneProcessPerPodWithThePodsEnvironment) {
+  const RunResult r = run("succeed");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[worker-0] rank 0 attempt 0 args: launch --nproc-per-node 1 "
+                          "--nnodes 2 --node-rank 0 --master-addr 127.0.0.1"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[worker-1] rank 1 attempt 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[worker-1] MASTER_ADDR=127.0.0.1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("POD_NAME=tiny-lora-cpu-worker-1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("succeeded"), std::string::npos);
+  EXPECT_EQ(attempts(0), "0");
+  EXPECT_EQ(attempts(1), "0");
+}
+
+TEST_F(LocalRunnerTest, FailedWorkerRestartsTheWholeGang) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult r = run("fail-once");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(attempts(0), "01");  // the healthy worker was stopped and restarted with its peer
+  EXPECT_EQ(attempts(1), "01");
+  EXPECT_NE(r.output.find("worker 1 exited with code 3; restarting the gang"), std::string::npos)
+      << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));  // no 30 s sleep
+}
+
+TEST_F(LocalRunnerTest, ConfigurationErrorIsNotRetried) {
+  const RunResult r = run("config-error");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(attempts(0), "0");
+  EXPECT_NE(r.output.find("configuration or data error"), std::string::npos) << r.output;
+}
+
+TEST_F(LocalRunnerTest, BackoffLimitEndsTheRun) {
+  const RunResult r = run("always-fail");
+  EXPECT_EQ(r.code, 1) << r.output;
+  // The first gang and backoffLimit=2 restarts, no more.
+  EXPECT_NE(r.output.find("of tiny-lora-cpu (gang 2)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("of tiny-lora-cpu (gang 3)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("backoffLimit 2 reached"), std::string::npos) << r.output;
+}
+
+TEST_F(LocalRunnerTest, DeadlineStopsAHangingGang) {
+  const RunResult r =
+      run("hang", [](json& j) { j["spec"]["runPolicy"]["activeDeadlineSeconds"] = 1; });
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("activeDeadlineSeconds=1 exceeded"), std::string::npos) << r.output;
+}
+
+TEST_F(LocalRunnerTest, InvalidManifestIsRejectedBeforeStarting) {
+  const RunResult r = run("succeed", [](json& j) { j["spec"]["workers"]["replicas"] = 0; });
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("spec.workers.replicas: must be >= 1"), std::string::npos) << r.output;
+  EXPECT_EQ(attempts(0), "");
+}
+
+}  // namespace
+}  // namespace kubetune::op

@@ -1,0 +1,215 @@
+// The CRD: generated from the shared training schema, checked in unchanged, structural, and it
+// accepts the examples in examples/jobs while rejecting the broken ones with their message.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "common/train_config.h"
+#include "operator/api/cel_rules.h"
+#include "operator/api/crd.h"
+#include "operator/api/job.h"
+#include "operator/api/schema_validator.h"
+#include "test_support.h"
+
+namespace kubetune::op {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::read_text;
+using testing::source_dir;
+
+std::string crd_path() { return source_dir() + "/charts/kubetune/crds/finetunejobs.yaml"; }
+
+// The schema as the checked-in file has it (what a cluster gets with kubectl apply).
+json checked_in_schema() {
+  const json crd = yaml_to_json(read_text(crd_path()), crd_path());
+  return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+}
+
+std::vector<std::string> validate_with_checked_in_crd(json object) {
+  std::vector<std::string> problems;
+  object.erase("status");
+  validate_against_schema(checked_in_schema(), object, "", cel_evaluators(), problems);
+  return problems;
+}
+
+std::vector<std::string> example_files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".yaml") out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+
+TEST(Crd, CheckedInFileEqualsGeneratedOne) {
+  EXPECT_EQ(read_text(crd_path()), crd_yaml())
+      << "regenerate with: kubetune-operator crd > charts/kubetune/crds/finetunejobs.yaml";
+}
+
+TEST(Crd, YamlReadsBackAsTheSameObject) { EXPECT_EQ(yaml_to_json(crd_yaml(), "crd"), crd()); }
+
+TEST(Crd, NamesStatusSubresourceAndPrinterColumns) {
+  const json c = crd();
+  EXPECT_EQ(c["metadata"]["name"], "finetunejobs.kubetune.io");
+  EXPECT_EQ(c["spec"]["names"]["shortNames"], json::array({"ftj"}));
+  const json& v = c["spec"]["versions"][0];
+  EXPECT_EQ(v["name"], "v1alpha1");
+  EXPECT_TRUE(v["subresources"].contains("status"));
+  std::set<std::string> columns;
+  for (const auto& col : v["additionalPrinterColumns"]) columns.insert(col["name"]);
+  for (const char* want : {"Phase", "Progress", "Loss", "Tokens/s", "Age"}) {
+    EXPECT_TRUE(columns.count(want)) << want;
+  }
+}
+
+TEST(Crd, TrainingPartIsTheTrainersSchema) {
+  // Defined once: every training key and its defaults come from train_config_schema().
+  const json spec = job_schema()["properties"]["spec"];
+  const json train = to_structural(train_config_schema());
+  for (auto it = train["properties"].begin(); it != train["properties"].end(); ++it) {
+    EXPECT_EQ(spec["properties"][it.key()], it.value()) << it.key();
+  }
+  for (const char* key : {"workers", "runPolicy", "volumes"}) {
+    EXPECT_TRUE(spec["properties"].contains(key)) << key;
+  }
+}
+
+// Structural schema rules the API server enforces: every node has a type (or is
+// int-or-string), no additionalProperties next to properties, no `additionalProperties: false`.
+void expect_structural(const json& s, const std::string& path) {
+  if (!s.value("x-kubernetes-int-or-string", false)) {
+    EXPECT_TRUE(s.contains("type")) << path << " has no type";
+  }
+  EXPECT_FALSE(s.contains("additionalProperties") && s["additionalProperties"].is_boolean())
+      << path;
+  EXPECT_FALSE(s.contains("properties") && s.contains("additionalProperties")) << path;
+  if (s.contains("properties")) {
+    for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) {
+      expect_structural(it.value(), path + "." + it.key());
+    }
+  }
+  if (s.contains("items")) expect_structural(s["items"], path + "[]");
+  if (s.contains("additionalProperties")) expect_structural(s["additionalProperties"], path + "{}");
+  if (s.contains("default")) {
+    json value = s["default"];
+    std::vector<std::string> problems;
+    validate_against_schema(s, value, path, cel_evaluators(), problems);
+    EXPECT_TRUE(problems.empty()) << path << ": default does not validate: " << joined(problems);
+  }
+}
+
+TEST(Crd, SchemaIsStructural) { expect_structural(job_schema(), "<root>"); }
+
+TEST(Crd, EveryCelRuleIsInTheCrdAndHasAnEvaluator) {
+  // CEL cannot be evaluated here: the C++ twins stand in for it, and this keeps both sides in
+  // step. The validator reports a rule with no twin as a problem (see the next test).
+  const std::string text = read_text(crd_path());
+  for (const auto& r : cel_rules()) {
+    EXPECT_NE(text.find(r.rule), std::string::npos) << "rule missing from the CRD: " << r.rule;
+    EXPECT_NE(text.find(r.message), std::string::npos) << r.message;
+  }
+  json rules = json::array();
+  std::function<void(const json&)> collect = [&](const json& s) {
+    if (s.is_object()) {
+      for (const auto& v : s.value("x-kubernetes-validations", json::array())) rules.push_back(v);
+      for (auto it = s.begin(); it != s.end(); ++it) collect(it.value());
+    } else if (s.is_array()) {
+      for (const auto& v : s) collect(v);
+    }
+  };
+  collect(checked_in_schema());
+  EXPECT_EQ(rules.size(), cel_rules().size());
+  const auto evaluators = cel_evaluators();
+  for (const auto& r : rules) EXPECT_TRUE(evaluators.count(r["rule"])) << r["rule"];
+}
+
+TEST(Crd, RuleWithoutEvaluatorIsReported) {
+  json schema = {{"type", "object"},
+                 {"x-kubernetes-validations", {{{"rule", "self.x > 1"}, {"message", "m"}}}}};
+  json value = json::object();
+  std::vector<std::string> problems;
+  validate_against_schema(schema, value, "spec", cel_evaluators(), problems);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("no C++ evaluator"), std::string::npos);
+}
+
+TEST(Examples, ValidOnesPass) {
+  const auto files = example_files(source_dir() + "/examples/jobs");
+  ASSERT_GE(files.size(), 3u);
+  for (const auto& f : files) {
+    const json obj = load_yaml_or_json_file(f);
+    EXPECT_EQ(joined(validate_with_checked_in_crd(obj)), "") << f;
+    EXPECT_NO_THROW(parse_job(obj)) << f;  // the operator's own check (adds the trainer's)
+  }
+}
+
+// Each broken example names its expected message on a "# expect: " line.
+TEST(Examples, BrokenOnesFailWithTheExpectedMessage) {
+  const auto files = example_files(source_dir() + "/examples/jobs/invalid");
+  ASSERT_GE(files.size(), 5u);
+  static const std::regex expect_line("^# expect: (.*)$");
+  for (const auto& f : files) {
+    std::smatch m;
+    const std::string text = read_text(f);
+    const std::string first = text.substr(0, text.find('\n'));
+    ASSERT_TRUE(std::regex_match(first, m, expect_line)) << f << ": no '# expect:' first line";
+    const std::string expected = m[1];
+    const auto problems = validate_with_checked_in_crd(load_yaml_or_json_file(f));
+    const std::string all = joined(problems);
+    EXPECT_NE(all.find(expected), std::string::npos)
+        << f << "\nexpected: " << expected << "\ngot:\n"
+        << all;
+    // The operator rejects it with the same message.
+    try {
+      parse_job(load_yaml_or_json_file(f));
+      ADD_FAILURE() << f << ": parse_job accepted it";
+    } catch (const SpecError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << f << "\n" << e.what();
+    }
+  }
+}
+
+TEST(Validation, DefaultsAreAppliedLikeTheApiServer) {
+  json obj = load_yaml_or_json_file(source_dir() + "/examples/jobs/lora-cpu-hostpath.yaml");
+  ASSERT_TRUE(validate_job(obj).empty());
+  EXPECT_EQ(obj["spec"]["workers"]["replicas"], 1);
+  EXPECT_EQ(obj["spec"]["runPolicy"]["backoffLimit"], 3);
+  EXPECT_EQ(obj["spec"]["runPolicy"]["suspend"], false);
+  EXPECT_EQ(obj["spec"]["method"]["type"], "lora");
+  EXPECT_EQ(obj["spec"]["method"]["lora"]["r"], 16);
+  EXPECT_EQ(obj["spec"]["volumes"][0]["readOnly"], false);
+}
+
+TEST(Validation, ListsEveryProblemWithItsPath) {
+  json obj = load_yaml_or_json_file(source_dir() + "/examples/jobs/lora-single-gpu.yaml");
+  obj["spec"]["workers"]["replicas"] = "two";
+  obj["spec"]["runPolicy"] = {{"backoffLimit", -1}};
+  obj["spec"]["volumes"].push_back(obj["spec"]["volumes"][0]);  // duplicate name
+  const std::string all = joined(validate_job(obj));
+  EXPECT_NE(all.find("spec.workers.replicas: must be an integer (got string \"two\")"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("spec.runPolicy.backoffLimit: must be >= 0"), std::string::npos) << all;
+  EXPECT_NE(all.find("spec.volumes[1]: duplicate entry"), std::string::npos) << all;
+}
+
+TEST(Validation, QuantitiesAreIntOrString) {
+  json obj = load_yaml_or_json_file(source_dir() + "/examples/jobs/lora-single-gpu.yaml");
+  obj["spec"]["workers"]["resources"] = {{"cpu", "500m"}, {"memory", "lots"}};
+  const std::string all = joined(validate_job(obj));
+  EXPECT_EQ(all.find("resources.cpu"), std::string::npos) << all;
+  EXPECT_NE(all.find("spec.workers.resources.memory: \"lots\" does not match"), std::string::npos)
+      << all;
+}
+
+}  // namespace
+}  // namespace kubetune::op
