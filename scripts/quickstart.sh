@@ -18,12 +18,9 @@ rm -rf "$RUN"
 echo; echo "== before training (held-out examples)"
 "$BIN/kubetune-trainer" eval --model $RUN/base-model --data $EX/validation.jsonl
 
-echo; echo "== training: 2 CPU worker processes"
-if [[ -x "$BIN/kubetune" ]]; then
-  "$BIN/kubetune" run $EX/job.yaml
-else
-  "$BIN/kubetune-trainer" launch --nproc-per-node 2 --master-port 29533 -- train --config $EX/train.yaml
-fi
+echo; echo "== training: the FineTuneJob of $EX/job.yaml as local processes (2 CPU workers)"
+sed "s|@ROOT@|$ROOT|g" $EX/job.yaml >$RUN/job.yaml
+KUBETUNE_TRAINER="$BIN/kubetune-trainer" "$BIN/kubetune" run $RUN/job.yaml
 
 echo; echo "== after training (held-out examples)"
 "$BIN/kubetune-trainer" eval --model $RUN/output --data $EX/validation.jsonl

@@ -12,9 +12,10 @@ CACHE=${KUBETUNE_CACHE:-$HOME/.cache/kubetune}
 WITH_TEST_DEPS=0
 [[ "${1:-}" == "--test" ]] && WITH_TEST_DEPS=1
 
+# libgloo-dev: headers only. ProcessGroupGloo.hpp includes them; the code itself is inside libtorch.
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
   libcpprest-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libicu-dev libssl-dev
-  libgtest-dev libgmock-dev libcli11-dev prometheus)
+  libgtest-dev libgmock-dev libcli11-dev libgloo-dev prometheus)
 TORCH_PIN="torch==2.11.0"
 TEST_PINS=("transformers==5.23.0" "peft==0.21.2" "tokenizers==0.23.3" "safetensors==0.8.0"
   "numpy==2.4.6" "jinja2==3.1.6")
@@ -58,15 +59,20 @@ PY
 }
 
 build() {
-  # One build folder per clone path, so several clones never fight over one CMakeCache; ccache
-  # (keyed relative to the clone) makes a fresh clone's first build cheap.
-  local key
-  key=$(printf '%s' "$ROOT" | md5sum | cut -c1-10)
-  BUILD_DIR=${KUBETUNE_BUILD_DIR:-$CACHE/build/$key}
+  # One build folder for every clone: a fresh clone (as CI makes) then reuses the same object and
+  # precompiled-header paths, and ccache (paths taken relative to the clone) turns its build into
+  # cache hits. A folder configured for another clone is re-configured, not trusted.
+  BUILD_DIR=${KUBETUNE_BUILD_DIR:-$CACHE/build/main}
   export CCACHE_DIR="$CACHE/ccache" CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=true CCACHE_MAXSIZE=8G
+  export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
   local torch_prefix
   torch_prefix=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
-  if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  if [[ -f "$BUILD_DIR/CMakeCache.txt" ]] &&
+    ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT" "$BUILD_DIR/CMakeCache.txt"; then
+    log "build folder was configured for another clone; re-configuring"
+    rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
+  fi
+  if [[ ! -f "$BUILD_DIR/build.ninja" || ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
     log "configuring in $BUILD_DIR"
     cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache \
@@ -75,7 +81,6 @@ build() {
   fi
   log "building (2 cores: the first build takes a while, later ones are incremental)"
   cmake --build "$BUILD_DIR" -j "$(nproc)"
-  ln -sfn "$BUILD_DIR" "$CACHE/build/latest"
 }
 
 mkdir -p "$CACHE/build"
