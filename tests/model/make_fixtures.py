@@ -1,0 +1,178 @@
+"""Reference fixtures for the model/io tests, produced with transformers and peft.
+
+Usage: make_fixtures.py OUT_DIR
+
+For each tiny random model family this writes OUT_DIR/<name>/ (a save_pretrained folder) and
+OUT_DIR/<name>_ref.safetensors with:
+  input_ids, position_ids, labels [2,T]      inputs (labels hold -100 runs)
+  logits [2,T,V], loss (HF mean)             fp32 reference outputs
+  grad.<param name>                          gradients of a full fine-tune (HF names)
+  packed_input_ids/position_ids/segment_ids  two examples + padding packed in one row
+  packed_logits_0, packed_logits_1           transformers run on each example separately
+LoRA fixtures (peft, r=4, alpha=8, all linear layers, random non-zero lora_B):
+  OUT_DIR/<name>_lora/ (save_pretrained adapter) and OUT_DIR/<name>_lora_ref.safetensors with
+  logits, loss and grad.<our lora param name>.
+"""
+import json
+import os
+import sys
+
+import torch
+from peft import LoraConfig, get_peft_model
+from safetensors.torch import save_file
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+
+VOCAB = 300
+T = 17
+COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+              rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+def families():
+    """name -> (model class, config, save options)."""
+    llama3_rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+                   "rope_theta": 500000.0}
+    return {
+        # Llama 3.2: llama3 RoPE scaling (all three frequency bands hit), tied embeddings.
+        "llama32": (LlamaForCausalLM, LlamaConfig(**{**COMMON, "num_hidden_layers": 3},
+                    rope_parameters=llama3_rope, tie_word_embeddings=True), {}),
+        # Llama 2: plain RoPE, untied.
+        "llama2": (LlamaForCausalLM, LlamaConfig(**COMMON, tie_word_embeddings=False), {}),
+        # Llama flags: attention/mlp bias, explicit head_dim != hidden/heads, linear RoPE; sharded.
+        "llama_bias": (LlamaForCausalLM, LlamaConfig(**COMMON, attention_bias=True, mlp_bias=True,
+                       head_dim=32, rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                     "rope_theta": 10000.0}),
+                       {"max_shard_size": "60KB"}),
+        # Dynamic NTK RoPE with a sequence longer than max_position_embeddings.
+        "llama_dynamic": (LlamaForCausalLM, LlamaConfig(**{**COMMON, "max_position_embeddings": 12},
+                          rope_parameters={"rope_type": "dynamic", "factor": 2.0,
+                                           "rope_theta": 10000.0}), {}),
+        # Qwen2: q/k/v bias (no o bias), tied, large theta.
+        "qwen2": (Qwen2ForCausalLM, Qwen2Config(**COMMON, tie_word_embeddings=True,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), {}),
+        # Mistral: sliding window shorter than the sequence.
+        "mistral": (MistralForCausalLM, MistralConfig(**COMMON, sliding_window=8), {}),
+        # SmolLM-like: tied, one KV head (multi-query), 3 layers.
+        "smollm": (LlamaForCausalLM, LlamaConfig(**{**COMMON, "num_key_value_heads": 1,
+                   "num_hidden_layers": 3}, tie_word_embeddings=True), {}),
+        # Saved in bf16: the C++ side loads it into fp32.
+        "llama_bf16": (LlamaForCausalLM, LlamaConfig(**COMMON), {"dtype": torch.bfloat16}),
+    }
+
+
+def randomize(model, seed):
+    """Weights big enough that every term matters (HF's 0.02 init makes logits nearly flat)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            p.copy_(1.0 + 0.1 * noise if "norm" in name else 0.08 * noise)
+
+
+def make_inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (2, T), generator=g)
+    labels = ids.clone()
+    labels[0, :5] = -100       # a masked prompt
+    labels[1, 8:11] = -100     # a masked run in the middle
+    labels[1, -1] = -100
+    pos = torch.arange(T).unsqueeze(0).expand(2, T).contiguous()
+    return ids, pos, labels
+
+
+def packed_case(model, seed):
+    """Two examples (6 and 10 tokens) + 1 padding token in one row, and HF run on each alone."""
+    g = torch.Generator().manual_seed(seed + 1)
+    a = torch.randint(3, VOCAB, (1, 6), generator=g)
+    b = torch.randint(3, VOCAB, (1, 10), generator=g)
+    ids = torch.cat([a, b, torch.zeros(1, 1, dtype=torch.long)], 1)
+    pos = torch.cat([torch.arange(6), torch.arange(10), torch.zeros(1, dtype=torch.long)]).unsqueeze(0)
+    seg = torch.tensor([[1] * 6 + [2] * 10 + [0]])
+    with torch.no_grad():
+        la = model(input_ids=a).logits.float()
+        lb = model(input_ids=b).logits.float()
+    return {"packed_input_ids": ids, "packed_position_ids": pos, "packed_segment_ids": seg,
+            "packed_logits_0": la[0], "packed_logits_1": lb[0]}
+
+
+def reference(model, ids, pos, labels):
+    model.zero_grad()
+    out = model(input_ids=ids, position_ids=pos, labels=labels)
+    out.loss.backward()
+    ref = {"input_ids": ids, "position_ids": pos, "labels": labels,
+           "logits": out.logits.detach().float().contiguous(), "loss": out.loss.detach().float()}
+    return ref
+
+
+def full_finetune_fixture(out_dir, name, cls, config, save_opts, seed):
+    torch.manual_seed(seed)
+    model = cls(config).float()
+    randomize(model, seed)
+    folder = os.path.join(out_dir, name)
+    dtype = save_opts.get("dtype")
+    if dtype is not None:
+        model.to(dtype).save_pretrained(folder)
+        # The reference is the bf16 checkpoint evaluated in fp32, which is what we load.
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    else:
+        kw = {"max_shard_size": save_opts["max_shard_size"]} if "max_shard_size" in save_opts else {}
+        model.save_pretrained(folder, **kw)
+    model.train()
+    ids, pos, labels = make_inputs(seed)
+    ref = reference(model, ids, pos, labels)
+    for pname, p in model.named_parameters():
+        ref["grad." + pname] = p.grad.detach().float().contiguous()
+    model.eval()
+    ref.update(packed_case(model, seed))
+    save_file({k: v.contiguous() for k, v in ref.items()}, os.path.join(out_dir, name + "_ref.safetensors"))
+    return model
+
+
+def our_lora_name(peft_name):
+    # base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight
+    #   -> model.layers.0.self_attn.q_proj.lora_A.weight
+    return peft_name.removeprefix("base_model.model.").replace(".default.", ".")
+
+
+def lora_fixture(out_dir, name, model, seed):
+    torch.manual_seed(seed)
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear",
+                     task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, cfg)
+    g = torch.Generator().manual_seed(seed + 7)
+    with torch.no_grad():
+        for pname, p in peft_model.named_parameters():
+            if "lora_B" in pname:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    peft_model.save_pretrained(os.path.join(out_dir, name + "_lora"))
+    peft_model.train()
+    ids, pos, labels = make_inputs(seed + 3)
+    ref = reference(peft_model, ids, pos, labels)
+    n = 0
+    for pname, p in peft_model.named_parameters():
+        if p.requires_grad:
+            ref["grad." + our_lora_name(pname)] = p.grad.detach().float().contiguous()
+            n += 1
+    assert n > 0
+    save_file(ref, os.path.join(out_dir, name + "_lora_ref.safetensors"))
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    torch.set_num_threads(2)
+    models = {}
+    for i, (name, (cls, config, save_opts)) in enumerate(families().items()):
+        models[name] = full_finetune_fixture(out_dir, name, cls, config, save_opts, seed=100 + i)
+    lora_fixture(out_dir, "llama32", models["llama32"], seed=11)
+    lora_fixture(out_dir, "qwen2", models["qwen2"], seed=12)
+    with open(os.path.join(out_dir, "fixtures.json"), "w") as f:
+        json.dump({"families": list(families().keys()), "lora": ["llama32", "qwen2"]}, f)
+    print("wrote fixtures to", out_dir)
+
+
+if __name__ == "__main__":
+    main()

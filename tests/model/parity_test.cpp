@@ -1,0 +1,279 @@
+// Parity with transformers/peft: logits, loss and gradients of every family, packed sequences,
+// gradient checkpointing, LoRA, PEFT adapters in both directions, merged HF folders.
+#include <torch/torch.h>
+
+#include "test_util.h"
+#include "trainer/io/peft_adapter.h"
+
+namespace kubetune::testing {
+namespace {
+
+using model::CausalLM;
+
+constexpr double kTol = 1e-4;
+
+struct Ref {
+  explicit Ref(const std::string& name) : file(fixture(name + "_ref.safetensors")) {}
+  at::Tensor operator[](const std::string& n) const { return file.tensor(n); }
+  io::SafetensorsFile file;
+};
+
+// Mean next-token loss as HF computes it, then backward; checks loss and every gradient.
+void check_loss_and_grads(CausalLM& m, const Ref& ref, const std::string& what) {
+  m->train();
+  m->zero_grad();
+  at::Tensor hidden = m->hidden_states(ref["input_ids"], ref["position_ids"]);
+  // chunk_rows=5 forces several chunks through the fused loss.
+  auto [loss_sum, n] = model::next_token_loss_sum(*m, hidden, ref["labels"], 5);
+  at::Tensor mean = loss_sum / static_cast<double>(n);
+  EXPECT_NEAR(mean.item<double>(), ref["loss"].item<double>(),
+              kTol * std::max(1.0, ref["loss"].item<double>()))
+      << what;
+  mean.backward();
+  int checked = 0;
+  for (const auto& p : m->named_parameters()) {
+    const std::string key = "grad." + p.key();
+    if (!p.value().requires_grad()) {
+      EXPECT_FALSE(ref.file.contains(key)) << what << ": " << p.key() << " should be trainable";
+      continue;
+    }
+    ASSERT_TRUE(ref.file.contains(key)) << what << ": no reference gradient for " << p.key();
+    ASSERT_TRUE(p.value().grad().defined()) << what << ": no gradient for " << p.key();
+    EXPECT_LT(rel_err(p.value().grad(), ref[key]), kTol) << what << ": " << p.key();
+    ++checked;
+  }
+  int expected = 0;
+  for (const auto& name : ref.file.names()) expected += name.rfind("grad.", 0) == 0;
+  EXPECT_EQ(checked, expected) << what;
+}
+
+class FamilyParity : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { torch::manual_seed(0); }
+};
+
+TEST_P(FamilyParity, Logits) {
+  CausalLM m = load_model(fixture(GetParam()));
+  Ref ref(GetParam());
+  m->eval();
+  torch::NoGradGuard no_grad;
+  at::Tensor logits = m->forward(ref["input_ids"], ref["position_ids"]);
+  EXPECT_LT(rel_err(logits, ref["logits"]), kTol);
+}
+
+TEST_P(FamilyParity, ParameterCountMatchesConfig) {
+  CausalLM m = load_model(fixture(GetParam()));
+  int64_t n = 0;
+  for (const auto& p : m->parameters()) n += p.numel();
+  EXPECT_EQ(n, m->config().num_parameters());
+}
+
+TEST_P(FamilyParity, LossAndGradients) {
+  CausalLM m = load_model(fixture(GetParam()));
+  check_loss_and_grads(m, Ref(GetParam()), "full fine-tune");
+}
+
+TEST_P(FamilyParity, GradientCheckpointingGivesTheSameGradients) {
+  CausalLM m = load_model(fixture(GetParam()));
+  m->set_gradient_checkpointing(true);
+  check_loss_and_grads(m, Ref(GetParam()), "checkpointed");
+}
+
+// Two examples packed in one row must each see exactly what transformers sees when run alone.
+TEST_P(FamilyParity, PackedSegmentsMatchSeparateRuns) {
+  CausalLM m = load_model(fixture(GetParam()));
+  Ref ref(GetParam());
+  m->eval();
+  torch::NoGradGuard no_grad;
+  at::Tensor logits =
+      m->forward(ref["packed_input_ids"], ref["packed_position_ids"], ref["packed_segment_ids"])[0];
+  at::Tensor first = ref["packed_logits_0"], second = ref["packed_logits_1"];
+  EXPECT_LT(rel_err(logits.narrow(0, 0, first.size(0)), first), kTol);
+  EXPECT_LT(rel_err(logits.narrow(0, first.size(0), second.size(0)), second), kTol);
+  EXPECT_TRUE(logits.isfinite().all().item<bool>()) << "padding rows must not produce NaN";
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyParity,
+                         ::testing::Values("llama32", "llama2", "llama_bias", "llama_dynamic",
+                                           "qwen2", "mistral", "smollm", "llama_bf16"));
+
+class LoraParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LoraParity, PeftAdapterLogitsLossAndGradients) {
+  CausalLM m = load_model(fixture(GetParam()));
+  model::LoraConfig cfg = io::load_peft_adapter(m, fixture(GetParam() + "_lora"));
+  EXPECT_EQ(cfg.r, 4);
+  EXPECT_DOUBLE_EQ(cfg.alpha, 8);
+  int64_t n_lora = 0;
+  for (const auto& p : m->named_parameters()) n_lora += p.key().find(".lora_") != std::string::npos;
+  EXPECT_EQ(n_lora, 2 * 7 * m->config().num_hidden_layers);  // every linear layer: A and B
+  Ref ref(GetParam() + "_lora");
+  {
+    torch::NoGradGuard no_grad;
+    m->eval();
+    EXPECT_LT(rel_err(m->forward(ref["input_ids"], ref["position_ids"]), ref["logits"]), kTol);
+  }
+  check_loss_and_grads(m, ref, "LoRA");
+  m->set_gradient_checkpointing(true);
+  check_loss_and_grads(m, ref, "LoRA checkpointed");
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, LoraParity, ::testing::Values("llama32", "qwen2"));
+
+TEST(Lora, SeededInitIsDeterministicAndStartsAsTheBaseModel) {
+  torch::manual_seed(0);
+  CausalLM a = load_model(fixture("llama2")), b = load_model(fixture("llama2"));
+  Ref ref("llama2");
+  torch::NoGradGuard no_grad;
+  at::Tensor base = a->forward(ref["input_ids"], ref["position_ids"]);
+  model::LoraConfig cfg;
+  cfg.r = 8;
+  model::apply_lora(a, cfg, 42);
+  model::apply_lora(b, cfg, 42);
+  auto pa = a->named_parameters(), pb = b->named_parameters();
+  int lora = 0;
+  for (const auto& p : pa) {
+    bool is_lora = p.key().find(".lora_") != std::string::npos;
+    EXPECT_EQ(p.value().requires_grad(), is_lora) << p.key();
+    if (!is_lora) continue;
+    ++lora;
+    EXPECT_TRUE(p.value().equal(pb[p.key()])) << p.key();
+    if (p.key().find("lora_B") != std::string::npos) {
+      EXPECT_EQ(p.value().abs().max().item<float>(), 0);
+    }
+    if (p.key().find("lora_A") != std::string::npos) {
+      // kaiming_uniform(a=sqrt(5)) bound is 1/sqrt(fan_in).
+      double bound = 1.0 / std::sqrt(static_cast<double>(p.value().size(1)));
+      EXPECT_LE(p.value().abs().max().item<double>(), bound);
+      EXPECT_GT(p.value().abs().max().item<double>(), 0.5 * bound);
+    }
+  }
+  EXPECT_EQ(lora, 2 * 7 * 2);  // layers * targets * (A, B)
+  EXPECT_TRUE(a->named_parameters()["model.layers.0.self_attn.q_proj.lora_A.weight"].equal(
+      b->named_parameters()["model.layers.0.self_attn.q_proj.lora_A.weight"]));
+  CausalLM c = load_model(fixture("llama2"));
+  model::apply_lora(c, cfg, 43);
+  EXPECT_FALSE(c->named_parameters()["model.layers.0.self_attn.q_proj.lora_A.weight"].equal(
+      a->named_parameters()["model.layers.0.self_attn.q_proj.lora_A.weight"]));
+  EXPECT_TRUE(a->forward(ref["input_ids"], ref["position_ids"]).allclose(base, 0, 0));
+  EXPECT_THROW(model::apply_lora(a, cfg, 1), std::runtime_error);  // already adapted
+  model::LoraConfig bad;
+  bad.target_modules = {"lm_head"};
+  EXPECT_THROW(model::apply_lora(c, bad, 1), std::runtime_error);
+}
+
+// Our adapter (subset of targets, rslora) is written for check_our_adapter.py to load into PEFT.
+TEST(PeftAdapter, SavedAdapterRoundTripsAndIsWrittenForPeft) {
+  torch::manual_seed(3);
+  CausalLM m = load_model(fixture("llama32"));
+  model::LoraConfig cfg;
+  cfg.r = 4;
+  cfg.alpha = 16;
+  cfg.target_modules = {"q_proj", "v_proj", "down_proj"};
+  cfg.use_rslora = true;
+  model::apply_lora(m, cfg, 5);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : m->named_parameters())
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 0.1);
+  }
+  const std::string dir = output_dir("adapter");
+  io::save_peft_adapter(m, cfg, fixture("llama32"), dir);
+  Ref ref("llama32");
+  torch::NoGradGuard no_grad;
+  m->eval();
+  at::Tensor logits = m->forward(ref["input_ids"], ref["position_ids"]);
+  io::save_safetensors(
+      dir + "/our_logits.safetensors",
+      {{"input_ids", ref["input_ids"]}, {"position_ids", ref["position_ids"]}, {"logits", logits}});
+
+  CausalLM again = load_model(fixture("llama32"));
+  model::LoraConfig loaded = io::load_peft_adapter(again, dir);
+  EXPECT_EQ(loaded.r, 4);
+  EXPECT_TRUE(loaded.use_rslora);
+  EXPECT_EQ(loaded.target_modules, (std::vector<std::string>{"down_proj", "q_proj", "v_proj"}));
+  again->eval();
+  EXPECT_TRUE(again->forward(ref["input_ids"], ref["position_ids"]).equal(logits));
+}
+
+// Merging folds the adapter into the weights; the saved folder is read by check_our_hf_model.py.
+TEST(HfCheckpoint, MergedModelSavesShardedAndReloads) {
+  CausalLM m = load_model(fixture("llama32"));
+  io::load_peft_adapter(m, fixture("llama32_lora"));
+  Ref ref("llama32_lora");
+  torch::NoGradGuard no_grad;
+  m->eval();
+  model::merge_lora(m);
+  EXPECT_FALSE(model::has_lora(m));
+  at::Tensor logits = m->forward(ref["input_ids"], ref["position_ids"]);
+  EXPECT_LT(rel_err(logits, ref["logits"]), kTol);
+
+  const std::string dir = output_dir("merged");
+  io::save_hf_model(m, dir, at::kFloat, /*max_shard_bytes=*/40000);
+  ASSERT_TRUE(std::filesystem::exists(dir + "/model.safetensors.index.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors"));
+  io::save_safetensors(
+      dir + "/our_logits.safetensors",
+      {{"input_ids", ref["input_ids"]}, {"position_ids", ref["position_ids"]}, {"logits", logits}});
+  CausalLM reloaded = load_model(dir);
+  reloaded->eval();
+  EXPECT_TRUE(reloaded->forward(ref["input_ids"], ref["position_ids"]).equal(logits));
+  EXPECT_TRUE(reloaded->config().tie_word_embeddings);
+}
+
+TEST(HfCheckpoint, Bf16SaveRoundsEveryParameter) {
+  CausalLM m = load_model(fixture("llama2"));
+  const std::string dir = output_dir("bf16");
+  io::save_hf_model(m, dir, at::kBFloat16);
+  ASSERT_TRUE(std::filesystem::exists(dir + "/model.safetensors"));
+  auto cfg = model::ModelConfig::from_dir(dir);
+  EXPECT_EQ(cfg.torch_dtype, "bfloat16");
+  io::SafetensorsFile f(dir + "/model.safetensors");
+  for (const auto& p : m->named_parameters()) {
+    at::Tensor t = f.tensor(p.key());
+    EXPECT_EQ(t.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(t.equal(p.value().to(at::kBFloat16))) << p.key();
+  }
+}
+
+TEST(HfCheckpoint, LoraModelMustBeMergedBeforeSaving) {
+  CausalLM m = load_model(fixture("llama2"));
+  model::apply_lora(m, model::LoraConfig{}, 1);
+  EXPECT_THROW(io::save_hf_model(m, output_dir("unmerged"), at::kFloat), std::runtime_error);
+}
+
+TEST(Loss, AllMaskedBatchGivesZeroAndBackwardWorks) {
+  CausalLM m = load_model(fixture("llama2"));
+  Ref ref("llama2");
+  at::Tensor hidden = m->hidden_states(ref["input_ids"], ref["position_ids"]);
+  auto [loss, n] = model::next_token_loss_sum(*m, hidden, at::full_like(ref["labels"], -100));
+  EXPECT_EQ(n, 0);
+  EXPECT_EQ(loss.item<double>(), 0.0);
+  loss.backward();
+}
+
+TEST(Loss, LabelOutsideVocabularyThrows) {
+  CausalLM m = load_model(fixture("llama2"));
+  Ref ref("llama2");
+  at::Tensor labels = ref["labels"].clone();
+  labels[0][7] = 5000;
+  at::Tensor hidden = m->hidden_states(ref["input_ids"], ref["position_ids"]);
+  EXPECT_THROW(model::next_token_loss_sum(*m, hidden, labels), std::runtime_error);
+}
+
+TEST(Cuda, BfloatForwardRunsOnGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU path not exercised";
+  CausalLM m = load_model(fixture("llama32"));
+  m->to(torch::kCUDA, torch::kBFloat16);
+  Ref ref("llama32");
+  at::Tensor hidden =
+      m->hidden_states(ref["packed_input_ids"].cuda(), ref["packed_position_ids"].cuda(),
+                       ref["packed_segment_ids"].cuda());
+  auto [loss, n] = model::next_token_loss_sum(*m, hidden, ref["packed_input_ids"].cuda());
+  loss.backward();
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+  EXPECT_EQ(n, 16);
+}
+
+}  // namespace
+}  // namespace kubetune::testing

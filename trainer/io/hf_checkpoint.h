@@ -1,0 +1,33 @@
+// Hugging Face model folders: config.json + model.safetensors (or sharded with an index).
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+
+#include "trainer/model/causal_lm.h"
+
+namespace kubetune::io {
+
+// Loads every base parameter of `model` from `dir`/model.safetensors or from the shards named
+// by `dir`/model.safetensors.index.json, converting to each parameter's dtype and device. A tied
+// lm_head is not read; LoRA parameters are skipped. Throws std::runtime_error naming the file and
+// tensor for: a missing folder or config.json, missing/truncated files, a tensor listed in the
+// index but absent from its shard, a parameter missing from the checkpoint, a shape mismatch.
+void load_hf_weights(model::CausalLM& model, const std::string& dir);
+
+// Writes config.json (the original config with its dtype updated) and the weights in `dtype`:
+// model.safetensors, or model-0000i-of-0000N.safetensors + model.safetensors.index.json once
+// they exceed `max_shard_bytes`. Throws if the model still carries LoRA adapters: merge first.
+void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::ScalarType dtype,
+                   int64_t max_shard_bytes = 5'000'000'000);
+
+// Copies tokenizer.json, tokenizer_config.json, special_tokens_map.json, chat_template.jinja,
+// generation_config.json (and tokenizer.model / vocab.json / merges.txt) when present.
+void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir);
+
+// "float32" | "bfloat16" | "float16" as written in config.json.
+std::string hf_dtype_name(c10::ScalarType dtype);
+
+}  // namespace kubetune::io

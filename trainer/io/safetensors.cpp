@@ -1,0 +1,207 @@
+#include "trainer/io/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+namespace kubetune::io {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<std::pair<std::string, at::ScalarType>>& dtype_table() {
+  static const std::vector<std::pair<std::string, at::ScalarType>> table = {
+      {"F64", at::kDouble},
+      {"F32", at::kFloat},
+      {"F16", at::kHalf},
+      {"BF16", at::kBFloat16},
+      {"I64", at::kLong},
+      {"I32", at::kInt},
+      {"I16", at::kShort},
+      {"I8", at::kChar},
+      {"U8", at::kByte},
+      {"BOOL", at::kBool},
+      {"U16", at::kUInt16},
+      {"U32", at::kUInt32},
+      {"U64", at::kUInt64},
+      {"F8_E4M3", at::kFloat8_e4m3fn},
+      {"F8_E5M2", at::kFloat8_e5m2}};
+  return table;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error(path + ": " + what);
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+std::string safetensors_dtype_name(at::ScalarType t) {
+  for (const auto& [name, type] : dtype_table())
+    if (type == t) return name;
+  throw std::runtime_error(std::string("safetensors cannot store dtype ") + c10::toString(t));
+}
+
+at::ScalarType safetensors_dtype(const std::string& name) {
+  for (const auto& [n, type] : dtype_table())
+    if (n == name) return type;
+  throw std::runtime_error("unsupported safetensors dtype \"" + name + "\"");
+}
+
+// The read-only, private mapping of a whole file; unmapped when the last tensor view dies.
+struct SafetensorsFile::Mapping {
+  void* addr = nullptr;
+  size_t size = 0;
+  size_t data_start = 0;  // 8 + header length
+  ~Mapping() {
+    if (addr != nullptr && addr != MAP_FAILED) munmap(addr, size);
+  }
+  const char* data() const { return static_cast<const char*>(addr) + data_start; }
+};
+
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path), map_(std::make_shared<Mapping>()) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, "cannot open safetensors file: " + errno_text());
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail(path, "cannot stat: " + errno_text());
+  }
+  map_->size = static_cast<size_t>(st.st_size);
+  if (map_->size < 8) {
+    ::close(fd);
+    fail(path, "truncated safetensors file (" + std::to_string(map_->size) + " bytes, no header)");
+  }
+  // Private + writable: copy-on-write pages, so in-place ops on a view cannot corrupt the file.
+  map_->addr = mmap(nullptr, map_->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_->addr == MAP_FAILED) fail(path, "cannot mmap: " + errno_text());
+
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, map_->addr, 8);  // little-endian on every platform we target
+  if (header_len > map_->size - 8)
+    fail(path, "truncated safetensors file: header of " + std::to_string(header_len) +
+                   " bytes but the file has " + std::to_string(map_->size) + " bytes");
+  map_->data_start = 8 + header_len;
+  json header;
+  try {
+    header = json::parse(static_cast<const char*>(map_->addr) + 8,
+                         static_cast<const char*>(map_->addr) + 8 + header_len);
+  } catch (const json::exception& e) {
+    fail(path, std::string("malformed safetensors header: ") + e.what());
+  }
+  if (!header.is_object()) fail(path, "malformed safetensors header: not a JSON object");
+  const size_t data_size = map_->size - map_->data_start;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      metadata_ = it.value();
+      continue;
+    }
+    const json& e = it.value();
+    try {
+      Entry entry{safetensors_dtype(e.at("dtype").get<std::string>()),
+                  e.at("shape").get<std::vector<int64_t>>(),
+                  e.at("data_offsets").at(0).get<size_t>(),
+                  e.at("data_offsets").at(1).get<size_t>()};
+      size_t numel = 1;
+      for (int64_t d : entry.shape) numel *= static_cast<size_t>(d);
+      if (entry.end < entry.begin ||
+          entry.end - entry.begin != numel * at::elementSize(entry.dtype))
+        fail(path, "tensor \"" + it.key() + "\": data_offsets do not match its dtype and shape");
+      if (entry.end > data_size)
+        fail(path, "truncated safetensors file: tensor \"" + it.key() + "\" ends at byte " +
+                       std::to_string(map_->data_start + entry.end) + " but the file has " +
+                       std::to_string(map_->size) + " bytes");
+      entries_.emplace(it.key(), std::move(entry));
+    } catch (const json::exception& ex) {
+      fail(path, "tensor \"" + it.key() + "\": malformed header entry: " + ex.what());
+    } catch (const std::runtime_error& ex) {
+      if (std::string(ex.what()).rfind(path, 0) == 0) throw;
+      fail(path, "tensor \"" + it.key() + "\": " + ex.what());
+    }
+  }
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::pair<size_t, std::string>> order;
+  for (const auto& [name, e] : entries_) order.emplace_back(e.begin, name);
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> out;
+  for (auto& [offset, name] : order) out.push_back(std::move(name));
+  return out;
+}
+
+bool SafetensorsFile::contains(const std::string& name) const { return entries_.count(name) > 0; }
+
+at::Tensor SafetensorsFile::tensor(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) fail(path_, "no tensor named \"" + name + "\"");
+  const Entry& e = it->second;
+  void* ptr = const_cast<char*>(map_->data()) + e.begin;
+  auto opts = at::TensorOptions().dtype(e.dtype).device(at::kCPU);
+  auto keep_alive = map_;
+  at::Tensor view = at::from_blob(
+      ptr, e.shape, [keep_alive](void*) {}, opts);
+  // safetensors does not promise alignment; kernels may assume element alignment, so copy then.
+  if (reinterpret_cast<uintptr_t>(ptr) % at::elementSize(e.dtype) != 0) return view.clone();
+  return view;
+}
+
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  size_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (header.contains(name)) fail(path, "duplicate tensor name \"" + name + "\"");
+    if (!t.defined()) fail(path, "tensor \"" + name + "\" is undefined");
+    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+    header[name] = {{"dtype", safetensors_dtype_name(t.scalar_type())},
+                    {"shape", t.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
+
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) fail(tmp, "cannot create: " + errno_text());
+  auto write = [&](const void* data, size_t n) {
+    if (n > 0 && std::fwrite(data, 1, n, f) != n) {
+      std::fclose(f);
+      std::remove(tmp.c_str());
+      fail(tmp, "write failed: " + errno_text());
+    }
+  };
+  const uint64_t header_len = text.size();
+  write(&header_len, 8);
+  write(text.data(), text.size());
+  for (const auto& [name, t] : tensors) {
+    at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
+    write(cpu.data_ptr(), static_cast<size_t>(cpu.numel()) * cpu.element_size());
+  }
+  if (std::fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    fail(tmp, "flush failed: " + errno_text());
+  }
+  std::fclose(f);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail(path, "cannot rename " + tmp + " into place: " + errno_text());
+  }
+}
+
+}  // namespace kubetune::io

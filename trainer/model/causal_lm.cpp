@@ -1,0 +1,181 @@
+#include "trainer/model/causal_lm.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/utils.h>
+
+#include <map>
+
+#include "trainer/model/rope.h"
+
+namespace kubetune::model {
+
+DecoderStackImpl::DecoderStackImpl(const ModelConfig& c, const torch::TensorOptions& opts) {
+  embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, opts));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, opts));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, opts));
+}
+
+CausalLMImpl::CausalLMImpl(const ModelConfig& config, const torch::TensorOptions& opts)
+    : config_(config), inv_freq_(rope_inv_freq(config)) {
+  model = register_module("model", DecoderStack(config, opts));
+  if (!config.tie_word_embeddings)
+    lm_head =
+        register_module("lm_head", Linear(config.hidden_size, config.vocab_size, false, opts));
+  init_weights();
+}
+
+void CausalLMImpl::init_weights() {
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    torch::Tensor& t = p.value();
+    if (name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0) {
+      t.fill_(1.0);
+    } else if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+      t.zero_();
+    } else {
+      t.normal_(0.0, config_.initializer_range);
+    }
+  }
+}
+
+torch::Tensor build_attention_mask(const torch::Tensor& segment_ids, int64_t batch, int64_t seq_len,
+                                   int64_t sliding_window, const torch::Device& device) {
+  if (!segment_ids.defined() && sliding_window <= 0) return {};
+  torch::Tensor idx = at::arange(seq_len, at::TensorOptions().dtype(at::kLong).device(device));
+  torch::Tensor query = idx.unsqueeze(1), key = idx.unsqueeze(0);
+  torch::Tensor allowed = key <= query;
+  // HF's sliding_window_overlay: kv_idx > q_idx - sliding_window.
+  if (sliding_window > 0) allowed = allowed.logical_and(key > query - sliding_window);
+  allowed = allowed.unsqueeze(0).expand({batch, seq_len, seq_len});
+  if (segment_ids.defined()) {
+    torch::Tensor seg = segment_ids.to(device);
+    torch::Tensor same = seg.unsqueeze(2) == seg.unsqueeze(1);
+    torch::Tensor real_key = (seg != 0).unsqueeze(1);
+    torch::Tensor self = at::eye(seq_len, at::TensorOptions().dtype(at::kBool).device(device));
+    allowed = allowed.logical_and(same).logical_and(real_key).logical_or(self);
+  }
+  return allowed.unsqueeze(1);
+}
+
+namespace {
+
+torch::Tensor swap_rng_state(at::Generator& gen, const torch::Tensor& state) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  torch::Tensor previous = gen.get_state();
+  gen.set_state(state);
+  return previous;
+}
+
+// Runs one decoder layer without keeping its activations and recomputes it during backward.
+// The layer's trainable parameters are explicit inputs so that gradients flow to them even
+// when `x` itself needs none (LoRA on a frozen embedding). The RNG state is replayed so that
+// dropout draws the same mask twice.
+struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               torch::TensorList params, DecoderLayerImpl* layer,
+                               const AttentionInputs& in) {
+    ctx->save_for_backward({x});
+    // The layer outlives its autograd graph (it belongs to the model), so a raw pointer is safe.
+    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    ctx->saved_data["cos"] = in.cos;
+    ctx->saved_data["sin"] = in.sin;
+    ctx->saved_data["has_mask"] = in.mask.defined();
+    if (in.mask.defined()) ctx->saved_data["mask"] = in.mask;
+    ctx->saved_data["n_params"] = static_cast<int64_t>(params.size());
+    at::Generator gen = at::globalContext().defaultGenerator(x.device());
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      ctx->saved_data["rng"] = gen.get_state();
+    }
+    return layer->forward(x, in);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    torch::Tensor x = ctx->get_saved_variables()[0];
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    AttentionInputs in{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}};
+    if (ctx->saved_data["has_mask"].toBool()) in.mask = ctx->saved_data["mask"].toTensor();
+    const int64_t n_params = ctx->saved_data["n_params"].toInt();
+
+    const bool need_x = ctx->needs_input_grad(0);
+    torch::Tensor xd = x.detach().requires_grad_(need_x);
+    torch::Tensor out;
+    {
+      // Hold the generator lock only while swapping states: dropout inside forward takes it too.
+      at::Generator gen = at::globalContext().defaultGenerator(x.device());
+      torch::Tensor current = swap_rng_state(gen, ctx->saved_data["rng"].toTensor());
+      torch::AutoGradMode grad_on(true);
+      out = layer->forward(xd, in);
+      swap_rng_state(gen, current);
+    }
+    std::vector<torch::Tensor> wrt;
+    if (need_x) wrt.push_back(xd);
+    for (const auto& p : layer->parameters())
+      if (p.requires_grad()) wrt.push_back(p);
+    TORCH_CHECK(static_cast<int64_t>(wrt.size()) == n_params + (need_x ? 1 : 0),
+                "trainable parameters changed between forward and backward");
+    auto grads = torch::autograd::grad({out}, wrt, {grad_out[0]}, /*retain_graph=*/false,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+    if (!need_x) grads.insert(grads.begin(), torch::Tensor());
+    grads.push_back({});  // layer pointer
+    grads.push_back({});  // attention inputs
+    return grads;
+  }
+};
+
+}  // namespace
+
+torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
+                                          const torch::Tensor& position_ids,
+                                          const torch::Tensor& segment_ids) {
+  TORCH_CHECK(input_ids.dim() == 2 && position_ids.sizes() == input_ids.sizes(),
+              "input_ids and position_ids must both be [B,T]");
+  TORCH_CHECK(!segment_ids.defined() || segment_ids.sizes() == input_ids.sizes(),
+              "segment_ids must be [B,T] like input_ids");
+  const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  torch::Tensor h = model->embed_tokens->forward(input_ids);
+
+  torch::Tensor inv_freq = inv_freq_;
+  if (config_.rope_scaling.type == "dynamic")  // depends on the longest position in the batch
+    inv_freq = rope_inv_freq(config_, position_ids.max().item<int64_t>() + 1);
+  auto [cos, sin] = rope_cos_sin(inv_freq, position_ids, h.scalar_type());
+
+  std::map<int64_t, torch::Tensor> masks;  // one per distinct window (0 = full attention)
+  const bool checkpoint = checkpointing_ && torch::GradMode::is_enabled();
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    const int64_t window = config_.window_for_layer(l);
+    if (!masks.count(window))
+      masks[window] = build_attention_mask(segment_ids, B, T, window, h.device());
+    AttentionInputs in{cos, sin, masks[window]};
+    auto* layer = model->layers->ptr<DecoderLayerImpl>(l).get();
+    if (!checkpoint) {
+      h = layer->forward(h, in);
+      continue;
+    }
+    std::vector<torch::Tensor> trainable;
+    for (const auto& p : layer->parameters())
+      if (p.requires_grad()) trainable.push_back(p);
+    h = CheckpointedLayer::apply(h, torch::TensorList(trainable), layer, in);
+  }
+  return model->norm->forward(h);
+}
+
+torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) {
+  return lm_head ? lm_head->forward(hidden) : at::linear(hidden, model->embed_tokens->weight);
+}
+
+torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids,
+                                    const torch::Tensor& position_ids,
+                                    const torch::Tensor& segment_ids) {
+  return logits(hidden_states(input_ids, position_ids, segment_ids));
+}
+
+torch::Tensor& CausalLMImpl::output_weight() {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+}  // namespace kubetune::model

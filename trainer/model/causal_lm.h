@@ -1,0 +1,63 @@
+// A Llama-family causal language model (LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM)
+// whose parameter names equal the Hugging Face state_dict names.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include "trainer/model/layers.h"
+#include "trainer/model/model_config.h"
+
+namespace kubetune::model {
+
+// The "model." prefix of HF names: embed_tokens, layers.N, norm.
+class DecoderStackImpl : public torch::nn::Module {
+ public:
+  DecoderStackImpl(const ModelConfig& c, const torch::TensorOptions& opts);
+  Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(DecoderStack);
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  // Parameters are created with `opts` (CPU fp32 by default) and initialised like HF's
+  // _init_weights (normal(0, initializer_range), zero biases, unit norms) from the global RNG.
+  explicit CausalLMImpl(const ModelConfig& config, const torch::TensorOptions& opts = {});
+
+  // input_ids, position_ids: [B,T] int64. segment_ids undefined: plain causal attention; else
+  // [B,T] int64 where token i attends to j iff j <= i && seg[i] == seg[j] && seg[j] != 0
+  // (0 = padding). Returns the final-normed hidden states [B,T,hidden].
+  torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                              const torch::Tensor& segment_ids = {});
+  torch::Tensor logits(const torch::Tensor& hidden);  // lm_head, or the tied embedding
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                        const torch::Tensor& segment_ids = {});
+
+  // The [vocab, hidden] matrix that maps hidden states to logits (tied: the embedding).
+  torch::Tensor& output_weight();
+  const ModelConfig& config() const { return config_; }
+  // Recompute each decoder layer during backward instead of keeping its activations.
+  void set_gradient_checkpointing(bool on) { checkpointing_ = on; }
+  bool gradient_checkpointing() const { return checkpointing_; }
+
+  DecoderStack model{nullptr};
+  Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  void init_weights();
+  ModelConfig config_;
+  torch::Tensor inv_freq_;  // fp32, CPU; moved next to the inputs per call
+  bool checkpointing_ = false;
+};
+TORCH_MODULE(CausalLM);
+
+// The attention mask for one forward pass: undefined (plain causal) when there are no segments
+// and no window, else bool [B,1,T,T]. Padding tokens (segment 0) attend only to themselves so
+// that no softmax row is empty (their outputs are never used).
+torch::Tensor build_attention_mask(const torch::Tensor& segment_ids, int64_t batch, int64_t seq_len,
+                                   int64_t sliding_window, const torch::Device& device);
+
+}  // namespace kubetune::model

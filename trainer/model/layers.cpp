@@ -1,0 +1,135 @@
+#include "trainer/model/layers.h"
+
+#include <ATen/ATen.h>
+#include <torch/utils.h>
+
+#include <cmath>
+
+#include "trainer/model/rope.h"
+
+namespace kubetune::model {
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
+                       const torch::TensorOptions& opts) {
+  weight = register_parameter("weight", torch::empty({out_features, in_features}, opts));
+  if (has_bias) bias = register_parameter("bias", torch::zeros({out_features}, opts));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  torch::Tensor out = at::linear(x, weight, bias);
+  if (!has_lora()) return out;
+  // PEFT: the input is cast to the adapter's dtype, dropout only touches the LoRA branch, and
+  // the sum is cast back to the base layer's output dtype.
+  torch::Tensor h = x.to(lora_A_->weight.scalar_type());
+  if (dropout_ > 0) h = at::dropout(h, dropout_, is_training());
+  torch::Tensor delta = at::linear(at::linear(h, lora_A_->weight), lora_B_->weight) * scaling_;
+  return (out + delta).to(out.scalar_type());
+}
+
+void LinearImpl::add_lora(torch::Tensor a, torch::Tensor b, double scaling, double dropout) {
+  TORCH_CHECK(!has_lora(), "layer already has a LoRA adapter");
+  lora_A_ = register_module("lora_A", LoraWeight(std::move(a)));
+  lora_B_ = register_module("lora_B", LoraWeight(std::move(b)));
+  scaling_ = scaling;
+  dropout_ = dropout;
+}
+
+void LinearImpl::merge_lora() {
+  if (!has_lora()) return;
+  torch::NoGradGuard no_grad;
+  torch::Tensor delta = at::matmul(lora_B_->weight.to(at::kFloat), lora_A_->weight.to(at::kFloat));
+  weight.copy_(
+      (weight.to(at::kFloat) + delta.to(weight.device()) * scaling_).to(weight.scalar_type()));
+  unregister_module("lora_A");
+  unregister_module("lora_B");
+  lora_A_ = nullptr;
+  lora_B_ = nullptr;
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}, opts));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  torch::Tensor h = x.to(at::kFloat);
+  torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * at::rsqrt(variance + eps_);
+  return weight * h.to(x.scalar_type());
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& opts) {
+  weight = register_parameter("weight", torch::empty({vocab, dim}, opts));
+}
+
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
+  return at::embedding(weight, ids);
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& c, const torch::TensorOptions& opts)
+    : heads_(c.num_attention_heads),
+      kv_heads_(c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      dropout_(c.attention_dropout) {
+  const int64_t h = c.hidden_size;
+  q_proj = register_module("q_proj", Linear(h, heads_ * head_dim_, c.attention_bias, opts));
+  k_proj = register_module("k_proj", Linear(h, kv_heads_ * head_dim_, c.attention_bias, opts));
+  v_proj = register_module("v_proj", Linear(h, kv_heads_ * head_dim_, c.attention_bias, opts));
+  o_proj = register_module("o_proj", Linear(heads_ * head_dim_, h, c.o_proj_bias(), opts));
+}
+
+namespace {
+// [B,kv,T,D] -> [B,kv*n_rep,T,D], each kv head repeated for its group of query heads (repeat_kv).
+torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  auto s = x.sizes();
+  return x.unsqueeze(2)
+      .expand({s[0], s[1], n_rep, s[2], s[3]})
+      .reshape({s[0], s[1] * n_rep, s[2], s[3]});
+}
+}  // namespace
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& in) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto heads = [&](const torch::Tensor& t) {
+    return t.view({B, T, -1, head_dim_}).transpose(1, 2);
+  };
+  torch::Tensor q = apply_rope(heads(q_proj->forward(x)), in.cos, in.sin);
+  torch::Tensor k = apply_rope(heads(k_proj->forward(x)), in.cos, in.sin);
+  torch::Tensor v = heads(v_proj->forward(x));
+  k = repeat_kv(k, heads_ / kv_heads_);
+  v = repeat_kv(v, heads_ / kv_heads_);
+  const double p = is_training() ? dropout_ : 0.0;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  std::optional<at::Tensor> mask;
+  if (in.mask.defined()) mask = in.mask;
+  torch::Tensor out = at::scaled_dot_product_attention(q, k, v, mask, p,
+                                                       /*is_causal=*/!in.mask.defined(), scale);
+  return o_proj->forward(out.transpose(1, 2).reshape({B, T, -1}));
+}
+
+MLPImpl::MLPImpl(const ModelConfig& c, const torch::TensorOptions& opts) {
+  const int64_t h = c.hidden_size, i = c.intermediate_size;
+  gate_proj = register_module("gate_proj", Linear(h, i, c.mlp_bias, opts));
+  up_proj = register_module("up_proj", Linear(h, i, c.mlp_bias, opts));
+  down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, opts));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const torch::TensorOptions& opts) {
+  self_attn = register_module("self_attn", Attention(c, opts));
+  mlp = register_module("mlp", MLP(c, opts));
+  input_layernorm =
+      register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, opts));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, opts));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& in) {
+  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), in);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+}  // namespace kubetune::model

@@ -1,0 +1,101 @@
+// The building blocks of a Llama-family decoder: linear layers that can carry a LoRA adapter,
+// RMSNorm, embedding, grouped-query attention, the SwiGLU MLP and the decoder layer.
+// Parameter names follow the Hugging Face state_dict (q_proj.weight, input_layernorm.weight, ...).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "trainer/model/model_config.h"
+
+namespace kubetune::model {
+
+// One LoRA factor ("lora_A" or "lora_B"): a module holding a single "weight", so the parameter
+// is named ...q_proj.lora_A.weight like in PEFT's saved adapters.
+class LoraWeightImpl : public torch::nn::Module {
+ public:
+  explicit LoraWeightImpl(torch::Tensor w) { weight = register_parameter("weight", std::move(w)); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(LoraWeight);
+
+// y = x W^T + b, plus PEFT's LoRA branch B(A(dropout(x))) * scaling once add_lora was called.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias,
+             const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  // A [r,in] and B [out,r] become trainable parameters; the base weight is left untouched.
+  void add_lora(torch::Tensor a, torch::Tensor b, double scaling, double dropout);
+  bool has_lora() const { return !lora_A_.is_empty(); }
+  // W += B A * scaling (computed in fp32), then the adapter is removed.
+  void merge_lora();
+  torch::Tensor& lora_A() { return lora_A_->weight; }
+  torch::Tensor& lora_B() { return lora_B_->weight; }
+
+  torch::Tensor weight, bias;  // bias is undefined when the layer has none
+
+ private:
+  LoraWeight lora_A_{nullptr}, lora_B_{nullptr};
+  double scaling_ = 0, dropout_ = 0;
+};
+TORCH_MODULE(Linear);
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts);
+  // Normalises in fp32, casts back to the input dtype, then scales (LlamaRMSNorm order).
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& ids);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+// What each attention layer needs besides its input: rotary cos/sin and the mask.
+struct AttentionInputs {
+  torch::Tensor cos, sin;
+  torch::Tensor mask;  // bool [B,1,T,T] (true = may attend); undefined = plain causal
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& c, const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& in);
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+  double dropout_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  MLPImpl(const ModelConfig& c, const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& c, const torch::TensorOptions& opts);
+  torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& in);
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+}  // namespace kubetune::model

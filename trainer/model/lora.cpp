@@ -1,0 +1,97 @@
+#include "trainer/model/lora.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace kubetune::model {
+namespace {
+
+std::string last_component(const std::string& name) {
+  auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(dot + 1);
+}
+
+// PEFT's rule: a target names a module by its last components ("q_proj" or
+// "model.layers.1.self_attn.q_proj"; PEFT writes the long form for some models).
+bool matches_target(const std::string& module, const std::string& target) {
+  if (module == target) return true;
+  return module.size() > target.size() &&
+         module.compare(module.size() - target.size(), target.size(), target) == 0 &&
+         module[module.size() - target.size() - 1] == '.';
+}
+
+// Every LoRA-capable linear inside the decoder layers, keyed by its full module name.
+std::vector<std::pair<std::string, std::shared_ptr<LinearImpl>>> decoder_linears(CausalLM& model) {
+  std::vector<std::pair<std::string, std::shared_ptr<LinearImpl>>> out;
+  for (const auto& item : model->named_modules()) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (linear && item.key().rfind("model.layers.", 0) == 0) out.emplace_back(item.key(), linear);
+  }
+  return out;
+}
+
+}  // namespace
+
+double LoraConfig::scaling() const { return use_rslora ? alpha / std::sqrt(r) : alpha / r; }
+
+std::vector<std::string> all_linear_targets() {
+  return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+}
+
+void apply_lora(CausalLM& model, const LoraConfig& cfg, uint64_t seed) {
+  if (cfg.r <= 0)
+    throw std::runtime_error("lora: r must be positive, got " + std::to_string(cfg.r));
+  if (cfg.dropout < 0 || cfg.dropout >= 1)
+    throw std::runtime_error("lora: dropout must be in [0, 1), got " + std::to_string(cfg.dropout));
+  std::vector<std::string> targets =
+      cfg.target_modules.empty() ? all_linear_targets() : cfg.target_modules;
+  const auto known = all_linear_targets();
+  for (const auto& t : targets)
+    if (std::find(known.begin(), known.end(), last_component(t)) == known.end())
+      throw std::runtime_error("lora: target module \"" + t +
+                               "\" is not a linear layer of a Llama-family decoder "
+                               "(q_proj k_proj v_proj o_proj gate_proj up_proj down_proj)");
+  if (has_lora(model)) throw std::runtime_error("lora: the model already has LoRA adapters");
+
+  for (auto& p : model->parameters()) p.set_requires_grad(false);
+  // Initialise on the CPU from our own generator: the same seed gives the same adapter on every
+  // device and leaves the global RNG alone.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  torch::NoGradGuard no_grad;
+  std::vector<bool> used(targets.size(), false);
+  for (auto& [name, linear] : decoder_linears(model)) {
+    bool targeted = false;
+    for (size_t i = 0; i < targets.size(); ++i)
+      if (matches_target(name, targets[i])) targeted = used[i] = true;
+    if (!targeted) continue;
+    const int64_t out_f = linear->weight.size(0), in_f = linear->weight.size(1);
+    // kaiming_uniform_(a=sqrt(5)): gain = sqrt(2 / (1 + 5)), bound = gain * sqrt(3 / fan_in).
+    const double bound = std::sqrt(2.0 / 6.0) * std::sqrt(3.0 / static_cast<double>(in_f));
+    at::Tensor a = at::empty({cfg.r, in_f}, at::kFloat).uniform_(-bound, bound, gen);
+    at::Tensor b = at::zeros({out_f, cfg.r}, at::kFloat);
+    auto dev = linear->weight.device();
+    linear->add_lora(a.to(dev).set_requires_grad(true), b.to(dev).set_requires_grad(true),
+                     cfg.scaling(), cfg.dropout);
+  }
+  for (size_t i = 0; i < targets.size(); ++i)
+    if (!used[i])
+      throw std::runtime_error("lora: target module \"" + targets[i] +
+                               "\" matches no layer of the model");
+}
+
+void merge_lora(CausalLM& model) {
+  for (auto& [name, linear] : decoder_linears(model)) linear->merge_lora();
+}
+
+bool has_lora(CausalLM& model) {
+  for (auto& [name, linear] : decoder_linears(model))
+    if (linear->has_lora()) return true;
+  return false;
+}
+
+}  // namespace kubetune::model

@@ -1,0 +1,38 @@
+// PEFT-compatible LoRA: the same parameter names, initialisation and scaling as peft's LoraModel,
+// so adapters move freely between kubetune and Hugging Face PEFT.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainer/model/causal_lm.h"
+
+namespace kubetune::model {
+
+struct LoraConfig {
+  int r = 16;
+  double alpha = 32;
+  double dropout = 0;
+  // PEFT-style: "q_proj" or a dotted suffix of a module name ("model.layers.1.mlp.up_proj");
+  // empty = all linear layers.
+  std::vector<std::string> target_modules;
+  bool use_rslora = false;
+  double scaling() const;  // alpha / r, or alpha / sqrt(r) with rslora
+};
+
+// q_proj k_proj v_proj o_proj gate_proj up_proj down_proj (PEFT "all-linear" minus lm_head).
+std::vector<std::string> all_linear_targets();
+
+// Adds lora_A [r,in] (kaiming_uniform a=sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)), drawn from a
+// generator seeded with `seed`) and lora_B [out,r] (zeros) to every targeted linear layer, in
+// fp32 on the base weight's device, and freezes every base parameter.
+// Throws std::runtime_error for unknown target names, r <= 0, or an already adapted model.
+void apply_lora(CausalLM& model, const LoraConfig& cfg, uint64_t seed);
+
+// Folds B A * scaling into the base weights and removes the adapters.
+void merge_lora(CausalLM& model);
+
+bool has_lora(CausalLM& model);
+
+}  // namespace kubetune::model

@@ -1,0 +1,74 @@
+#include "trainer/model/rope.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace kubetune::model {
+namespace {
+
+// Python's `scalar / tensor` is `tensor.reciprocal() * scalar`; we mirror that so the fp32
+// rounding is identical to transformers.
+at::Tensor rdiv(double scalar, const at::Tensor& t) { return t.reciprocal() * scalar; }
+
+at::Tensor default_inv_freq(double base, int64_t dim) {
+  at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  return rdiv(1.0, at::pow(base, exponents));
+}
+
+// transformers' _compute_llama3_parameters: long wavelengths are divided by `factor`, short
+// ones are kept, and the band between is interpolated smoothly.
+at::Tensor llama3_inv_freq(const ModelConfig& c, int64_t dim) {
+  const RopeScaling& s = c.rope_scaling;
+  at::Tensor inv_freq = default_inv_freq(c.rope_theta, dim);
+  const double old_len = static_cast<double>(s.original_max_position_embeddings);
+  const double low_freq_wavelen = old_len / s.low_freq_factor;
+  const double high_freq_wavelen = old_len / s.high_freq_factor;
+  at::Tensor wavelen = rdiv(2 * M_PI, inv_freq);
+  at::Tensor llama = at::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
+  at::Tensor smooth =
+      (rdiv(old_len, wavelen) - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  at::Tensor smoothed = (1 - smooth) * llama / s.factor + smooth * llama;
+  at::Tensor medium =
+      (wavelen < high_freq_wavelen).logical_not() * (wavelen > low_freq_wavelen).logical_not();
+  return at::where(medium, smoothed, llama);
+}
+
+// transformers' _compute_dynamic_ntk_parameters: the base grows once seq_len exceeds
+// max_position_embeddings (computed with fp32 tensors there, so here too).
+at::Tensor dynamic_inv_freq(const ModelConfig& c, int64_t dim, int64_t seq_len) {
+  const double factor = c.rope_scaling.factor;
+  at::Tensor len = at::scalar_tensor(std::max(seq_len, c.max_position_embeddings), at::kLong);
+  at::Tensor ratio = (len * factor / static_cast<double>(c.max_position_embeddings)) - (factor - 1);
+  at::Tensor base = c.rope_theta * ratio.pow(static_cast<double>(dim) / (dim - 2));
+  at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  return rdiv(1.0, at::pow(base, exponents));
+}
+
+}  // namespace
+
+at::Tensor rope_inv_freq(const ModelConfig& c, int64_t seq_len) {
+  const int64_t dim = c.head_dim;
+  const std::string& type = c.rope_scaling.type;
+  if (type == "llama3") return llama3_inv_freq(c, dim);
+  if (type == "linear") return default_inv_freq(c.rope_theta, dim) / c.rope_scaling.factor;
+  if (type == "dynamic") return dynamic_inv_freq(c, dim, seq_len);
+  return default_inv_freq(c.rope_theta, dim);
+}
+
+std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq,
+                                               const at::Tensor& position_ids,
+                                               at::ScalarType dtype) {
+  at::Tensor freqs =
+      position_ids.unsqueeze(-1).to(at::kFloat) * inv_freq.to(position_ids.device(), at::kFloat);
+  at::Tensor emb = at::cat({freqs, freqs}, -1);
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);
+}
+
+}  // namespace kubetune::model
