@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs kubetune-trainer with the shared libraries it needs beyond LibTorch/CUDA/glibc into DIR, so a
 # GPU machine that has the same torch wheel (2.11.0+cu130) but not our Debian libraries can run it:
-#   bench/package_trainer.sh BUILD_DIR DIR    then there:  DIR/run-trainer ARGS...
+#   bench/package_trainer.sh BUILD_DIR DIR    then there:  . DIR/env.sh; DIR/kubetune-trainer ARGS...
 set -euo pipefail
 BUILD=$1; OUT=$2
 mkdir -p "$OUT/lib"
@@ -14,15 +14,14 @@ ldd "$BUILD/bin/kubetune-trainer" | awk '/=> \// {print $1, $3}' | while read -r
   esac
   cp -L "$path" "$OUT/lib/$name"
 done
-cat >"$OUT/run-trainer" <<'SH'
-#!/usr/bin/env bash
-# Runs the packed trainer against this machine's torch wheel and its CUDA libraries.
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SITE=$(python3 -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-LIBS="$HERE/lib:$SITE/torch/lib"
-for d in "$SITE"/nvidia/*/lib; do [[ -d $d ]] && LIBS="$LIBS:$d"; done
-export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}"
-exec "$HERE/kubetune-trainer" "$@"
+strip --strip-debug "$OUT"/lib/libkubetune_*.so
+cat >"$OUT/env.sh" <<'SH'
+# Source me: points the dynamic linker at the packed libraries, this machine's torch wheel and its
+# CUDA libraries.
+_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+_site=$(python3 -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+_libs="$_here/lib:$_site/torch/lib"
+for _d in "$_site"/nvidia/*/lib; do [[ -d $_d ]] && _libs="$_libs:$_d"; done
+export LD_LIBRARY_PATH="$_libs:${LD_LIBRARY_PATH:-}"
 SH
-chmod +x "$OUT/run-trainer"
 du -sh "$OUT"

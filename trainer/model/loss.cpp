@@ -16,6 +16,12 @@ constexpr int64_t kIgnoreIndex = -100;
 // loss = sum_i logsumexp(rows_i W^T) - (rows_i W^T)[target_i], with a backward that
 // recomputes the logits chunk by chunk instead of storing them.
 struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinearCrossEntropy> {
+  // The matmuls run in the hidden states' dtype: bf16 under autocast on GPU, also in backward,
+  // which runs outside the autocast region (an fp32 master weight would otherwise make the
+  // [rows, vocab] products fp32 and several times slower). Softmax is always fp32.
+  static at::Tensor compute_weight(const at::Tensor& rows, const at::Tensor& weight) {
+    return weight.scalar_type() == rows.scalar_type() ? weight : weight.to(rows.scalar_type());
+  }
   static at::Tensor chunk_logits(const at::Tensor& rows, const at::Tensor& weight) {
     return at::linear(rows, weight).to(at::kFloat);
   }
@@ -23,10 +29,11 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows,
                             const at::Tensor& weight, const at::Tensor& targets, int64_t chunk) {
     at::Tensor total = at::zeros({}, rows.options().dtype(at::kFloat));
+    const at::Tensor w = compute_weight(rows, weight);
     std::vector<at::Tensor> lse_parts;
     for (int64_t start = 0; start < rows.size(0); start += chunk) {
       const int64_t len = std::min(chunk, rows.size(0) - start);
-      at::Tensor logits = chunk_logits(rows.narrow(0, start, len), weight);
+      at::Tensor logits = chunk_logits(rows.narrow(0, start, len), w);
       at::Tensor tgt = targets.narrow(0, start, len);
       at::Tensor lse = at::logsumexp(logits, {1});
       at::Tensor picked = logits.gather(1, tgt.unsqueeze(1)).squeeze(1);
@@ -45,6 +52,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const bool need_rows = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
     const at::Tensor g = grad_out[0].to(at::kFloat);
+    const at::Tensor w = compute_weight(rows, weight);
     at::Tensor d_rows = need_rows ? at::empty_like(rows) : at::Tensor();
     // Accumulate the weight gradient in fp32 even for bf16 weights.
     at::Tensor d_weight =
@@ -54,13 +62,13 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
       at::Tensor r = rows.narrow(0, start, len);
       // d loss / d logits = softmax - one_hot(target), scaled by the incoming gradient.
       at::Tensor d_logits =
-          (chunk_logits(r, weight) - lse.narrow(0, start, len).unsqueeze(1)).exp_();
+          (chunk_logits(r, w) - lse.narrow(0, start, len).unsqueeze(1)).exp_();
       d_logits.scatter_add_(1, targets.narrow(0, start, len).unsqueeze(1),
                             at::full({len, 1}, -1.0, d_logits.options()));
       d_logits.mul_(g);
-      at::Tensor d_logits_w = d_logits.to(weight.scalar_type());
-      if (need_rows) d_rows.narrow(0, start, len).copy_(at::mm(d_logits_w, weight));
-      if (need_weight) d_weight.add_(at::mm(d_logits_w.t(), r.to(weight.scalar_type())));
+      at::Tensor d_logits_w = d_logits.to(w.scalar_type());
+      if (need_rows) d_rows.narrow(0, start, len).copy_(at::mm(d_logits_w, w));
+      if (need_weight) d_weight.add_(at::mm(d_logits_w.t(), r));
     }
     if (need_weight) d_weight = d_weight.to(weight.scalar_type());
     return {d_rows, d_weight, at::Tensor(), at::Tensor()};
