@@ -94,6 +94,10 @@ void HistoryWriter::on_step(const StepStats& s) {
                          {"tokens_per_second", s.tokens_per_second},
                          {"global_tokens", s.global_tokens},
                          {"step_seconds", s.step_seconds},
+                         {"data_seconds", s.data_seconds},
+                         {"forward_backward_seconds", s.forward_backward_seconds},
+                         {"allreduce_wait_seconds", s.allreduce_wait_seconds},
+                         {"optimizer_seconds", s.optimizer_seconds},
                          {"elapsed_seconds", s.elapsed_seconds}};
   if (s.has_device_memory) {
     line["gpu_memory_allocated_bytes"] = s.device_memory.allocated;

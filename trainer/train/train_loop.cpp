@@ -189,6 +189,7 @@ StepStats train_step(Run& run) {
   s.learning_rate = run.schedule.at(run.state.step);
   run.optimizer.step(s.learning_rate);
   run.optimizer.zero_grad();
+  if (run.device.is_cuda()) torch::cuda::synchronize(run.device.index());  // honest phase timing
   s.optimizer_seconds = seconds_since(opt_start);
 
   auto global_loss = loss_sum.to(run.device, torch::kFloat64);
