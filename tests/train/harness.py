@@ -57,7 +57,8 @@ def write_config(path: Path, cfg: dict) -> Path:
 
 
 def run(args, timeout=300, check=True, **kw):
-    p = subprocess.run([TRAINER, *map(str, args)], capture_output=True, text=True, timeout=timeout, **kw)
+    p = subprocess.run([TRAINER, *map(str, args)], capture_output=True, text=True, errors="replace",
+                       timeout=timeout, **kw)
     if check and p.returncode != 0:
         raise AssertionError(f"{args} exited {p.returncode}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
     return p

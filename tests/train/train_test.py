@@ -3,6 +3,7 @@
 References: transformers (eval loss), tokenizers (token ids), PEFT (adapter logits)."""
 import json
 import math
+import shutil
 import subprocess
 
 import torch
@@ -30,19 +31,18 @@ def accumulation_equals_big_batch():
 
 
 def resume_equals_uninterrupted():
-    """Stop after step 3 (a checkpoint), resume, finish: same weights as never stopping."""
+    """A run stopped right after its step-3 checkpoint, resumed, ends with the weights of a run
+    that never stopped. (The stop is simulated by deleting every later checkpoint.)"""
     w = h.workdir("resume")
     model = h.tiny_model(w / "model")
     data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 40)
-    common = dict(microBatchSize=2, gradientAccumulationSteps=2, maxSteps=6)
-    straight = h.config(model, data, w / "straight", **common)
-    h.run(["train", "--config", h.write_config(w / "straight.json", straight)])
-    first = h.config(model, data, w / "resumed", **{**common, "maxSteps": 3})
-    first["checkpoint"] = {"resume": "auto", "dir": str(w / "ckpt"), "everySteps": 1}
-    h.run(["train", "--config", h.write_config(w / "first.json", first)])
-    second = h.config(model, data, w / "resumed", **common)
-    second["checkpoint"] = {"resume": "auto", "dir": str(w / "ckpt"), "everySteps": 2}
-    p = h.run(["train", "--config", h.write_config(w / "second.json", second)])
+    cfg = h.config(model, data, w / "straight", microBatchSize=2, gradientAccumulationSteps=2, maxSteps=6)
+    cfg["checkpoint"] = {"resume": "auto", "dir": str(w / "ckpt"), "everySteps": 1, "keepLast": 10}
+    h.run(["train", "--config", h.write_config(w / "straight.json", cfg)])
+    for step in (4, 5, 6):
+        shutil.rmtree(w / "ckpt" / f"step-{step:08d}")
+    cfg["output"]["dir"] = str(w / "resumed")
+    p = h.run(["train", "--config", h.write_config(w / "resumed.json", cfg)])
     assert "resuming from" in p.stdout and "step-00000003" in p.stdout, p.stdout[-2000:]
     diff = h.max_abs_diff(h.weights(w / "straight"), h.weights(w / "resumed"))
     print(f"max |uninterrupted - resumed| = {diff:.3g}")
@@ -70,13 +70,16 @@ def eval_matches_transformers():
 
     w = h.workdir("eval")
     model_dir = h.tiny_model(w / "model", seed=3)
-    data = w / "eval.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in [
+    records = [
         {"text": "hello world, a plain text record"},
         {"prompt": "upper: abc", "completion": "ABC"},
         {"messages": [{"role": "user", "content": "upper: hi there"}, {"role": "assistant", "content": "HI THERE"}]},
-    ]) + "\n")
-    ours = json.loads(h.run(["eval", "--model", model_dir, "--data", data, "--json"]).stdout)
+    ]
+    ours = {"records": []}
+    for i, record in enumerate(records):  # one format per file, as the loader requires
+        data = w / f"eval{i}.jsonl"
+        data.write_text(json.dumps(record) + "\n")
+        ours["records"] += json.loads(h.run(["eval", "--model", model_dir, "--data", data, "--json"]).stdout)["records"]
     tok = AutoTokenizer.from_pretrained(model_dir)
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     eos = tok.eos_token_id
@@ -99,8 +102,11 @@ def eval_matches_transformers():
         print(f"ours {rec['mean_loss']:.6f} ({rec['n_targets']}) hf {loss:.6f} ({n})")
         assert rec["n_targets"] == n
         assert math.isclose(rec["mean_loss"], loss, rel_tol=1e-4), (rec, loss)
-    total = sum(l * n for l, n in expected) / sum(n for _, n in expected)
-    assert math.isclose(ours["mean_loss"], total, rel_tol=1e-4)
+    both = w / "two.jsonl"  # the file-level mean is token-weighted over records
+    both.write_text(json.dumps(records[2]) + "\n" + json.dumps(records[2]) + "\n")
+    two = json.loads(h.run(["eval", "--model", model_dir, "--data", both, "--json"]).stdout)
+    assert two["n_targets"] == 2 * expected[2][1]
+    assert math.isclose(two["mean_loss"], expected[2][0], rel_tol=1e-4)
 
 
 def tokenize_matches_tokenizers():
@@ -168,7 +174,7 @@ def bad_inputs_are_named():
         ("empty dataset", lambda cfg: cfg["data"].update(train=str(empty)), "empty.jsonl"),
         ("truncated safetensors", lambda cfg: cfg["model"].update(path=str(broken_model)), "model.safetensors"),
         ("missing model", lambda cfg: cfg["model"].update(path=str(w / "nope")), "nope"),
-        ("unknown architecture", lambda cfg: cfg["model"].update(path=str(unknown_arch)), "gpt_neox"),
+        ("unknown architecture", lambda cfg: cfg["model"].update(path=str(unknown_arch)), "GPTNeoXForCausalLM"),
     ]
     for name, mutate, needle in cases:
         cfg = h.config(model, good, w / "out", maxSteps=1)

@@ -348,10 +348,10 @@ int run_training(const TrainConfig& c) {
 
   if (checkpoint) {
     restore(run, *checkpoint);
-    checkpoint.reset();  // free the host copies
     if (lead)
       std::cout << "resuming from " << checkpoint->path << " at step " << run.state.step << "/"
                 << total_steps << std::endl;
+    checkpoint.reset();  // free the host copies
   }
   // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
   run.comm.broadcast(run.trainable.tensors, 0, "initial weights");
