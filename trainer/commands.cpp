@@ -183,6 +183,9 @@ int run_cli(int argc, char** argv) {
   } catch (const train::UserInputError& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return train::kExitUserError;
+  } catch (const dist::CollectiveError& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return dist::kExitCollectiveFailure;
   } catch (const c10::DistError& e) {
     std::cerr << "error: collective failed: " << e.what_without_backtrace() << std::endl;
     return dist::kExitCollectiveFailure;

@@ -163,9 +163,16 @@ class C10dCommunicator : public Communicator {
   template <class F>
   void run(const char* what, F&& start) {
     Watch watch(*this, what);
-    auto work = start();
-    work->wait();
+    try {
+      auto work = start();
+      work->wait();
+    } catch (const std::exception& e) {
+      throw CollectiveError("rank " + std::to_string(env_.rank) + ": collective '" + what +
+                            "' failed (a peer died, hung or timed out): " + first_line(e.what()));
+    }
   }
+
+  static std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
   torch::Device device_;
   Watchdog watchdog_;
@@ -175,6 +182,14 @@ class C10dCommunicator : public Communicator {
 };
 
 }  // namespace
+
+bool is_collective_failure(const std::exception& e) {
+  if (dynamic_cast<const CollectiveError*>(&e) || dynamic_cast<const c10::DistError*>(&e)) return true;
+  const std::string message = e.what();
+  for (const char* sign : {"Timed out", "timed out", "Connection closed", "Connection reset", "gloo", "NCCL"})
+    if (message.find(sign) != std::string::npos) return true;
+  return false;
+}
 
 Communicator::Watch::Watch(Communicator& c, const char* what) : c_(c) { c_.watch_begin(what); }
 Communicator::Watch::~Watch() { c_.watch_end(); }

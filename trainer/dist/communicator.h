@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,15 @@ namespace kubetune::dist {
 
 // Exit status of a process that gave up on a collective: retryable (the operator restarts the gang).
 constexpr int kExitCollectiveFailure = 3;
+
+// A collective that failed or timed out: a peer died, hung or lost its connection.
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// True for the errors c10d/Gloo/NCCL raise when a peer is gone or a collective timed out.
+bool is_collective_failure(const std::exception& e);
 
 class Communicator {
  public:

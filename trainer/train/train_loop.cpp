@@ -170,7 +170,15 @@ StepStats train_step(Run& run) {
     const auto backward_start = Clock::now();
     if (last) {
       dist::Communicator::Watch watch(run.comm, "gradient all-reduce (backward)");
-      loss.backward();
+      try {
+        loss.backward();
+      } catch (const std::exception& e) {
+        if (run.comm.world_size() > 1 && dist::is_collective_failure(e))
+          throw dist::CollectiveError("rank " + std::to_string(run.comm.rank()) +
+                                      ": gradient all-reduce failed (a peer died, hung or timed out): " +
+                                      std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
+        throw;
+      }
     } else {
       loss.backward();
     }
