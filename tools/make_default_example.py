@@ -34,8 +34,9 @@ def make_tokenizer(out: Path) -> None:
 
 
 def make_record(rng: random.Random) -> dict:
-    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 7)))
-             for _ in range(rng.randint(1, 3))]
+    # Two words of four letters: each answer character sits at a fixed distance behind its source,
+    # which a small model learns quickly; held-out words show it learned the rule, not the data.
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(4)) for _ in range(2)]
     text = " ".join(words)
     return {"messages": [{"role": "user", "content": "upper: " + text},
                          {"role": "assistant", "content": text.upper()}]}
@@ -44,7 +45,7 @@ def make_record(rng: random.Random) -> dict:
 def main() -> None:
     make_tokenizer(ROOT / "tokenizer")
     rng = random.Random(1234)
-    for name, count in (("train", 4000), ("validation", 200)):
+    for name, count in (("train", 3000), ("validation", 200)):
         with open(ROOT / f"{name}.jsonl", "w") as f:
             for _ in range(count):
                 f.write(json.dumps(make_record(rng)) + "\n")

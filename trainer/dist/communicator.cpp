@@ -117,6 +117,7 @@ class C10dCommunicator : public Communicator {
   }
 
   void broadcast(std::vector<torch::Tensor>& tensors, int root, const char* what) override {
+    torch::NoGradGuard no_grad;  // overwriting parameters in place is not part of any graph
     c10d::BroadcastOptions options;
     options.rootRank = root;
     for (auto& t : tensors) {
