@@ -40,13 +40,15 @@ void check_range(const json& value, const json& schema, const std::string& path,
     double min = schema["minimum"].get<double>();
     bool exclusive = schema.value("exclusiveMinimum", false);
     if (exclusive ? !(v > min) : !(v >= min))
-      problems.push_back(path + ": must be " + (exclusive ? "> " : ">= ") + schema["minimum"].dump());
+      problems.push_back(path + ": must be " + (exclusive ? "> " : ">= ") +
+                         schema["minimum"].dump());
   }
   if (schema.contains("maximum")) {
     double max = schema["maximum"].get<double>();
     bool exclusive = schema.value("exclusiveMaximum", false);
     if (exclusive ? !(v < max) : !(v <= max))
-      problems.push_back(path + ": must be " + (exclusive ? "< " : "<= ") + schema["maximum"].dump());
+      problems.push_back(path + ": must be " + (exclusive ? "< " : "<= ") +
+                         schema["maximum"].dump());
   }
 }
 
@@ -63,7 +65,8 @@ void apply_schema(json& value, const json& schema, const std::string& path,
   if (schema.contains("enum")) {
     bool found = false;
     for (const auto& allowed : schema["enum"]) found = found || allowed == value;
-    if (!found) problems.push_back(path + ": " + value.dump() + " is not one of " + schema["enum"].dump());
+    if (!found)
+      problems.push_back(path + ": " + value.dump() + " is not one of " + schema["enum"].dump());
   }
   if (value.is_number()) check_range(value, schema, path, problems);
   if (value.is_string() && schema.contains("minLength") &&
@@ -77,14 +80,12 @@ void apply_schema(json& value, const json& schema, const std::string& path,
   const json& properties = schema["properties"];
   for (auto it = value.begin(); it != value.end(); ++it) {
     if (!properties.contains(it.key()))
-      problems.push_back(child_path(path, it.key()) + ": unknown field (allowed: " +
-                         [&] {
-                           std::string names;
-                           for (auto p = properties.begin(); p != properties.end(); ++p)
-                             names += (names.empty() ? "" : ", ") + p.key();
-                           return names;
-                         }() +
-                         ")");
+      problems.push_back(child_path(path, it.key()) + ": unknown field (allowed: " + [&] {
+        std::string names;
+        for (auto p = properties.begin(); p != properties.end(); ++p)
+          names += (names.empty() ? "" : ", ") + p.key();
+        return names;
+      }() + ")");
   }
   for (const auto& name : schema.value("required", json::array())) {
     if (!value.contains(name.get<std::string>()))
@@ -110,7 +111,8 @@ json yaml_node_to_json(const YAML::Node& node, const std::string& source) {
     }
     case YAML::NodeType::Map: {
       json out = json::object();
-      for (const auto& kv : node) out[kv.first.as<std::string>()] = yaml_node_to_json(kv.second, source);
+      for (const auto& kv : node)
+        out[kv.first.as<std::string>()] = yaml_node_to_json(kv.second, source);
       return out;
     }
     case YAML::NodeType::Scalar:
@@ -193,7 +195,8 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& c) {
   t.lora.dropout = lora["dropout"];
   for (const auto& m : lora["targetModules"]) {
     if (m == "all-linear") {
-      for (const char* name : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+      for (const char* name :
+           {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
         t.lora.target_modules.push_back(name);
     } else {
       t.lora.target_modules.push_back(m);

@@ -28,7 +28,8 @@ class ConfigError : public std::runtime_error {
 // OpenAPI v3 (structural, CRD-compatible) schema of the training config, with defaults and enums.
 const nlohmann::json& train_config_schema();
 
-// Applies the schema's defaults and checks types, enums, ranges and unknown keys; throws ConfigError.
+// Applies the schema's defaults and checks types, enums, ranges and unknown keys; throws
+// ConfigError.
 nlohmann::json validate_train_config(nlohmann::json config);
 
 // Reads a YAML or JSON file into JSON (YAML is a superset; errors name the file and line).

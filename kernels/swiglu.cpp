@@ -36,11 +36,10 @@ class SwiGLUFunction : public torch::autograd::Function<SwiGLUFunction> {
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     auto saved = ctx->get_saved_variables();
-    static auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("kubetune::swiglu_backward", "")
-            .typed<std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor&, const torch::Tensor&,
-                                                            const torch::Tensor&)>();
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("kubetune::swiglu_backward", "")
+                         .typed<std::tuple<torch::Tensor, torch::Tensor>(
+                             const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>();
     auto [d_gate, d_up] = op.call(grads[0].contiguous(), saved[0], saved[1]);
     return {d_gate, d_up};
   }

@@ -50,8 +50,9 @@ at::Tensor swiglu_forward_cuda(const at::Tensor& gate, const at::Tensor& up) {
   const int64_t n = g.numel();
   if (n == 0) return out;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, g.scalar_type(), "swiglu_forward", [&] {
-    swiglu_forward_kernel<scalar_t><<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), n);
+    swiglu_forward_kernel<scalar_t>
+        <<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+            g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), n);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -65,11 +66,13 @@ std::tuple<at::Tensor, at::Tensor> swiglu_backward_cuda(const at::Tensor& grad,
   auto d_gate = at::empty_like(g), d_up = at::empty_like(u);
   const int64_t n = g.numel();
   if (n == 0) return {d_gate, d_up};
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, g.scalar_type(), "swiglu_backward", [&] {
-    swiglu_backward_kernel<scalar_t><<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        dy.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(),
-        d_gate.data_ptr<scalar_t>(), d_up.data_ptr<scalar_t>(), n);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kBFloat16, at::kHalf, g.scalar_type(), "swiglu_backward", [&] {
+        swiglu_backward_kernel<scalar_t>
+            <<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+                dy.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(),
+                d_gate.data_ptr<scalar_t>(), d_up.data_ptr<scalar_t>(), n);
+      });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {d_gate, d_up};
 }

@@ -84,16 +84,22 @@ int tokenize_command(const std::string& tokenizer_dir, bool chat, bool as_json) 
     }
     std::vector<int32_t> ids;
     if (record.contains("messages")) {
-      if (!chat) throw std::runtime_error("stdin:" + std::to_string(line_number) + ": a messages record needs --chat");
-      if (!text.chat) throw std::runtime_error(tokenizer_dir + ": no chat template (tokenizer_config.json chat_template or chat_template.jinja)");
+      if (!chat)
+        throw std::runtime_error("stdin:" + std::to_string(line_number) +
+                                 ": a messages record needs --chat");
+      if (!text.chat)
+        throw std::runtime_error(
+            tokenizer_dir +
+            ": no chat template (tokenizer_config.json chat_template or chat_template.jinja)");
       ids = text.tokenizer.encode(text.chat->render(record["messages"], false,
-                                                   {{"bos_token", text.tokenizer.bos_token()},
-                                                    {"eos_token", text.tokenizer.eos_token()}}),
+                                                    {{"bos_token", text.tokenizer.bos_token()},
+                                                     {"eos_token", text.tokenizer.eos_token()}}),
                                   false);
     } else if (record.contains("text") && record["text"].is_string()) {
       ids = text.tokenizer.encode(record["text"].get<std::string>(), false);
     } else {
-      throw std::runtime_error("stdin:" + std::to_string(line_number) + ": expected {\"text\": ...} or {\"messages\": [...]}");
+      throw std::runtime_error("stdin:" + std::to_string(line_number) +
+                               ": expected {\"text\": ...} or {\"messages\": [...]}");
     }
     if (as_json) {
       std::cout << nlohmann::json{{"ids", ids}}.dump() << "\n";

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "common/train_config.h"
+
+#include <gtest/gtest.h>
 
 namespace kubetune {
 namespace {

@@ -1,10 +1,10 @@
 // The fused SwiGLU op against LibTorch's own silu(gate) * up: values and gradients, on CPU here
 // and on CUDA where a GPU is present (skipped, visibly, where not).
+#include "kernels/swiglu.h"
+
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
-
-#include "kernels/swiglu.h"
 
 namespace kubetune::kernels {
 namespace {
@@ -13,7 +13,8 @@ struct Result {
   torch::Tensor out, d_gate, d_up;
 };
 
-Result run(bool fused, const torch::Tensor& gate0, const torch::Tensor& up0, const torch::Tensor& dy) {
+Result run(bool fused, const torch::Tensor& gate0, const torch::Tensor& up0,
+           const torch::Tensor& dy) {
   auto gate = gate0.detach().clone().requires_grad_(true);
   auto up = up0.detach().clone().requires_grad_(true);
   auto out = fused ? swiglu(gate, up) : swiglu_reference(gate, up);
@@ -22,13 +23,15 @@ Result run(bool fused, const torch::Tensor& gate0, const torch::Tensor& up0, con
 }
 
 void expect_close(const torch::Tensor& a, const torch::Tensor& b, double tol, const char* what) {
-  auto diff = (a.to(torch::kFloat32).cpu() - b.to(torch::kFloat32).cpu()).abs().max().item<double>();
+  auto diff =
+      (a.to(torch::kFloat32).cpu() - b.to(torch::kFloat32).cpu()).abs().max().item<double>();
   EXPECT_LE(diff, tol) << what;
 }
 
 TEST(SwiGLU, CpuMatchesLibTorchFormulaInFp32) {
   torch::manual_seed(0);
-  auto gate = torch::randn({3, 7, 33}) * 4, up = torch::randn({3, 7, 33}), dy = torch::randn({3, 7, 33});
+  auto gate = torch::randn({3, 7, 33}) * 4, up = torch::randn({3, 7, 33}),
+       dy = torch::randn({3, 7, 33});
   auto fused = run(true, gate, up, dy), ref = run(false, gate, up, dy);
   expect_close(fused.out, ref.out, 1e-5, "forward");
   expect_close(fused.d_gate, ref.d_gate, 1e-5, "d_gate");
@@ -43,7 +46,8 @@ TEST(SwiGLU, CudaKernelMatchesCpuReference) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
   torch::manual_seed(0);
   for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    auto gate = (torch::randn({4, 129, 1000}) * 4).to(dtype), up = torch::randn({4, 129, 1000}).to(dtype);
+    auto gate = (torch::randn({4, 129, 1000}) * 4).to(dtype),
+         up = torch::randn({4, 129, 1000}).to(dtype);
     auto dy = torch::randn({4, 129, 1000}).to(dtype);
     auto gpu = run(true, gate.cuda(), up.cuda(), dy.cuda());
     auto cpu = run(true, gate, up, dy);

@@ -1,16 +1,16 @@
 #include "trainer/dist/communicator.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/torch.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "trainer/dist/nccl_backend.h"
 
@@ -54,9 +54,9 @@ class Watchdog {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       const long long since = since_ns_;
       if (since == 0) continue;
-      double waited = std::chrono::duration<double>(Clock::now().time_since_epoch() -
-                                                    Clock::duration(since))
-                          .count();
+      double waited =
+          std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(since))
+              .count();
       if (waited > timeout_ + 5.0) {
         std::fprintf(stderr,
                      "rank %d: collective '%s' did not complete within %.0f s (distributed."
@@ -135,7 +135,8 @@ class C10dCommunicator : public Communicator {
   void attach_gradient_sync(const std::vector<torch::Tensor>& params,
                             const std::vector<std::string>& names, double bucket_mb) override {
     const auto cap = static_cast<size_t>(bucket_mb * 1024 * 1024);
-    const size_t first_cap = std::min<size_t>(cap, 1024 * 1024);  // as torch DDP: a small first bucket
+    const size_t first_cap =
+        std::min<size_t>(cap, 1024 * 1024);  // as torch DDP: a small first bucket
     auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(params, {first_cap, cap});
     // Gradients arrive roughly in reverse order of definition, so the last buckets go first.
     std::reverse(buckets.begin(), buckets.end());
@@ -143,8 +144,8 @@ class C10dCommunicator : public Communicator {
     std::unordered_map<size_t, std::string> param_names;
     for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
     reducer_ = std::make_unique<c10d::Reducer>(
-        params, buckets, group_, std::vector<bool>(params.size(), false),
-        static_cast<int64_t>(cap), /*find_unused_parameters=*/false,
+        params, buckets, group_, std::vector<bool>(params.size(), false), static_cast<int64_t>(cap),
+        /*find_unused_parameters=*/false,
         /*gradient_as_bucket_view=*/false, param_names, static_cast<int64_t>(first_cap),
         /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false, reversed_limits);
   }
@@ -185,9 +186,11 @@ class C10dCommunicator : public Communicator {
 }  // namespace
 
 bool is_collective_failure(const std::exception& e) {
-  if (dynamic_cast<const CollectiveError*>(&e) || dynamic_cast<const c10::DistError*>(&e)) return true;
+  if (dynamic_cast<const CollectiveError*>(&e) || dynamic_cast<const c10::DistError*>(&e))
+    return true;
   const std::string message = e.what();
-  for (const char* sign : {"Timed out", "timed out", "Connection closed", "Connection reset", "gloo", "NCCL"})
+  for (const char* sign :
+       {"Timed out", "timed out", "Connection closed", "Connection reset", "gloo", "NCCL"})
     if (message.find(sign) != std::string::npos) return true;
   return false;
 }

@@ -17,7 +17,8 @@
 
 namespace kubetune::dist {
 
-// Exit status of a process that gave up on a collective: retryable (the operator restarts the gang).
+// Exit status of a process that gave up on a collective: retryable (the operator restarts the
+// gang).
 constexpr int kExitCollectiveFailure = 3;
 
 // A collective that failed or timed out: a peer died, hung or lost its connection.
@@ -53,7 +54,8 @@ class Communicator {
                                     const std::vector<std::string>& names, double bucket_mb) = 0;
   virtual void begin_synced_micro_step() = 0;
 
-  // Marks a blocking region (e.g. a backward that ends in the gradient all-reduce) for the watchdog.
+  // Marks a blocking region (e.g. a backward that ends in the gradient all-reduce) for the
+  // watchdog.
   class Watch {
    public:
     Watch(Communicator& c, const char* what);

@@ -33,8 +33,8 @@ DistEnv DistEnv::from_environment() {
   e.master_port = int_from_env("MASTER_PORT", 29500);
   if (e.world_size < 1) throw std::runtime_error("WORLD_SIZE must be >= 1");
   if (e.rank < 0 || e.rank >= e.world_size)
-    throw std::runtime_error("RANK=" + std::to_string(e.rank) + " is outside WORLD_SIZE=" +
-                             std::to_string(e.world_size));
+    throw std::runtime_error("RANK=" + std::to_string(e.rank) +
+                             " is outside WORLD_SIZE=" + std::to_string(e.world_size));
   return e;
 }
 

@@ -135,7 +135,8 @@ void reap(std::map<pid_t, int>& finished) {
 
 int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
   int local_world = o.nproc_per_node;
-  if (local_world <= 0) local_world = std::max<int>(1, static_cast<int>(torch::cuda::device_count()));
+  if (local_world <= 0)
+    local_world = std::max<int>(1, static_cast<int>(torch::cuda::device_count()));
   const int world = local_world * o.nnodes;
   struct sigaction sa {};
   sa.sa_handler = remember_signal;
@@ -182,7 +183,8 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
     }
   }
   for (auto& c : children) c.reader.join();
-  if (result == 0) std::cerr << "launcher: all " << children.size() << " rank(s) finished" << std::endl;
+  if (result == 0)
+    std::cerr << "launcher: all " << children.size() << " rank(s) finished" << std::endl;
   return result;
 }
 

@@ -1,10 +1,9 @@
 // ProcessGroupNCCL lives in its own file: it is compiled only when CUDA and nccl.h are available.
 #pragma once
 
+#include <chrono>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-
-#include <chrono>
 
 namespace kubetune::dist {
 

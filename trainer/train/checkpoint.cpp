@@ -44,8 +44,12 @@ NamedTensors read_all(const fs::path& path) {
 }  // namespace
 
 nlohmann::json TrainerState::to_json() const {
-  return {{"step", step},           {"tokens_seen", tokens_seen}, {"samples_seen", samples_seen},
-          {"global_batch", global_batch}, {"world_size", world_size}, {"seed", seed},
+  return {{"step", step},
+          {"tokens_seen", tokens_seen},
+          {"samples_seen", samples_seen},
+          {"global_batch", global_batch},
+          {"world_size", world_size},
+          {"seed", seed},
           {"method", method}};
 }
 
@@ -67,14 +71,17 @@ std::string save_checkpoint(const std::string& dir, const TrainerState& state,
   char name[32];
   std::snprintf(name, sizeof name, "step-%08ld", static_cast<long>(state.step));
   const fs::path final_dir = fs::path(dir) / name;
-  const fs::path tmp_dir = fs::path(dir) / (std::string(".") + name + ".partial-" + std::to_string(getpid()));
+  const fs::path tmp_dir =
+      fs::path(dir) / (std::string(".") + name + ".partial-" + std::to_string(getpid()));
   fs::create_directories(dir);
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
 
   NamedTensors cpu_trainable, cpu_optimizer;
-  for (const auto& [n, t] : trainable) cpu_trainable.emplace_back(n, t.detach().to(torch::kCPU).contiguous());
-  for (const auto& [n, t] : optimizer) cpu_optimizer.emplace_back(n, t.detach().to(torch::kCPU).contiguous());
+  for (const auto& [n, t] : trainable)
+    cpu_trainable.emplace_back(n, t.detach().to(torch::kCPU).contiguous());
+  for (const auto& [n, t] : optimizer)
+    cpu_optimizer.emplace_back(n, t.detach().to(torch::kCPU).contiguous());
   io::save_safetensors((tmp_dir / "trainable.safetensors").string(), cpu_trainable);
   io::save_safetensors((tmp_dir / "optimizer.safetensors").string(), cpu_optimizer);
   if (extra) extra(tmp_dir.string());
@@ -93,7 +100,8 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::string> found;
   if (!fs::is_directory(dir)) return found;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_directory() && std::regex_match(entry.path().filename().string(), kCheckpointName) &&
+    if (entry.is_directory() &&
+        std::regex_match(entry.path().filename().string(), kCheckpointName) &&
         fs::exists(entry.path() / "trainer_state.json"))
       found.push_back(entry.path().string());
   }

@@ -7,11 +7,12 @@
 // and falls back to the previous checkpoint if one is damaged.
 #pragma once
 
+#include <torch/types.h>
+
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <torch/types.h>
 #include <vector>
 
 namespace kubetune::train {
@@ -37,8 +38,8 @@ struct CheckpointContents {
   NamedTensors optimizer;
 };
 
-// Writes atomically and returns the final folder. `extra` may add files (e.g. the PEFT adapter) into
-// the temporary folder before it is renamed.
+// Writes atomically and returns the final folder. `extra` may add files (e.g. the PEFT adapter)
+// into the temporary folder before it is renamed.
 std::string save_checkpoint(const std::string& dir, const TrainerState& state,
                             const NamedTensors& trainable, const NamedTensors& optimizer,
                             const std::function<void(const std::string& tmp_dir)>& extra = {});

@@ -20,9 +20,10 @@ ExampleScore score_row(model::CausalLMImpl& model, const torch::Tensor& hidden_r
   if (s.n_targets == 0) return s;
   auto logits = model.logits(rows).to(torch::kFloat32);
   auto wanted = targets.index({mask});
-  s.loss_sum = torch::nn::functional::cross_entropy(
-                   logits, wanted, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                   .item<double>();
+  s.loss_sum =
+      torch::nn::functional::cross_entropy(
+          logits, wanted, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+          .item<double>();
   s.n_correct = (logits.argmax(-1) == wanted).sum().item<int64_t>();
   return s;
 }
@@ -50,8 +51,8 @@ EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>
     auto hidden = model.hidden_states(t.input_ids, t.position_ids, t.segment_ids);
     for (size_t row = 0; row < chunk.size(); ++row) {
       const auto length = static_cast<int64_t>(chunk[row]->input_ids.size());
-      result.per_example.push_back(score_row(model, hidden[row].slice(0, 0, length),
-                                             t.labels[row].slice(0, 0, length)));
+      result.per_example.push_back(
+          score_row(model, hidden[row].slice(0, 0, length), t.labels[row].slice(0, 0, length)));
     }
   }
   double totals_host[3] = {0, 0, 0};
@@ -60,7 +61,8 @@ EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>
     totals_host[1] += static_cast<double>(s.n_targets);
     totals_host[2] += static_cast<double>(s.n_correct);
   }
-  auto totals = torch::tensor({totals_host[0], totals_host[1], totals_host[2]}, torch::kFloat64).to(device);
+  auto totals =
+      torch::tensor({totals_host[0], totals_host[1], totals_host[2]}, torch::kFloat64).to(device);
   if (comm) comm->all_reduce_sum(totals, "evaluation totals");
   totals = totals.cpu();
   result.n_targets = static_cast<int64_t>(totals[1].item<double>());

@@ -21,7 +21,8 @@ struct EvalResult {
   double mean_loss = 0;  // sum of losses / sum of targets, over all examples (and ranks)
   double accuracy = 0;   // argmax accuracy over all targets
   int64_t n_targets = 0;
-  std::vector<ExampleScore> per_example;  // this process's examples, in order (all when comm is null)
+  std::vector<ExampleScore>
+      per_example;  // this process's examples, in order (all when comm is null)
 };
 
 // With a communicator, each rank scores every world_size-th example and the totals are summed.

@@ -1,10 +1,9 @@
 #include "trainer/train/history.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace kubetune::train {
@@ -32,13 +31,14 @@ std::string axes(const Panel& p, const std::string& title, double xmin, double x
   std::ostringstream out;
   out << "<rect x=\"" << p.x0 << "\" y=\"" << p.y0 << "\" width=\"" << p.width << "\" height=\""
       << p.height << "\" fill=\"none\" stroke=\"#888\"/>\n"
-      << "<text x=\"" << p.x0 << "\" y=\"" << p.y0 - 8 << "\" font-size=\"14\">" << title << "</text>\n"
-      << "<text x=\"" << p.x0 - 6 << "\" y=\"" << p.y0 + 10 << "\" font-size=\"10\" text-anchor=\"end\">"
-      << ymax << "</text>\n"
-      << "<text x=\"" << p.x0 - 6 << "\" y=\"" << p.y0 + p.height << "\" font-size=\"10\" text-anchor=\"end\">"
-      << ymin << "</text>\n"
-      << "<text x=\"" << p.x0 << "\" y=\"" << p.y0 + p.height + 14 << "\" font-size=\"10\">step " << xmin
+      << "<text x=\"" << p.x0 << "\" y=\"" << p.y0 - 8 << "\" font-size=\"14\">" << title
       << "</text>\n"
+      << "<text x=\"" << p.x0 - 6 << "\" y=\"" << p.y0 + 10
+      << "\" font-size=\"10\" text-anchor=\"end\">" << ymax << "</text>\n"
+      << "<text x=\"" << p.x0 - 6 << "\" y=\"" << p.y0 + p.height
+      << "\" font-size=\"10\" text-anchor=\"end\">" << ymin << "</text>\n"
+      << "<text x=\"" << p.x0 << "\" y=\"" << p.y0 + p.height + 14 << "\" font-size=\"10\">step "
+      << xmin << "</text>\n"
       << "<text x=\"" << p.x0 + p.width << "\" y=\"" << p.y0 + p.height + 14
       << "\" font-size=\"10\" text-anchor=\"end\">step " << xmax << "</text>\n";
   return out.str();
@@ -56,7 +56,8 @@ std::string render_training_svg(const std::vector<double>& steps, const std::vec
                                 const std::vector<std::pair<double, double>>& eval_points,
                                 const std::vector<double>& tokens_per_second) {
   std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"760\" height=\"560\" font-family=\"sans-serif\">\n"
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"760\" height=\"560\" "
+         "font-family=\"sans-serif\">\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   const Panel top{70, 40, 660, 200}, bottom{70, 320, 660, 200};
   auto [xmin, xmax] = range_of(steps);
@@ -72,7 +73,8 @@ std::string render_training_svg(const std::vector<double>& steps, const std::vec
   }
   auto [tmin, tmax] = range_of(tokens_per_second);
   svg << axes(bottom, "tokens/s (this process)", xmin, xmax, std::min(0.0, tmin), tmax)
-      << polyline(bottom, steps, tokens_per_second, xmin, xmax, std::min(0.0, tmin), tmax, "#2ca02c")
+      << polyline(bottom, steps, tokens_per_second, xmin, xmax, std::min(0.0, tmin), tmax,
+                  "#2ca02c")
       << "</svg>\n";
   return svg.str();
 }
@@ -115,7 +117,8 @@ void HistoryWriter::on_eval(int64_t step, double eval_loss) {
 }
 
 void HistoryWriter::on_finish(const StepStats&) {
-  std::ofstream(dir_ + "/training_curves.svg") << render_training_svg(steps_, losses_, evals_, throughput_);
+  std::ofstream(dir_ + "/training_curves.svg")
+      << render_training_svg(steps_, losses_, evals_, throughput_);
 }
 
 }  // namespace kubetune::train

@@ -1,4 +1,5 @@
-// Learning-rate schedules with the formulas of transformers' get_{linear,cosine,constant}_schedule_with_warmup.
+// Learning-rate schedules with the formulas of transformers'
+// get_{linear,cosine,constant}_schedule_with_warmup.
 #pragma once
 
 #include <string>

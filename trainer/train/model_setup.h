@@ -2,10 +2,11 @@
 // and turning data micro-batches into tensors on the right device.
 #pragma once
 
+#include <torch/types.h>
+
 #include <memory>
 #include <optional>
 #include <string>
-#include <torch/types.h>
 
 #include "trainer/data/batch.h"
 #include "trainer/model/causal_lm.h"
@@ -35,7 +36,8 @@ struct NamedParams {
 NamedParams trainable_parameters(model::CausalLMImpl& model);
 
 struct BatchTensors {
-  torch::Tensor input_ids, position_ids, segment_ids, labels;  // segment_ids undefined: plain causal
+  torch::Tensor input_ids, position_ids, segment_ids,
+      labels;  // segment_ids undefined: plain causal
 };
 BatchTensors to_tensors(const data::MicroBatch& batch, const torch::Device& device);
 

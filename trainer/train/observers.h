@@ -1,10 +1,10 @@
 // Who watches a run: the progress line and history files on rank 0, Prometheus on every rank.
 #pragma once
 
+#include <torch/types.h>
+
 #include <memory>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "common/train_config.h"
 #include "trainer/dist/dist_env.h"

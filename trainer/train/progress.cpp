@@ -18,10 +18,12 @@ std::string format_duration(double seconds) {
 
 void ProgressPrinter::on_step(const StepStats& s) {
   if (s.step % every_ != 0 && s.step != s.total_steps && s.step != 1) return;
-  std::printf("step %ld/%ld | epoch %.2f | loss %.4f | lr %.3g | grad norm %.3f | %.0f tok/s | %s elapsed | ETA %s\n",
-              static_cast<long>(s.step), static_cast<long>(s.total_steps), s.epoch, s.loss,
-              s.learning_rate, s.grad_norm, s.tokens_per_second, format_duration(s.elapsed_seconds).c_str(),
-              format_duration(s.eta_seconds).c_str());
+  std::printf(
+      "step %ld/%ld | epoch %.2f | loss %.4f | lr %.3g | grad norm %.3f | %.0f tok/s | %s elapsed "
+      "| ETA %s\n",
+      static_cast<long>(s.step), static_cast<long>(s.total_steps), s.epoch, s.loss, s.learning_rate,
+      s.grad_norm, s.tokens_per_second, format_duration(s.elapsed_seconds).c_str(),
+      format_duration(s.eta_seconds).c_str());
   std::fflush(stdout);
 }
 

@@ -13,10 +13,10 @@ struct DeviceMemory {  // bytes; only on GPU
 };
 
 struct StepStats {
-  int64_t step = 0;         // optimizer steps done (1-based after the first step)
+  int64_t step = 0;  // optimizer steps done (1-based after the first step)
   int64_t total_steps = 0;
-  double epoch = 0;         // fractional epoch
-  double loss = 0;          // global: summed over ranks and micro-batches, / global target tokens
+  double epoch = 0;  // fractional epoch
+  double loss = 0;   // global: summed over ranks and micro-batches, / global target tokens
   double learning_rate = 0;
   double grad_norm = 0;
   int64_t global_targets = 0;
@@ -32,7 +32,7 @@ struct StepStats {
   double eta_seconds = 0;
   double tokens_per_second = 0;  // this rank, smoothed
   std::optional<double> eval_loss;
-  double mfu = 0;  // model FLOPs utilisation estimate (GPU only, 0 on CPU)
+  double mfu = 0;                  // model FLOPs utilisation estimate (GPU only, 0 on CPU)
   bool has_device_memory = false;  // false on CPU: GPU series are then absent, not zero
   DeviceMemory device_memory;      // this process's GPU
 };

@@ -75,15 +75,15 @@ struct BatchShape {
 // or, when resuming, from the checkpoint (a restart on another number of processes then changes
 // the accumulation steps, not the batch).
 BatchShape batch_shape(const TrainConfig& c, int world, int64_t resumed_global_batch) {
-  int64_t global = c.global_batch_size > 0
-                       ? c.global_batch_size
-                       : static_cast<int64_t>(c.micro_batch_size) * c.gradient_accumulation_steps * world;
+  int64_t global = c.global_batch_size > 0 ? c.global_batch_size
+                                           : static_cast<int64_t>(c.micro_batch_size) *
+                                                 c.gradient_accumulation_steps * world;
   if (resumed_global_batch > 0) global = resumed_global_batch;
   const int64_t per_step = static_cast<int64_t>(c.micro_batch_size) * world;
   if (global % per_step != 0)
-    throw ConfigError({"training.globalBatchSize: " + std::to_string(global) +
-                       " is not a multiple of microBatchSize x world size = " +
-                       std::to_string(per_step)});
+    throw ConfigError(
+        {"training.globalBatchSize: " + std::to_string(global) +
+         " is not a multiple of microBatchSize x world size = " + std::to_string(per_step)});
   return {global, global / per_step};
 }
 
@@ -92,7 +92,8 @@ data::MicroBatch collate(const std::vector<data::Example>& examples,
   std::vector<const data::Example*> picked;
   for (size_t i : indices) picked.push_back(&examples[i]);
   if (picked.empty()) return {};
-  return c.packing ? data::pack_batch(picked, c.max_length, pad_id) : data::pad_batch(picked, pad_id);
+  return c.packing ? data::pack_batch(picked, c.max_length, pad_id)
+                   : data::pad_batch(picked, pad_id);
 }
 
 // The whole run's state that a step reads and writes.
@@ -174,9 +175,10 @@ StepStats train_step(Run& run) {
         loss.backward();
       } catch (const std::exception& e) {
         if (run.comm.world_size() > 1 && dist::is_collective_failure(e))
-          throw dist::CollectiveError("rank " + std::to_string(run.comm.rank()) +
-                                      ": gradient all-reduce failed (a peer died, hung or timed out): " +
-                                      std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
+          throw dist::CollectiveError(
+              "rank " + std::to_string(run.comm.rank()) +
+              ": gradient all-reduce failed (a peer died, hung or timed out): " +
+              std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
         throw;
       }
     } else {
@@ -191,9 +193,10 @@ StepStats train_step(Run& run) {
 
   // 3. Update.
   const auto opt_start = Clock::now();
-  s.grad_norm = run.config.max_grad_norm > 0
-                    ? torch::nn::utils::clip_grad_norm_(run.trainable.tensors, run.config.max_grad_norm)
-                    : torch::nn::utils::clip_grad_norm_(run.trainable.tensors, 1e30);
+  s.grad_norm =
+      run.config.max_grad_norm > 0
+          ? torch::nn::utils::clip_grad_norm_(run.trainable.tensors, run.config.max_grad_norm)
+          : torch::nn::utils::clip_grad_norm_(run.trainable.tensors, 1e30);
   s.learning_rate = run.schedule.at(run.state.step);
   run.optimizer.step(s.learning_rate);
   run.optimizer.zero_grad();
@@ -206,7 +209,8 @@ StepStats train_step(Run& run) {
 
   run.state.step += 1;
   run.state.tokens_seen += s.global_tokens;
-  run.state.samples_seen += s.local_samples;  // this rank's; the global count is step x global batch
+  run.state.samples_seen +=
+      s.local_samples;  // this rank's; the global count is step x global batch
   s.step = run.state.step;
   s.total_steps = run.schedule.total_steps;
   s.epoch = static_cast<double>(run.state.step) / steps_per_epoch;
@@ -224,10 +228,12 @@ NamedTensors named(const NamedParams& p) {
 void write_checkpoint(Run& run) {
   if (run.comm.rank() == 0) {
     const auto lora = lora_config(run.config);
-    auto path = save_checkpoint(run.config.checkpoint_dir, run.state, named(run.trainable),
-                                run.optimizer.state(), [&](const std::string& tmp) {
-                                  if (lora) io::save_peft_adapter(run.model, *lora, run.config.model_path, tmp);
-                                });
+    auto path =
+        save_checkpoint(run.config.checkpoint_dir, run.state, named(run.trainable),
+                        run.optimizer.state(), [&](const std::string& tmp) {
+                          if (lora)
+                            io::save_peft_adapter(run.model, *lora, run.config.model_path, tmp);
+                        });
     prune_checkpoints(run.config.checkpoint_dir, run.config.checkpoint_keep_last);
     for (auto& o : run.observers) o->on_checkpoint(run.state.step, path);
   }
@@ -247,7 +253,8 @@ void restore(Run& run, const CheckpointContents& c) {
   std::map<std::string, torch::Tensor> opt(c.optimizer.begin(), c.optimizer.end());
   run.optimizer.load_state([&](const std::string& name) {
     auto it = opt.find(name);
-    if (it == opt.end()) throw std::runtime_error(c.path + ": optimizer state lacks '" + name + "'");
+    if (it == opt.end())
+      throw std::runtime_error(c.path + ": optimizer state lacks '" + name + "'");
     return it->second;
   });
   run.state.step = c.state.step;
@@ -308,7 +315,8 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
     if (!c.validation_file.empty())
       validation = data::load_jsonl(c.validation_file, text.tokenizer, text.chat.get(), options);
     torch::manual_seed(c.seed);
-    auto model = load_model(c.model_path, device, dtype, lora_config(c), c.method == "full", c.seed);
+    auto model =
+        load_model(c.model_path, device, dtype, lora_config(c), c.method == "full", c.seed);
     return {std::move(text), std::move(train), std::move(validation), model};
   } catch (const std::exception& e) {
     throw UserInputError(e.what());
@@ -327,13 +335,15 @@ int run_training(const TrainConfig& c) {
 
   auto inputs = load_user_inputs(c, device, dtype);
   auto checkpoint = find_resume_point(c);
-  const auto shape = batch_shape(c, env.world_size, checkpoint ? checkpoint->state.global_batch : 0);
-  data::DistributedSampler sampler(inputs.train.size(), shape.global_batch, shape.accumulation, env.rank,
-                                   env.world_size, c.seed, c.shuffle);
+  const auto shape =
+      batch_shape(c, env.world_size, checkpoint ? checkpoint->state.global_batch : 0);
+  data::DistributedSampler sampler(inputs.train.size(), shape.global_batch, shape.accumulation,
+                                   env.rank, env.world_size, c.seed, c.shuffle);
   const int64_t total_steps = c.max_steps > 0 ? c.max_steps : c.epochs * sampler.steps_per_epoch();
   LrSchedule schedule{c.lr_scheduler, c.learning_rate,
-                      c.warmup_steps > 0 ? c.warmup_steps
-                                         : static_cast<long>(std::ceil(c.warmup_ratio * total_steps)),
+                      c.warmup_steps > 0
+                          ? c.warmup_steps
+                          : static_cast<long>(std::ceil(c.warmup_ratio * total_steps)),
                       total_steps};
 
   auto model = inputs.model;
@@ -341,13 +351,28 @@ int run_training(const TrainConfig& c) {
   auto trainable = trainable_parameters(*model);
   std::vector<AdamWParam> opt_params;
   for (size_t i = 0; i < trainable.names.size(); ++i)
-    opt_params.push_back({trainable.names[i], trainable.tensors[i], decays(trainable.names[i], trainable.tensors[i]), {}, {}});
+    opt_params.push_back({trainable.names[i],
+                          trainable.tensors[i],
+                          decays(trainable.names[i], trainable.tensors[i]),
+                          {},
+                          {}});
   AdamW optimizer(std::move(opt_params),
                   {c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
 
-  Run run{c, *comm, device, dtype, model, trainable, std::move(optimizer), schedule,
-          std::move(sampler), std::move(inputs.train), std::move(inputs.validation),
-          std::move(inputs.text), {}, {}};
+  Run run{c,
+          *comm,
+          device,
+          dtype,
+          model,
+          trainable,
+          std::move(optimizer),
+          schedule,
+          std::move(sampler),
+          std::move(inputs.train),
+          std::move(inputs.validation),
+          std::move(inputs.text),
+          {},
+          {}};
   run.state.global_batch = shape.global_batch;
   run.state.world_size = env.world_size;
   run.state.seed = c.seed;
@@ -366,9 +391,9 @@ int run_training(const TrainConfig& c) {
   run.comm.attach_gradient_sync(run.trainable.tensors, run.trainable.names, c.bucket_size_mb);
 
   if (lead)
-    std::cout << "training " << c.method << " on " << run.train.size() << " examples: "
-              << total_steps << " steps, global batch " << shape.global_batch << " ("
-              << c.micro_batch_size << " x " << shape.accumulation << " accumulation x "
+    std::cout << "training " << c.method << " on " << run.train.size()
+              << " examples: " << total_steps << " steps, global batch " << shape.global_batch
+              << " (" << c.micro_batch_size << " x " << shape.accumulation << " accumulation x "
               << env.world_size << " processes), " << run.trainable.names.size()
               << " trainable tensors, device " << device.str() << ", backend "
               << run.comm.backend_name() << std::endl;
