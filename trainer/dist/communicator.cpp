@@ -169,12 +169,9 @@ class C10dCommunicator : public Communicator {
       auto work = start();
       work->wait();
     } catch (const std::exception& e) {
-      throw CollectiveError("rank " + std::to_string(env_.rank) + ": collective '" + what +
-                            "' failed (a peer died, hung or timed out): " + first_line(e.what()));
+      throw collective_failure(env_.rank, what, e);
     }
   }
-
-  static std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
   torch::Device device_;
   Watchdog watchdog_;
@@ -193,6 +190,13 @@ bool is_collective_failure(const std::exception& e) {
        {"Timed out", "timed out", "Connection closed", "Connection reset", "gloo", "NCCL"})
     if (message.find(sign) != std::string::npos) return true;
   return false;
+}
+
+CollectiveError collective_failure(int rank, const std::string& what, const std::exception& cause) {
+  const std::string message = cause.what();
+  return CollectiveError(
+      "rank " + std::to_string(rank) + ": collective '" + what +
+      "' failed (a peer died, hung or timed out): " + message.substr(0, message.find('\n')));
 }
 
 Communicator::Watch::Watch(Communicator& c, const char* what) : c_(c) { c_.watch_begin(what); }

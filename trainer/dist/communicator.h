@@ -30,6 +30,10 @@ class CollectiveError : public std::runtime_error {
 // True for the errors c10d/Gloo/NCCL raise when a peer is gone or a collective timed out.
 bool is_collective_failure(const std::exception& e);
 
+// The error to throw for such a failure: names the rank and the collective, keeps the cause's
+// first line (c10d appends long backtraces).
+CollectiveError collective_failure(int rank, const std::string& what, const std::exception& cause);
+
 class Communicator {
  public:
   // backend: auto | nccl | gloo. A single process gets a communicator whose collectives are no-ops.

@@ -175,10 +175,7 @@ StepStats train_step(Run& run) {
         loss.backward();
       } catch (const std::exception& e) {
         if (run.comm.world_size() > 1 && dist::is_collective_failure(e))
-          throw dist::CollectiveError(
-              "rank " + std::to_string(run.comm.rank()) +
-              ": gradient all-reduce failed (a peer died, hung or timed out): " +
-              std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
+          throw dist::collective_failure(run.comm.rank(), "gradient all-reduce (backward)", e);
         throw;
       }
     } else {
