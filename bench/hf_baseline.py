@@ -27,6 +27,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup-steps", type=int, default=5)
     ap.add_argument("--lora-r", type=int, default=16)
+    ap.add_argument("--profile", help="write a Chrome trace of the last two warm-up steps (rank 0) here")
     args = ap.parse_args()
 
     dist.init_process_group("nccl")
@@ -55,7 +56,13 @@ def main() -> None:
 
     torch.cuda.reset_peak_memory_stats(device)
     timed_tokens, timed_seconds = 0, 0.0
+    profiler = None
+    first_loss = first_grad_norm = None
     for step in range(args.warmup_steps + args.steps):
+        if args.profile and rank == 0 and step == args.warmup_steps - 2:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                          torch.profiler.ProfilerActivity.CUDA])
+            profiler.__enter__()
         first = (step * world + rank) * args.micro_batch
         batch = [ids[(first + i) % len(ids)] for i in range(args.micro_batch)]
         x = torch.tensor(batch, device=device)
@@ -64,13 +71,21 @@ def main() -> None:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             out = ddp(input_ids=x, labels=x)
         out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        if step == 0:  # the first update's loss and gradient norm, to check that we compute the same
+            loss = out.loss.detach().clone()
+            dist.all_reduce(loss)
+            first_loss, first_grad_norm = loss.item() / world, grad_norm.item()
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize(device)
         if step >= args.warmup_steps:
             timed_seconds += time.perf_counter() - start
             timed_tokens += x.numel()
+        if profiler is not None and step == args.warmup_steps - 1:
+            profiler.__exit__(None, None, None)
+            profiler.export_chrome_trace(args.profile)
+            profiler = None
     peak = torch.cuda.max_memory_allocated(device)
     stats = torch.tensor([timed_tokens / timed_seconds, peak], device=device, dtype=torch.float64)
     gathered = [torch.zeros_like(stats) for _ in range(world)]
@@ -79,7 +94,8 @@ def main() -> None:
         per_gpu = sum(g[0].item() for g in gathered) / world
         print(json.dumps({"impl": "hf", "method": args.method, "gpus": world,
                           "tokens_per_s_per_gpu": per_gpu,
-                          "peak_gib": max(g[1].item() for g in gathered) / 2**30}), flush=True)
+                          "peak_gib": max(g[1].item() for g in gathered) / 2**30,
+                          "first_loss": first_loss, "first_grad_norm": first_grad_norm}), flush=True)
     dist.destroy_process_group()
 
 

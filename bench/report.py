@@ -20,3 +20,14 @@ for method in sorted({r["method"] for r in rows}):
               f"{fmt(h and h['tokens_per_s_per_gpu'], '13.0f')} {fmt(ratio, '6.2f')} | "
               f"{fmt(o and o['peak_gib'], '13.1f')} {fmt(h and h['peak_gib'], '11.1f')} | "
               f"{fmt(so and 100 * so, '11.1f')}% {fmt(sh and 100 * sh, '9.1f')}%")
+
+# Same model, same first batch: the first step's loss and gradient norm should agree to bf16
+# precision. A gap here means the two are not doing the same work.
+print()
+print(f"{'method':6} {'GPUs':>4} | {'ours loss@1':>11} {'HF loss@1':>10} | {'ours |g|@1':>10} {'HF |g|@1':>9}")
+for (impl, method, gpus), o in sorted(by.items()):
+    h = by.get(("hf", method, gpus))
+    if impl != "ours" or not h or o.get("first_loss") is None or h.get("first_loss") is None:
+        continue
+    print(f"{method:6} {gpus:>4} | {o['first_loss']:11.4f} {h['first_loss']:10.4f} | "
+          f"{o['first_grad_norm']:10.4f} {h['first_grad_norm']:9.4f}")

@@ -129,7 +129,8 @@ def resume_after_kill_matches():
     """Kill the whole job after a checkpoint, launch again: same final weights as uninterrupted."""
     w, model, data = setup("ddp-resume", 48)
     def cfg_for(out, ckpt):
-        c = h.config(model, data, out, microBatchSize=2, gradientAccumulationSteps=1, maxSteps=10)
+        # Enough steps after the kill point that the run cannot finish before SIGTERM lands.
+        c = h.config(model, data, out, microBatchSize=2, gradientAccumulationSteps=1, maxSteps=24)
         c["checkpoint"] = {"resume": "auto", "dir": str(ckpt), "everySteps": 3}
         return c
     h.run(launch(2, h.write_config(w / "a.json", cfg_for(w / "straight", w / "ck-a"))))
@@ -142,11 +143,11 @@ def resume_after_kill_matches():
             assert time.time() < deadline and launcher.poll() is None, "no checkpoint at step 6"
             time.sleep(0.1)
         launcher.send_signal(signal.SIGTERM)
-        launcher.communicate(timeout=60)
+        out, err = launcher.communicate(timeout=60)
     finally:
         if launcher.poll() is None:
             launcher.kill()
-    assert launcher.returncode != 0
+    assert launcher.returncode != 0, "the run ended before it was stopped:\n" + out[-2000:] + err[-2000:]
     p = h.run(launch(2, path))
     assert "resuming from" in p.stdout, p.stdout[-2000:]
     diff = h.max_abs_diff(h.weights(w / "straight"), h.weights(w / "resumed"))

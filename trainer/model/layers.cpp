@@ -3,6 +3,7 @@
 #include "kernels/swiglu.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/utils.h>
 
 #include <cmath>
@@ -21,8 +22,12 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor out = at::linear(x, weight, bias);
   if (!has_lora()) return out;
   // PEFT: the input is cast to the adapter's dtype, dropout only touches the LoRA branch, and
-  // the sum is cast back to the base layer's output dtype.
-  torch::Tensor h = x.to(lora_A_->weight.scalar_type());
+  // the sum is cast back to the base layer's output dtype. Under autocast without dropout the
+  // cast is skipped: autocast would cast the fp32 copy straight back, so the result is the same
+  // bits without a copy of the activations (and its backward) per adapter.
+  const bool autocast_on = at::autocast::is_autocast_enabled(x.device().type());
+  torch::Tensor h = x;
+  if (!(autocast_on && dropout_ == 0)) h = x.to(lora_A_->weight.scalar_type());
   if (dropout_ > 0) h = at::dropout(h, dropout_, is_training());
   torch::Tensor delta = at::linear(at::linear(h, lora_A_->weight), lora_B_->weight) * scaling_;
   return (out + delta).to(out.scalar_type());
@@ -53,6 +58,11 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& op
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // On GPUs, LibTorch's fused kernel: one pass instead of six, and no fp32 copies kept for
+  // backward. It rounds once where transformers rounds twice (before and after the weight), a
+  // bf16 ulp at most; the CPU path keeps transformers' exact formula for the parity tests.
+  if (x.is_cuda() && weight.scalar_type() == x.scalar_type())
+    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps_));
   torch::Tensor h = x.to(at::kFloat);
   torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * at::rsqrt(variance + eps_);
@@ -98,14 +108,20 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   torch::Tensor q = apply_rope(heads(q_proj->forward(x)), in.cos, in.sin);
   torch::Tensor k = apply_rope(heads(k_proj->forward(x)), in.cos, in.sin);
   torch::Tensor v = heads(v_proj->forward(x));
-  k = repeat_kv(k, heads_ / kv_heads_);
-  v = repeat_kv(v, heads_ / kv_heads_);
+  // Flash attention reads grouped key/value heads itself (as transformers asks it to); other
+  // backends and the CPU get the heads repeated.
+  const bool gqa_in_kernel = x.is_cuda() && !in.mask.defined();
+  if (!gqa_in_kernel) {
+    k = repeat_kv(k, heads_ / kv_heads_);
+    v = repeat_kv(v, heads_ / kv_heads_);
+  }
   const double p = is_training() ? dropout_ : 0.0;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   std::optional<at::Tensor> mask;
   if (in.mask.defined()) mask = in.mask;
-  torch::Tensor out = at::scaled_dot_product_attention(q, k, v, mask, p,
-                                                       /*is_causal=*/!in.mask.defined(), scale);
+  torch::Tensor out = at::scaled_dot_product_attention(
+      q, k, v, mask, p, /*is_causal=*/!in.mask.defined(), scale,
+      /*enable_gqa=*/gqa_in_kernel && heads_ != kv_heads_);
   return o_proj->forward(out.transpose(1, 2).reshape({B, T, -1}));
 }
 

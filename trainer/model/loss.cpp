@@ -1,6 +1,7 @@
 #include "trainer/model/loss.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
 #include <stdexcept>
@@ -16,24 +17,29 @@ constexpr int64_t kIgnoreIndex = -100;
 // loss = sum_i logsumexp(rows_i W^T) - (rows_i W^T)[target_i], with a backward that
 // recomputes the logits chunk by chunk instead of storing them.
 struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinearCrossEntropy> {
-  // The matmuls run in the hidden states' dtype: bf16 under autocast on GPU, also in backward,
-  // which runs outside the autocast region (an fp32 master weight would otherwise make the
-  // [rows, vocab] products fp32 and several times slower). Softmax is always fp32.
-  static at::Tensor compute_weight(const at::Tensor& rows, const at::Tensor& weight) {
-    return weight.scalar_type() == rows.scalar_type() ? weight : weight.to(rows.scalar_type());
+  // The matmuls run in the dtype autocast gives them in forward (bf16 on GPU), and backward, which
+  // runs outside the autocast region, uses the same one. Without this, full fine-tuning (fp32
+  // hidden states and master weights) would run the three [rows, vocab] backward products in fp32,
+  // several times slower than the rest of the step. Softmax is always fp32.
+  static at::ScalarType matmul_dtype(const at::Tensor& rows) {
+    const auto device = rows.device().type();
+    if (at::autocast::is_autocast_enabled(device) && rows.scalar_type() == at::kFloat)
+      return at::autocast::get_autocast_dtype(device);
+    return rows.scalar_type();
   }
   static at::Tensor chunk_logits(const at::Tensor& rows, const at::Tensor& weight) {
-    return at::linear(rows, weight).to(at::kFloat);
+    return at::mm(rows, weight.t()).to(at::kFloat);
   }
 
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows,
                             const at::Tensor& weight, const at::Tensor& targets, int64_t chunk) {
     at::Tensor total = at::zeros({}, rows.options().dtype(at::kFloat));
-    const at::Tensor w = compute_weight(rows, weight);
+    const at::ScalarType dtype = matmul_dtype(rows);
+    const at::Tensor w = weight.to(dtype), r_all = rows.to(dtype);
     std::vector<at::Tensor> lse_parts;
     for (int64_t start = 0; start < rows.size(0); start += chunk) {
       const int64_t len = std::min(chunk, rows.size(0) - start);
-      at::Tensor logits = chunk_logits(rows.narrow(0, start, len), w);
+      at::Tensor logits = chunk_logits(r_all.narrow(0, start, len), w);
       at::Tensor tgt = targets.narrow(0, start, len);
       at::Tensor lse = at::logsumexp(logits, {1});
       at::Tensor picked = logits.gather(1, tgt.unsqueeze(1)).squeeze(1);
@@ -42,6 +48,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     }
     ctx->save_for_backward({rows, weight, targets, at::cat(lse_parts)});
     ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     return total;
   }
 
@@ -52,21 +59,22 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const bool need_rows = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
     const at::Tensor g = grad_out[0].to(at::kFloat);
-    const at::Tensor w = compute_weight(rows, weight);
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const at::Tensor w = weight.to(dtype), r_all = rows.to(dtype);
     at::Tensor d_rows = need_rows ? at::empty_like(rows) : at::Tensor();
     // Accumulate the weight gradient in fp32 even for bf16 weights.
     at::Tensor d_weight =
         need_weight ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
     for (int64_t start = 0; start < rows.size(0); start += chunk) {
       const int64_t len = std::min(chunk, rows.size(0) - start);
-      at::Tensor r = rows.narrow(0, start, len);
+      at::Tensor r = r_all.narrow(0, start, len);
       // d loss / d logits = softmax - one_hot(target), scaled by the incoming gradient.
       at::Tensor d_logits =
           (chunk_logits(r, w) - lse.narrow(0, start, len).unsqueeze(1)).exp_();
       d_logits.scatter_add_(1, targets.narrow(0, start, len).unsqueeze(1),
                             at::full({len, 1}, -1.0, d_logits.options()));
       d_logits.mul_(g);
-      at::Tensor d_logits_w = d_logits.to(w.scalar_type());
+      at::Tensor d_logits_w = d_logits.to(dtype);
       if (need_rows) d_rows.narrow(0, start, len).copy_(at::mm(d_logits_w, w));
       if (need_weight) d_weight.add_(at::mm(d_logits_w.t(), r));
     }
@@ -74,6 +82,13 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     return {d_rows, d_weight, at::Tensor(), at::Tensor()};
   }
 };
+
+// A host-to-device copy that does not wait for the GPU: staged through pinned memory, whose
+// caching allocator keeps the buffer alive until the copy has run.
+at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
+  if (!device.is_cuda()) return host.to(device);
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
 
 }  // namespace
 
@@ -88,7 +103,9 @@ std::pair<at::Tensor, int64_t> next_token_loss_sum(CausalLMImpl& model, const at
   const int64_t T = hidden.size(1), H = hidden.size(2);
   if (T < 2) return {hidden.sum().to(at::kFloat) * 0, 0};
 
-  at::Tensor targets = labels.narrow(1, 1, T - 1).reshape(-1).to(hidden.device());
+  // Target selection happens on the host: labels come from the data loader there, and doing it on
+  // the device would stall the GPU queue on `nonzero` and the range check.
+  at::Tensor targets = labels.narrow(1, 1, T - 1).reshape(-1).cpu();
   at::Tensor keep = (targets != kIgnoreIndex).nonzero().squeeze(1);
   const int64_t n = keep.numel();
   // Keep the result connected to the graph so that backward() works on an all-masked batch.
@@ -100,6 +117,8 @@ std::pair<at::Tensor, int64_t> next_token_loss_sum(CausalLMImpl& model, const at
   if (lo < 0 || hi >= vocab)
     throw std::runtime_error("next_token_loss_sum: label " + std::to_string(lo < 0 ? lo : hi) +
                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  keep = to_device_async(keep, hidden.device());
+  tgt = to_device_async(tgt, hidden.device());
   at::Tensor rows = hidden.narrow(1, 0, T - 1).reshape({-1, H}).index_select(0, keep);
   at::Tensor loss = ChunkedLinearCrossEntropy::apply(rows, model.output_weight(), tgt, chunk_rows);
   return {loss, n};

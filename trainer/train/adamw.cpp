@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace kubetune::train {
@@ -17,6 +18,13 @@ AdamW::AdamW(std::vector<AdamWParam> params, AdamWOptions options)
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   ++step_;
+  const bool all_cuda_fp32 = !params_.empty() && std::all_of(params_.begin(), params_.end(), [](const AdamWParam& p) {
+    return p.param.is_cuda() && p.param.scalar_type() == torch::kFloat32;
+  });
+  if (all_cuda_fp32) {
+    fused_step(lr);
+    return;
+  }
   const double bias_correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
   const double bias_correction2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
   const double step_size = lr / bias_correction1;
@@ -32,11 +40,34 @@ void AdamW::step(double lr) {
   }
 }
 
-void AdamW::zero_grad() {
-  for (auto& p : params_) {
-    auto& grad = p.param.mutable_grad();
-    if (grad.defined()) grad.zero_();
+// torch.optim.AdamW(fused=True)'s kernel: one launch per group of tensors instead of eight passes
+// over memory per parameter, which is most of the optimizer's time in full fine-tuning.
+void AdamW::fused_step(double lr) {
+  if (!step_on_device_.defined())
+    step_on_device_ = torch::zeros({}, params_.front().param.options().dtype(torch::kFloat32));
+  step_on_device_.fill_(static_cast<double>(step_));
+  for (const bool decay : {true, false}) {
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    for (auto& p : params_) {
+      if (p.decay != decay || !p.param.grad().defined()) continue;
+      params.push_back(p.param);
+      grads.push_back(p.param.grad());
+      exp_avgs.push_back(p.exp_avg);
+      exp_avg_sqs.push_back(p.exp_avg_sq);
+      steps.push_back(step_on_device_);
+    }
+    if (params.empty()) continue;
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr,
+                      options_.beta1, options_.beta2, decay ? options_.weight_decay : 0.0,
+                      options_.eps, /*amsgrad=*/false, /*maximize=*/false);
   }
+}
+
+void AdamW::zero_grad() {
+  std::vector<torch::Tensor> grads;
+  for (auto& p : params_)
+    if (p.param.grad().defined()) grads.push_back(p.param.mutable_grad());
+  if (!grads.empty()) at::_foreach_zero_(grads);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {

@@ -1,5 +1,6 @@
-// AdamW with the exact arithmetic of torch.optim.AdamW (single-tensor path), written out so its
-// state is plain named tensors that checkpoints save and load without LibTorch's archive format.
+// AdamW with the arithmetic of torch.optim.AdamW: on GPUs its fused kernel (fused=True), elsewhere
+// the single-tensor path written out. The state is plain named tensors that checkpoints save and
+// load without LibTorch's archive format.
 #pragma once
 
 #include <torch/types.h>
@@ -34,9 +35,12 @@ class AdamW {
   void load_state(const std::function<torch::Tensor(const std::string&)>& lookup);
 
  private:
+  void fused_step(double lr);
+
   std::vector<AdamWParam> params_;
   AdamWOptions options_;
   int64_t step_ = 0;
+  torch::Tensor step_on_device_;  // the fused kernel reads the step count from device memory
 };
 
 }  // namespace kubetune::train

@@ -52,7 +52,7 @@ EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>
     for (size_t row = 0; row < chunk.size(); ++row) {
       const auto length = static_cast<int64_t>(chunk[row]->input_ids.size());
       result.per_example.push_back(
-          score_row(model, hidden[row].slice(0, 0, length), t.labels[row].slice(0, 0, length)));
+          score_row(model, hidden[row].slice(0, 0, length), t.labels[row].slice(0, 0, length).to(device)));
     }
   }
   double totals_host[3] = {0, 0, 0};

@@ -48,16 +48,21 @@ NamedParams trainable_parameters(model::CausalLMImpl& model) {
 }
 
 BatchTensors to_tensors(const data::MicroBatch& batch, const torch::Device& device) {
-  auto make = [&](const std::vector<int64_t>& values) {
+  auto host = [&](const std::vector<int64_t>& values) {
     return torch::from_blob(const_cast<int64_t*>(values.data()), {batch.batch, batch.length},
                             torch::kInt64)
-        .to(device, torch::kInt64, /*non_blocking=*/false, /*copy=*/true);  // never alias `values`
+        .clone();  // never alias `values`
+  };
+  // Staged through pinned memory so that the copy does not wait for the GPU to drain.
+  auto on_device = [&](const std::vector<int64_t>& values) {
+    if (!device.is_cuda()) return host(values).to(device);
+    return host(values).pin_memory().to(device, torch::kInt64, /*non_blocking=*/true);
   };
   BatchTensors t;
-  t.input_ids = make(batch.input_ids);
-  t.position_ids = make(batch.position_ids);
-  t.labels = make(batch.labels);
-  if (batch.has_padding_or_packing) t.segment_ids = make(batch.segment_ids);
+  t.input_ids = on_device(batch.input_ids);
+  t.position_ids = on_device(batch.position_ids);
+  t.labels = host(batch.labels);
+  if (batch.has_padding_or_packing) t.segment_ids = on_device(batch.segment_ids);
   return t;
 }
 

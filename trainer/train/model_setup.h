@@ -36,8 +36,8 @@ struct NamedParams {
 NamedParams trainable_parameters(model::CausalLMImpl& model);
 
 struct BatchTensors {
-  torch::Tensor input_ids, position_ids, segment_ids,
-      labels;  // segment_ids undefined: plain causal
+  torch::Tensor input_ids, position_ids, segment_ids;  // segment_ids undefined: plain causal
+  torch::Tensor labels;  // stays on the host: the loss picks its target rows there
 };
 BatchTensors to_tensors(const data::MicroBatch& batch, const torch::Device& device);
 

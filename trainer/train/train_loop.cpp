@@ -26,9 +26,11 @@
 #include "trainer/train/checkpoint.h"
 #include "trainer/train/device.h"
 #include "trainer/train/evaluate.h"
+#include "trainer/train/grad_clip.h"
 #include "trainer/train/lr_schedule.h"
 #include "trainer/train/model_setup.h"
 #include "trainer/train/observers.h"
+#include "trainer/train/profiler.h"
 
 namespace fs = std::filesystem;
 
@@ -149,7 +151,8 @@ StepStats train_step(Run& run) {
   const double scale =
       static_cast<double>(run.comm.world_size()) / std::max<int64_t>(1, s.global_targets);
   torch::manual_seed(run.config.seed + 1000003ULL * run.state.step + run.comm.rank());  // dropout
-  auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64));
+  // Summed on the device: reading it back per micro-batch would stall the GPU queue.
+  auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
   const auto fb_start = Clock::now();
   double sync_seconds = 0;
   for (size_t m = 0; m < micro.size(); ++m) {
@@ -164,7 +167,7 @@ StepStats train_step(Run& run) {
         auto t = to_tensors(micro[m], run.device);
         auto hidden = run.model->hidden_states(t.input_ids, t.position_ids, t.segment_ids);
         auto [sum, n] = model::next_token_loss_sum(*run.model, hidden, t.labels);
-        loss_sum += sum.detach().to(torch::kCPU, torch::kFloat64);
+        loss_sum += sum.detach().to(torch::kFloat64);
         loss = sum * scale;
       }
     }
@@ -190,17 +193,14 @@ StepStats train_step(Run& run) {
 
   // 3. Update.
   const auto opt_start = Clock::now();
-  s.grad_norm =
-      run.config.max_grad_norm > 0
-          ? torch::nn::utils::clip_grad_norm_(run.trainable.tensors, run.config.max_grad_norm)
-          : torch::nn::utils::clip_grad_norm_(run.trainable.tensors, 1e30);
+  s.grad_norm = clip_grad_norm(run.trainable.tensors, run.config.max_grad_norm);
   s.learning_rate = run.schedule.at(run.state.step);
   run.optimizer.step(s.learning_rate);
   run.optimizer.zero_grad();
   if (run.device.is_cuda()) torch::cuda::synchronize(run.device.index());  // honest phase timing
   s.optimizer_seconds = seconds_since(opt_start);
 
-  auto global_loss = loss_sum.to(run.device, torch::kFloat64);
+  auto global_loss = loss_sum;
   run.comm.all_reduce_sum(global_loss, "loss");
   s.loss = global_loss.item<double>() / std::max<int64_t>(1, s.global_targets);
 
@@ -405,8 +405,11 @@ int run_training(const TrainConfig& c) {
   const int64_t first_step = run.state.step;
   StepStats last;
   double smoothed_tps = 0;
+  StepProfiler profiler(c.output_dir, env.rank);
   while (run.state.step < total_steps) {
+    profiler.before_step(run.state.step + 1);
     last = train_step(run);
+    profiler.after_step(last.step);
     last.elapsed_seconds = seconds_since(start);
     const double per_step = last.elapsed_seconds / static_cast<double>(last.step - first_step);
     last.eta_seconds = per_step * static_cast<double>(total_steps - last.step);

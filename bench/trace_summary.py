@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Where a step's GPU time goes, from a Chrome/Kineto trace (ours: KUBETUNE_PROFILE=FIRST:COUNT;
+the HF baseline: hf_baseline.py --profile FILE). Prints GPU busy time per step, idle time, time
+per kernel category, and the top kernels.
+
+Usage: trace_summary.py TRACE.json --steps N [--top 25]
+"""
+import argparse
+import collections
+import json
+import re
+
+CATEGORIES = [  # first match wins
+    ("nccl", r"nccl"),
+    ("attention", r"flash|fmha|attention|sdpa"),
+    ("matmul", r"gemm|cutlass|xmma|nvjet|sm\d+_|cublas|matmul"),
+    ("optimizer", r"adam|foreach|multi_tensor"),
+    ("norm", r"norm"),
+    ("softmax/loss", r"softmax|logsumexp|nll|cross_entropy|scatter|gather"),
+    ("copy/cast", r"copy|memcpy|memset|cast|convert"),
+    ("elementwise", r"elementwise|vectorized|unrolled|reduce|kernel"),
+]
+
+
+def category(name: str) -> str:
+    low = name.lower()
+    for label, pattern in CATEGORIES:
+        if re.search(pattern, low):
+            return label
+    return "other"
+
+
+def short(name: str, width: int = 110) -> str:
+    name = re.sub(r"\s+", " ", name)
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--steps", type=int, required=True, help="steps covered by the trace")
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    events = json.load(open(args.trace))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    if not gpu:
+        raise SystemExit(f"{args.trace}: no GPU events (was CUDA activity profiled?)")
+    by_name, by_cat = collections.Counter(), collections.Counter()
+    for e in gpu:
+        by_name[e["name"]] += e["dur"]
+        by_cat[category(e["name"])] += e["dur"]
+    # Busy time is the union of kernel intervals over all streams.
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in gpu)
+    busy, cur_start, cur_end = 0.0, *spans[0]
+    for start, end in spans[1:]:
+        if start > cur_end:
+            busy += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    busy += cur_end - cur_start
+    wall = spans[-1][1] - spans[0][0]
+    per = 1000.0 * args.steps  # microseconds -> milliseconds per step
+    print(f"{args.trace}: {len(gpu)} GPU events over {args.steps} steps")
+    print(f"  GPU span {wall / per:8.1f} ms/step, busy {busy / per:8.1f} ms/step, "
+          f"idle {(wall - busy) / per:6.1f} ms/step")
+    print("  by category (ms/step, summed over streams):")
+    for label, dur in by_cat.most_common():
+        print(f"    {label:14s} {dur / per:8.2f}")
+    print(f"  top {args.top} kernels (ms/step, calls/step):")
+    calls = collections.Counter(e["name"] for e in gpu)
+    for name, dur in by_name.most_common(args.top):
+        print(f"    {dur / per:8.2f} {calls[name] / args.steps:6.0f}  {short(name)}")
+
+
+if __name__ == "__main__":
+    main()
