@@ -1,39 +1,74 @@
 // CUDA implementation of kubetune::swiglu_forward / swiglu_backward: one elementwise pass each,
-// loads in the storage dtype (bf16/fp16/fp32), arithmetic in fp32.
+// 16-byte loads in the storage dtype (bf16/fp16/fp32) where the tensors allow, arithmetic in fp32.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "kernels/vectorized.cuh"
+
 namespace kubetune::kernels {
 namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T>
+__device__ float silu_times(float g, float u) { return g / (1.f + __expf(-g)) * u; }
+
+// d/dgate and d/dup of silu(gate) * up, given the incoming gradient dy.
+__device__ void swiglu_grads(float dy, float g, float u, float& d_gate, float& d_up) {
+  const float s = 1.f / (1.f + __expf(-g));
+  d_up = dy * g * s;
+  d_gate = dy * u * s * (1.f + g * (1.f - s));
+}
+
+// kVectorized: `n` counts 16-byte packs, not elements.
+template <typename T, bool kVectorized>
 __global__ void swiglu_forward_kernel(const T* __restrict__ gate, const T* __restrict__ up,
                                       T* __restrict__ out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(blockDim.x) * gridDim.x) {
-    const float g = static_cast<float>(gate[i]);
-    const float s = 1.f / (1.f + __expf(-g));
-    out[i] = static_cast<T>(g * s * static_cast<float>(up[i]));
+    if constexpr (kVectorized) {
+      constexpr int W = Vec<T>::kWidth;
+      const auto g = Vec<T>::load(gate + i * W), u = Vec<T>::load(up + i * W);
+      typename Vec<T>::Pack o;
+#pragma unroll
+      for (int j = 0; j < W; ++j)
+        o.v[j] = static_cast<T>(silu_times(static_cast<float>(g.v[j]), static_cast<float>(u.v[j])));
+      Vec<T>::store(out + i * W, o);
+    } else {
+      out[i] = static_cast<T>(silu_times(static_cast<float>(gate[i]), static_cast<float>(up[i])));
+    }
   }
 }
 
-template <typename T>
+template <typename T, bool kVectorized>
 __global__ void swiglu_backward_kernel(const T* __restrict__ grad, const T* __restrict__ gate,
                                        const T* __restrict__ up, T* __restrict__ d_gate,
                                        T* __restrict__ d_up, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(blockDim.x) * gridDim.x) {
-    const float g = static_cast<float>(gate[i]);
-    const float u = static_cast<float>(up[i]);
-    const float dy = static_cast<float>(grad[i]);
-    const float s = 1.f / (1.f + __expf(-g));
-    d_up[i] = static_cast<T>(dy * g * s);
-    d_gate[i] = static_cast<T>(dy * u * s * (1.f + g * (1.f - s)));
+    float dg, du;
+    if constexpr (kVectorized) {
+      constexpr int W = Vec<T>::kWidth;
+      const auto dy = Vec<T>::load(grad + i * W), g = Vec<T>::load(gate + i * W),
+                 u = Vec<T>::load(up + i * W);
+      typename Vec<T>::Pack out_g, out_u;
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        swiglu_grads(static_cast<float>(dy.v[j]), static_cast<float>(g.v[j]),
+                     static_cast<float>(u.v[j]), dg, du);
+        out_g.v[j] = static_cast<T>(dg);
+        out_u.v[j] = static_cast<T>(du);
+      }
+      Vec<T>::store(d_gate + i * W, out_g);
+      Vec<T>::store(d_up + i * W, out_u);
+    } else {
+      swiglu_grads(static_cast<float>(grad[i]), static_cast<float>(gate[i]),
+                   static_cast<float>(up[i]), dg, du);
+      d_gate[i] = static_cast<T>(dg);
+      d_up[i] = static_cast<T>(du);
+    }
   }
 }
 
@@ -50,9 +85,17 @@ at::Tensor swiglu_forward_cuda(const at::Tensor& gate, const at::Tensor& up) {
   const int64_t n = g.numel();
   if (n == 0) return out;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, g.scalar_type(), "swiglu_forward", [&] {
-    swiglu_forward_kernel<scalar_t>
-        <<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-            g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), n);
+    const auto *gp = g.data_ptr<scalar_t>(), *up_ = u.data_ptr<scalar_t>();
+    auto* op = out.data_ptr<scalar_t>();
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    if (Vec<scalar_t>::usable(n, gp, up_, op)) {
+      const int64_t packs = n / Vec<scalar_t>::kWidth;
+      swiglu_forward_kernel<scalar_t, true>
+          <<<blocks_for(packs), kThreads, 0, stream>>>(gp, up_, op, packs);
+    } else {
+      swiglu_forward_kernel<scalar_t, false>
+          <<<blocks_for(n), kThreads, 0, stream>>>(gp, up_, op, n);
+    }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -68,10 +111,18 @@ std::tuple<at::Tensor, at::Tensor> swiglu_backward_cuda(const at::Tensor& grad,
   if (n == 0) return {d_gate, d_up};
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, g.scalar_type(), "swiglu_backward", [&] {
-        swiglu_backward_kernel<scalar_t>
-            <<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-                dy.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(),
-                d_gate.data_ptr<scalar_t>(), d_up.data_ptr<scalar_t>(), n);
+        const auto *dyp = dy.data_ptr<scalar_t>(), *gp = g.data_ptr<scalar_t>(),
+                   *up_ = u.data_ptr<scalar_t>();
+        auto *dgp = d_gate.data_ptr<scalar_t>(), *dup = d_up.data_ptr<scalar_t>();
+        const auto stream = at::cuda::getCurrentCUDAStream();
+        if (Vec<scalar_t>::usable(n, dyp, gp, up_, dgp, dup)) {
+          const int64_t packs = n / Vec<scalar_t>::kWidth;
+          swiglu_backward_kernel<scalar_t, true>
+              <<<blocks_for(packs), kThreads, 0, stream>>>(dyp, gp, up_, dgp, dup, packs);
+        } else {
+          swiglu_backward_kernel<scalar_t, false>
+              <<<blocks_for(n), kThreads, 0, stream>>>(dyp, gp, up_, dgp, dup, n);
+        }
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {d_gate, d_up};

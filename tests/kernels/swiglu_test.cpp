@@ -45,17 +45,18 @@ TEST(SwiGLU, RejectsMismatchedShapes) {
 TEST(SwiGLU, CudaKernelMatchesCpuReference) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
   torch::manual_seed(0);
-  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    auto gate = (torch::randn({4, 129, 1000}) * 4).to(dtype),
-         up = torch::randn({4, 129, 1000}).to(dtype);
-    auto dy = torch::randn({4, 129, 1000}).to(dtype);
-    auto gpu = run(true, gate.cuda(), up.cuda(), dy.cuda());
-    auto cpu = run(true, gate, up, dy);
-    const double tol = dtype == torch::kFloat32 ? 1e-5 : 0.06;  // bf16: one rounding of |x| <~ 8
-    expect_close(gpu.out, cpu.out, tol, "forward");
-    expect_close(gpu.d_gate, cpu.d_gate, tol, "d_gate");
-    expect_close(gpu.d_up, cpu.d_up, tol, "d_up");
-  }
+  // 4 x 129 x 1000 values take the 16-byte path; 3 x 7 x 33 cannot.
+  for (auto shape : {std::vector<int64_t>{4, 129, 1000}, std::vector<int64_t>{3, 7, 33}})
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      auto gate = (torch::randn(shape) * 4).to(dtype), up = torch::randn(shape).to(dtype);
+      auto dy = torch::randn(shape).to(dtype);
+      auto gpu = run(true, gate.cuda(), up.cuda(), dy.cuda());
+      auto cpu = run(true, gate, up, dy);
+      const double tol = dtype == torch::kFloat32 ? 1e-5 : 0.06;  // bf16: one rounding of |x| <~ 8
+      expect_close(gpu.out, cpu.out, tol, "forward");
+      expect_close(gpu.d_gate, cpu.d_gate, tol, "d_gate");
+      expect_close(gpu.d_up, cpu.d_up, tol, "d_up");
+    }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Parity with transformers/peft: logits, loss and gradients of every family, packed sequences,
 // gradient checkpointing, LoRA, PEFT adapters in both directions, merged HF folders.
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include "test_util.h"
@@ -18,11 +19,13 @@ struct Ref {
   io::SafetensorsFile file;
 };
 
-// Mean next-token loss as HF computes it, then backward; checks loss and every gradient.
-void check_loss_and_grads(CausalLM& m, const Ref& ref, const std::string& what) {
+// Mean next-token loss as HF computes it, then backward; checks loss and every gradient. The model
+// must already be on `device`; labels stay on the host, as in training.
+void check_loss_and_grads(CausalLM& m, const Ref& ref, const std::string& what,
+                          const torch::Device& device = torch::kCPU) {
   m->train();
   m->zero_grad();
-  at::Tensor hidden = m->hidden_states(ref["input_ids"], ref["position_ids"]);
+  at::Tensor hidden = m->hidden_states(ref["input_ids"].to(device), ref["position_ids"].to(device));
   // chunk_rows=5 forces several chunks through the fused loss.
   auto [loss_sum, n] = model::next_token_loss_sum(*m, hidden, ref["labels"], 5);
   at::Tensor mean = loss_sum / static_cast<double>(n);
@@ -273,6 +276,61 @@ TEST(Cuda, BfloatForwardRunsOnGpu) {
   loss.backward();
   EXPECT_TRUE(std::isfinite(loss.item<double>()));
   EXPECT_EQ(n, 16);
+}
+
+// The GPU paths (fused RMSNorm, attention with grouped heads in the kernel, LoRA in the GEMM
+// epilogue, the fused cross-entropy kernels) hold to the same transformers/peft references. In
+// fp32, so the tolerance stays the CPU one.
+TEST_P(FamilyParity, CudaLossAndGradientsInFp32) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU path not exercised";
+  CausalLM m = load_model(fixture(GetParam()));
+  m->to(torch::kCUDA, torch::kFloat32);
+  Ref ref(GetParam());
+  {
+    torch::NoGradGuard no_grad;
+    m->eval();
+    at::Tensor logits =
+        m->forward(ref["input_ids"].cuda(), ref["position_ids"].cuda()).to(torch::kFloat32);
+    EXPECT_LT(rel_err(logits, ref["logits"]), kTol);
+  }
+  check_loss_and_grads(m, ref, "CUDA fp32", torch::kCUDA);
+}
+
+TEST_P(LoraParity, CudaLossAndGradientsInFp32) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU path not exercised";
+  CausalLM m = load_model(fixture(GetParam()));
+  io::load_peft_adapter(m, fixture(GetParam() + "_lora"));
+  m->to(torch::kCUDA, torch::kFloat32);
+  check_loss_and_grads(m, Ref(GetParam() + "_lora"), "CUDA LoRA fp32", torch::kCUDA);
+}
+
+// What training on a GPU actually runs: fp32 master weights under bf16 autocast. The loss must
+// stay within bf16 rounding of the fp32 reference and every gradient must point the same way.
+TEST(Cuda, Bf16AutocastTracksTheFp32Reference) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU path not exercised";
+  CausalLM m = load_model(fixture("llama32"));
+  m->to(torch::kCUDA, torch::kFloat32);
+  Ref ref("llama32");
+  m->train();
+  at::Tensor loss;
+  int64_t n = 0;
+  {
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::Tensor hidden = m->hidden_states(ref["input_ids"].cuda(), ref["position_ids"].cuda());
+    std::tie(loss, n) = model::next_token_loss_sum(*m, hidden, ref["labels"]);
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+  }
+  at::Tensor mean = loss / static_cast<double>(n);
+  EXPECT_NEAR(mean.item<double>(), ref["loss"].item<double>(), 2e-2 * ref["loss"].item<double>());
+  mean.backward();
+  for (const auto& p : m->named_parameters()) {
+    at::Tensor g = p.value().grad().cpu().to(at::kDouble).flatten();
+    at::Tensor r = ref["grad." + p.key()].to(at::kDouble).flatten();
+    const double cosine = (g.dot(r) / (g.norm() * r.norm() + 1e-30)).item<double>();
+    EXPECT_GT(cosine, 0.99) << p.key();
+  }
 }
 
 }  // namespace

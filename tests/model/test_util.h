@@ -32,7 +32,7 @@ inline std::string output_dir(const std::string& name) {
 
 // max|a-b| / max|b|: the relative error the parity goal is stated in.
 inline double rel_err(const at::Tensor& a, const at::Tensor& b) {
-  at::Tensor x = a.detach().to(at::kDouble), y = b.detach().to(at::kDouble);
+  at::Tensor x = a.detach().cpu().to(at::kDouble), y = b.detach().cpu().to(at::kDouble);
   EXPECT_EQ(x.sizes(), y.sizes());
   if (x.sizes() != y.sizes()) return 1e9;
   double scale = std::max(y.abs().max().item<double>(), 1e-12);

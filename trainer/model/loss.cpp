@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cross_entropy.h"
 #include "trainer/model/causal_lm.h"
 
 namespace kubetune::model {
@@ -28,7 +29,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     return rows.scalar_type();
   }
   static at::Tensor chunk_logits(const at::Tensor& rows, const at::Tensor& weight) {
-    return at::mm(rows, weight.t()).to(at::kFloat);
+    return at::mm(rows, weight.t());
   }
 
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows,
@@ -40,9 +41,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     for (int64_t start = 0; start < rows.size(0); start += chunk) {
       const int64_t len = std::min(chunk, rows.size(0) - start);
       at::Tensor logits = chunk_logits(r_all.narrow(0, start, len), w);
-      at::Tensor tgt = targets.narrow(0, start, len);
-      at::Tensor lse = at::logsumexp(logits, {1});
-      at::Tensor picked = logits.gather(1, tgt.unsqueeze(1)).squeeze(1);
+      auto [lse, picked] = kernels::logsumexp_target(logits, targets.narrow(0, start, len));
       total += (lse - picked).sum();
       lse_parts.push_back(lse);
     }
@@ -68,15 +67,13 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     for (int64_t start = 0; start < rows.size(0); start += chunk) {
       const int64_t len = std::min(chunk, rows.size(0) - start);
       at::Tensor r = r_all.narrow(0, start, len);
-      // d loss / d logits = softmax - one_hot(target), scaled by the incoming gradient.
-      at::Tensor d_logits =
-          (chunk_logits(r, w) - lse.narrow(0, start, len).unsqueeze(1)).exp_();
-      d_logits.scatter_add_(1, targets.narrow(0, start, len).unsqueeze(1),
-                            at::full({len, 1}, -1.0, d_logits.options()));
-      d_logits.mul_(g);
-      at::Tensor d_logits_w = d_logits.to(dtype);
-      if (need_rows) d_rows.narrow(0, start, len).copy_(at::mm(d_logits_w, w));
-      if (need_weight) d_weight.add_(at::mm(d_logits_w.t(), r));
+      // d loss / d logits = softmax - one_hot(target), scaled by the incoming gradient, written
+      // over the recomputed logits.
+      at::Tensor d_logits = chunk_logits(r, w);
+      kernels::cross_entropy_backward_(d_logits, lse.narrow(0, start, len),
+                                       targets.narrow(0, start, len), g);
+      if (need_rows) d_rows.narrow(0, start, len).copy_(at::mm(d_logits, w));
+      if (need_weight) d_weight.add_(at::mm(d_logits.t(), r));
     }
     if (need_weight) d_weight = d_weight.to(weight.scalar_type());
     return {d_rows, d_weight, at::Tensor(), at::Tensor()};

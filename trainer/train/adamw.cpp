@@ -18,9 +18,10 @@ AdamW::AdamW(std::vector<AdamWParam> params, AdamWOptions options)
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   ++step_;
-  const bool all_cuda_fp32 = !params_.empty() && std::all_of(params_.begin(), params_.end(), [](const AdamWParam& p) {
-    return p.param.is_cuda() && p.param.scalar_type() == torch::kFloat32;
-  });
+  const bool all_cuda_fp32 =
+      !params_.empty() && std::all_of(params_.begin(), params_.end(), [](const AdamWParam& p) {
+        return p.param.is_cuda() && p.param.scalar_type() == torch::kFloat32;
+      });
   if (all_cuda_fp32) {
     fused_step(lr);
     return;
@@ -63,11 +64,10 @@ void AdamW::fused_step(double lr) {
   }
 }
 
+// Gradients are dropped, not zeroed (torch's set_to_none): the next backward then hands its
+// gradient tensors over instead of adding them to zeros.
 void AdamW::zero_grad() {
-  std::vector<torch::Tensor> grads;
-  for (auto& p : params_)
-    if (p.param.grad().defined()) grads.push_back(p.param.mutable_grad());
-  if (!grads.empty()) at::_foreach_zero_(grads);
+  for (auto& p : params_) p.param.mutable_grad() = torch::Tensor();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {

@@ -51,8 +51,8 @@ EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>
     auto hidden = model.hidden_states(t.input_ids, t.position_ids, t.segment_ids);
     for (size_t row = 0; row < chunk.size(); ++row) {
       const auto length = static_cast<int64_t>(chunk[row]->input_ids.size());
-      result.per_example.push_back(
-          score_row(model, hidden[row].slice(0, 0, length), t.labels[row].slice(0, 0, length).to(device)));
+      result.per_example.push_back(score_row(model, hidden[row].slice(0, 0, length),
+                                             t.labels[row].slice(0, 0, length).to(device)));
     }
   }
   double totals_host[3] = {0, 0, 0};

@@ -13,7 +13,9 @@ namespace {
 
 namespace prof = torch::profiler::impl;
 
-std::set<prof::ActivityType> activities() { return {prof::ActivityType::CPU, prof::ActivityType::CUDA}; }
+std::set<prof::ActivityType> activities() {
+  return {prof::ActivityType::CPU, prof::ActivityType::CUDA};
+}
 
 prof::ProfilerConfig config() { return prof::ProfilerConfig(prof::ProfilerState::KINETO); }
 

@@ -152,7 +152,8 @@ StepStats train_step(Run& run) {
       static_cast<double>(run.comm.world_size()) / std::max<int64_t>(1, s.global_targets);
   torch::manual_seed(run.config.seed + 1000003ULL * run.state.step + run.comm.rank());  // dropout
   // Summed on the device: reading it back per micro-batch would stall the GPU queue.
-  auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
+  auto loss_sum =
+      torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
   const auto fb_start = Clock::now();
   double sync_seconds = 0;
   for (size_t m = 0; m < micro.size(); ++m) {
