@@ -146,7 +146,9 @@ class C10dCommunicator : public Communicator {
     reducer_ = std::make_unique<c10d::Reducer>(
         params, buckets, group_, std::vector<bool>(params.size(), false), static_cast<int64_t>(cap),
         /*find_unused_parameters=*/false,
-        /*gradient_as_bucket_view=*/false, param_names, static_cast<int64_t>(first_cap),
+        // Gradients become views into the all-reduce buckets: no copy back after the all-reduce
+        // (it would sit at the end of backward) and no second copy of the gradients in memory.
+        /*gradient_as_bucket_view=*/true, param_names, static_cast<int64_t>(first_cap),
         /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false, reversed_limits);
   }
 

@@ -3,10 +3,14 @@
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
+#include <chrono>
 #include <stdexcept>
+#include <vector>
 
 #ifdef KUBETUNE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -53,6 +57,56 @@ void reset_peak_memory(const torch::Device& device) {
 #else
   (void)device;
 #endif
+}
+
+struct DeviceTimeline::Marks {
+  explicit Marks(const torch::Device& d) : device(d) {}
+  torch::Device device;
+  std::vector<std::chrono::steady_clock::time_point> host;
+#ifdef KUBETUNE_WITH_CUDA
+  std::vector<std::unique_ptr<c10::cuda::CUDAEvent>> events;
+#endif
+};
+
+DeviceTimeline::DeviceTimeline(const torch::Device& device)
+    : marks_(std::make_unique<Marks>(device)) {}
+DeviceTimeline::~DeviceTimeline() = default;
+DeviceTimeline::DeviceTimeline(DeviceTimeline&&) noexcept = default;
+DeviceTimeline& DeviceTimeline::operator=(DeviceTimeline&&) noexcept = default;
+
+size_t DeviceTimeline::add() {
+#ifdef KUBETUNE_WITH_CUDA
+  if (marks_->device.is_cuda()) {
+    marks_->events.push_back(std::make_unique<c10::cuda::CUDAEvent>(cudaEventDefault));
+    return marks_->events.size() - 1;
+  }
+#endif
+  marks_->host.emplace_back();
+  return marks_->host.size() - 1;
+}
+
+void DeviceTimeline::record(size_t mark) {
+#ifdef KUBETUNE_WITH_CUDA
+  if (marks_->device.is_cuda()) {
+    marks_->events.at(mark)->record(c10::cuda::getCurrentCUDAStream(marks_->device.index()));
+    return;
+  }
+#endif
+  marks_->host.at(mark) = std::chrono::steady_clock::now();
+}
+
+void DeviceTimeline::wait() {
+#ifdef KUBETUNE_WITH_CUDA
+  for (const auto& event : marks_->events) event->synchronize();
+#endif
+}
+
+double DeviceTimeline::seconds_between(size_t first, size_t second) const {
+#ifdef KUBETUNE_WITH_CUDA
+  if (marks_->device.is_cuda())
+    return marks_->events.at(first)->elapsed_time(*marks_->events.at(second)) / 1000.0;
+#endif
+  return std::chrono::duration<double>(marks_->host.at(second) - marks_->host.at(first)).count();
 }
 
 AutocastScope::AutocastScope(const torch::Device& device, torch::Dtype dtype) {

@@ -3,6 +3,7 @@
 
 #include <torch/types.h>
 
+#include <memory>
 #include <string>
 
 #include "trainer/train/step_stats.h"
@@ -16,6 +17,31 @@ torch::Dtype compute_dtype(const std::string& configured, const torch::Device& d
 // GPU memory of `device` from the caching allocator; nullopt-like zeros on CPU.
 bool device_memory(const torch::Device& device, DeviceMemory& out);
 void reset_peak_memory(const torch::Device& device);
+
+// Points in time on the device's own timeline, so that phases of a step can be timed without the
+// host waiting for the GPU: CUDA events on a GPU, the host clock on a CPU (where every operation
+// is synchronous anyway).
+class DeviceTimeline {
+ public:
+  explicit DeviceTimeline(const torch::Device& device);
+  ~DeviceTimeline();
+  DeviceTimeline(DeviceTimeline&&) noexcept;
+  DeviceTimeline& operator=(DeviceTimeline&&) noexcept;
+
+  size_t add();              // a new mark, recorded by record()
+  void record(size_t mark);  // (re)sets `mark` to "now", in the order of the work queued so far
+  size_t mark() {
+    const size_t m = add();
+    record(m);
+    return m;
+  }
+  void wait();  // blocks the host until the device has reached every recorded mark
+  double seconds_between(size_t first, size_t second) const;  // after wait()
+
+ private:
+  struct Marks;
+  std::unique_ptr<Marks> marks_;
+};
 
 // Enables bf16 autocast on CUDA for its lifetime (matmuls in bf16, master weights stay fp32).
 class AutocastScope {

@@ -4,19 +4,19 @@
 
 namespace kubetune::train {
 
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return 0.0;
+  if (grads.empty()) return torch::zeros({}, torch::kFloat32);
   torch::Tensor total = torch::stack(at::_foreach_norm(grads, 2)).norm(2);
   if (max_norm > 0) {
     // torch's rule, kept on the device: coefficient = max_norm / (norm + 1e-6), at most 1.
     torch::Tensor coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
     at::_foreach_mul_(grads, coefficient);
   }
-  return total.item<double>();
+  return total;
 }
 
 }  // namespace kubetune::train

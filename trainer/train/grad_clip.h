@@ -9,7 +9,8 @@
 namespace kubetune::train {
 
 // Scales the gradients so that their global L2 norm is at most `max_norm` (no scaling when
-// max_norm <= 0) and returns the norm before scaling.
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// max_norm <= 0) and returns the norm before scaling, as a 0-dim tensor on the gradients' device
+// (reading it is left to the caller, so the host need not wait here).
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
 }  // namespace kubetune::train

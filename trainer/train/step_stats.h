@@ -24,8 +24,9 @@ struct StepStats {
   int64_t global_tokens = 0;  // the same over all ranks
   int64_t local_samples = 0;
   double step_seconds = 0;
-  // Parts of the step (seconds): waiting for data, forward+backward, waiting for the gradient
-  // all-reduce to finish after backward, optimizer (clip + update).
+  // Parts of the step (seconds): preparing the batch (host); on the device's timeline, forward and
+  // backward until this rank's last gradient, then waiting for the gradient all-reduce (slower
+  // ranks, the network), then the optimizer (clip + update).
   double data_seconds = 0, forward_backward_seconds = 0, allreduce_wait_seconds = 0,
          optimizer_seconds = 0;
   double elapsed_seconds = 0;  // since training (or this resumed run) started

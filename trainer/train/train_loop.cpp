@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <optional>
 
 #include "trainer/data/dataset.h"
 #include "trainer/data/sampler.h"
@@ -113,7 +115,17 @@ struct Run {
   TextTools text;
   TrainerState state;
   std::vector<std::unique_ptr<TrainingObserver>> observers;
+  // Called by a hook whenever a trainable parameter receives its gradient: the last call of a
+  // step is when this rank's own backward ended and waiting for the other ranks began.
+  std::shared_ptr<std::function<void()>> on_gradient = std::make_shared<std::function<void()>>();
 };
+
+void attach_gradient_probe(Run& run) {
+  for (auto& t : run.trainable.tensors)
+    t.register_hook([probe = run.on_gradient](const torch::Tensor&) {
+      if (*probe) (*probe)();
+    });
+}
 
 // A micro-batch with no examples (short tail of an epoch) still runs a backward through every
 // trainable parameter, with zero gradients, so that the gradient all-reduce sees all ranks.
@@ -123,14 +135,38 @@ torch::Tensor zero_loss(const NamedParams& trainable) {
   return total;
 }
 
-StepStats train_step(Run& run) {
-  StepStats s;
+// A step whose work is queued on the device but whose results have not been read back yet. The
+// loop reads a step back only after queueing the next one, so the GPU never idles while the host
+// prints progress or prepares the next batch.
+struct PendingStep {
+  StepStats stats;
+  torch::Tensor results;    // host copy: loss sum, global targets, global tokens, gradient norm
+  DeviceTimeline timeline;  // marks, in order: kStart .. kResultsCopied
+};
+enum Mark : size_t { kStart, kLastGradient, kGradientsSynced, kWeightsUpdated, kResultsCopied };
+
+// A tensor's host copy that does not make the host wait: pinned memory written by the stream.
+torch::Tensor copy_to_host_async(const torch::Tensor& t) {
+  if (!t.is_cuda()) return t.cpu();
+  auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(true));
+  host.copy_(t, /*non_blocking=*/true);
+  return host;
+}
+
+torch::Tensor to_device_async(const torch::Tensor& host, const torch::Device& device) {
+  if (!device.is_cuda()) return host.to(device);
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+PendingStep queue_step(Run& run) {
+  PendingStep p{{}, {}, DeviceTimeline(run.device)};
+  StepStats& s = p.stats;
   const auto step_start = Clock::now();
   const int64_t steps_per_epoch = run.sampler.steps_per_epoch();
   const int64_t epoch = run.state.step / steps_per_epoch;
   const int64_t step_in_epoch = run.state.step % steps_per_epoch;
 
-  // 1. Data and the global normaliser.
+  // 1. Data and the global normaliser, which stays on the device.
   std::vector<data::MicroBatch> micro;
   int64_t local_targets = 0;
   for (const auto& indices : run.sampler.micro_batches(epoch, step_in_epoch)) {
@@ -139,23 +175,21 @@ StepStats train_step(Run& run) {
     s.local_tokens += micro.back().n_tokens;
     s.local_samples += static_cast<int64_t>(indices.size());
   }
-  auto counts = torch::tensor({local_targets, s.local_tokens}, torch::kInt64).to(run.device);
+  auto counts =
+      to_device_async(torch::tensor({local_targets, s.local_tokens}, torch::kInt64), run.device);
   run.comm.all_reduce_sum(counts, "target-token count");
-  counts = counts.cpu();
-  s.global_targets = counts[0].item<int64_t>();
-  s.global_tokens = counts[1].item<int64_t>();
   s.data_seconds = seconds_since(step_start);
+  p.timeline.mark();                              // kStart
+  const size_t last_gradient = p.timeline.add();  // kLastGradient
 
   // 2. Forward and backward. DDP averages gradients over ranks, so each rank scales its summed
   // loss by world/global_targets: the result is (sum over all targets) / global_targets.
-  const double scale =
-      static_cast<double>(run.comm.world_size()) / std::max<int64_t>(1, s.global_targets);
+  const torch::Tensor scale =
+      (static_cast<double>(run.comm.world_size()) / counts[0].clamp_min(1).to(torch::kFloat64))
+          .to(torch::kFloat32);
   torch::manual_seed(run.config.seed + 1000003ULL * run.state.step + run.comm.rank());  // dropout
-  // Summed on the device: reading it back per micro-batch would stall the GPU queue.
   auto loss_sum =
       torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
-  const auto fb_start = Clock::now();
-  double sync_seconds = 0;
   for (size_t m = 0; m < micro.size(); ++m) {
     const bool last = m + 1 == micro.size();
     if (last) run.comm.begin_synced_micro_step();
@@ -172,49 +206,73 @@ StepStats train_step(Run& run) {
         loss = sum * scale;
       }
     }
-    const auto backward_start = Clock::now();
-    if (last) {
-      dist::Communicator::Watch watch(run.comm, "gradient all-reduce (backward)");
-      try {
-        loss.backward();
-      } catch (const std::exception& e) {
-        if (run.comm.world_size() > 1 && dist::is_collective_failure(e))
-          throw dist::collective_failure(run.comm.rank(), "gradient all-reduce (backward)", e);
-        throw;
-      }
-    } else {
+    if (!last) {
       loss.backward();
+      continue;
     }
-    if (last && run.device.is_cuda()) torch::cuda::synchronize(run.device.index());
-    if (last) sync_seconds = seconds_since(backward_start);
+    dist::Communicator::Watch watch(run.comm, "gradient all-reduce (backward)");
+    p.timeline.record(last_gradient);
+    *run.on_gradient = [&] { p.timeline.record(last_gradient); };
+    try {
+      loss.backward();
+    } catch (const std::exception& e) {
+      *run.on_gradient = nullptr;
+      if (run.comm.world_size() > 1 && dist::is_collective_failure(e))
+        throw dist::collective_failure(run.comm.rank(), "gradient all-reduce (backward)", e);
+      throw;
+    }
+    *run.on_gradient = nullptr;
   }
-  s.forward_backward_seconds = seconds_since(fb_start) - sync_seconds;
-  s.allreduce_wait_seconds = run.comm.world_size() > 1 ? sync_seconds : 0.0;
-  if (run.comm.world_size() == 1) s.forward_backward_seconds += sync_seconds;
+  p.timeline.mark();  // kGradientsSynced
 
   // 3. Update.
-  const auto opt_start = Clock::now();
-  s.grad_norm = clip_grad_norm(run.trainable.tensors, run.config.max_grad_norm);
+  const torch::Tensor grad_norm = clip_grad_norm(run.trainable.tensors, run.config.max_grad_norm);
   s.learning_rate = run.schedule.at(run.state.step);
   run.optimizer.step(s.learning_rate);
   run.optimizer.zero_grad();
-  if (run.device.is_cuda()) torch::cuda::synchronize(run.device.index());  // honest phase timing
-  s.optimizer_seconds = seconds_since(opt_start);
+  p.timeline.mark();  // kWeightsUpdated
 
-  auto global_loss = loss_sum;
-  run.comm.all_reduce_sum(global_loss, "loss");
-  s.loss = global_loss.item<double>() / std::max<int64_t>(1, s.global_targets);
+  run.comm.all_reduce_sum(loss_sum, "loss");
+  p.results = copy_to_host_async(
+      torch::stack({loss_sum, counts[0].to(torch::kFloat64), counts[1].to(torch::kFloat64),
+                    grad_norm.to(loss_sum.device(), torch::kFloat64)}));
+  p.timeline.mark();  // kResultsCopied
 
   run.state.step += 1;
-  run.state.tokens_seen += s.global_tokens;
-  run.state.samples_seen +=
-      s.local_samples;  // this rank's; the global count is step x global batch
   s.step = run.state.step;
   s.total_steps = run.schedule.total_steps;
   s.epoch = static_cast<double>(run.state.step) / steps_per_epoch;
-  s.step_seconds = seconds_since(step_start);
+  return p;
+}
+
+// Waits for a queued step and fills in what only the device knew.
+StepStats finish_step(Run& run, PendingStep& p) {
+  p.timeline.wait();
+  StepStats s = p.stats;
+  const auto* values = p.results.data_ptr<double>();
+  s.global_targets = static_cast<int64_t>(values[1]);
+  s.global_tokens = static_cast<int64_t>(values[2]);
+  s.loss = values[0] / std::max<int64_t>(1, s.global_targets);
+  s.grad_norm = values[3];
+  s.forward_backward_seconds = p.timeline.seconds_between(kStart, kLastGradient);
+  s.allreduce_wait_seconds = p.timeline.seconds_between(kLastGradient, kGradientsSynced);
+  s.optimizer_seconds = p.timeline.seconds_between(kGradientsSynced, kWeightsUpdated);
+  run.state.tokens_seen += s.global_tokens;
+  run.state.samples_seen += s.local_samples;  // this rank's; the global count is step x batch
   s.has_device_memory = device_memory(run.device, s.device_memory);
   return s;
+}
+
+void report_step(Run& run, StepStats& s, Clock::time_point start, int64_t first_step,
+                 int64_t total_steps, double flops_per_token, double& smoothed_tps) {
+  s.elapsed_seconds = seconds_since(start);
+  const double per_step = s.elapsed_seconds / static_cast<double>(s.step - first_step);
+  s.eta_seconds = per_step * static_cast<double>(total_steps - s.step);
+  const double tps = s.local_tokens / std::max(1e-9, s.step_seconds);
+  smoothed_tps = smoothed_tps == 0 ? tps : 0.8 * smoothed_tps + 0.2 * tps;
+  s.tokens_per_second = smoothed_tps;
+  if (run.device.is_cuda()) s.mfu = smoothed_tps * flops_per_token / kPeakBf16FlopsPerSecond;
+  for (auto& o : run.observers) o->on_step(s);
 }
 
 NamedTensors named(const NamedParams& p) {
@@ -387,6 +445,7 @@ int run_training(const TrainConfig& c) {
   // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
   run.comm.broadcast(run.trainable.tensors, 0, "initial weights");
   run.comm.attach_gradient_sync(run.trainable.tensors, run.trainable.names, c.bucket_size_mb);
+  attach_gradient_probe(run);
 
   if (lead)
     std::cout << "training " << c.method << " on " << run.train.size()
@@ -407,28 +466,38 @@ int run_training(const TrainConfig& c) {
   StepStats last;
   double smoothed_tps = 0;
   StepProfiler profiler(c.output_dir, env.rank);
-  while (run.state.step < total_steps) {
-    profiler.before_step(run.state.step + 1);
-    last = train_step(run);
-    profiler.after_step(last.step);
-    last.elapsed_seconds = seconds_since(start);
-    const double per_step = last.elapsed_seconds / static_cast<double>(last.step - first_step);
-    last.eta_seconds = per_step * static_cast<double>(total_steps - last.step);
-    const double tps = last.local_tokens / std::max(1e-9, last.step_seconds);
-    smoothed_tps = smoothed_tps == 0 ? tps : 0.8 * smoothed_tps + 0.2 * tps;
-    last.tokens_per_second = smoothed_tps;
-    if (device.is_cuda()) last.mfu = smoothed_tps * flops_per_token / kPeakBf16FlopsPerSecond;
-    for (auto& o : run.observers) o->on_step(last);
-
-    const bool final_step = run.state.step == total_steps;
-    if (c.eval_every_steps > 0 && !run.validation.empty() && !final_step &&
-        run.state.step % c.eval_every_steps == 0) {
-      double eval_loss = run_validation(run);
-      for (auto& o : run.observers) o->on_eval(run.state.step, eval_loss);
+  // A step that ends in an evaluation or a checkpoint must be read back before the next one
+  // changes the weights; any other step is read back while the next one runs.
+  auto needs_weights = [&](int64_t step) {
+    const bool final_step = step == total_steps;
+    return final_step ||
+           (c.eval_every_steps > 0 && !run.validation.empty() && step % c.eval_every_steps == 0) ||
+           (c.checkpoint_every_steps > 0 && step % c.checkpoint_every_steps == 0);
+  };
+  std::optional<PendingStep> pending;
+  auto last_finish = start;
+  while (run.state.step < total_steps || pending) {
+    std::optional<PendingStep> next;
+    if (run.state.step < total_steps && !(pending && needs_weights(pending->stats.step))) {
+      profiler.before_step(run.state.step + 1);
+      next = queue_step(run);
     }
-    if (c.checkpoint_every_steps > 0 && !final_step &&
-        run.state.step % c.checkpoint_every_steps == 0)
-      write_checkpoint(run);
+    if (pending) {
+      last = finish_step(run, *pending);
+      profiler.after_step(last.step);
+      last.step_seconds = seconds_since(last_finish);  // the pace steps complete at
+      last_finish = Clock::now();
+      report_step(run, last, start, first_step, total_steps, flops_per_token, smoothed_tps);
+      const bool final_step = last.step == total_steps;
+      if (c.eval_every_steps > 0 && !run.validation.empty() && !final_step &&
+          last.step % c.eval_every_steps == 0) {
+        double eval_loss = run_validation(run);
+        for (auto& o : run.observers) o->on_eval(last.step, eval_loss);
+      }
+      if (c.checkpoint_every_steps > 0 && !final_step && last.step % c.checkpoint_every_steps == 0)
+        write_checkpoint(run);
+    }
+    pending = std::move(next);
   }
   write_checkpoint(run);
   save_outputs(run);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Full fine-tuning on 2 GPUs under a few gradient all-reduce settings (bucket size, NCCL's CTA cap),
+# printing the step's phases from metrics_history.jsonl. Run from the repository root on a GPU box
+# with the packed trainer in .bench-pkg (see package_trainer.sh):  bash bench/ddp_tuning.sh
+set -e
+. .bench-pkg/env.sh; export NCCL_NVLS_ENABLE=0
+O=/tmp/kt; python3 bench/make_bench_inputs.py $O/inputs --shape llama-3.2-1b --seq 2048 >/dev/null 2>&1
+run() {  # name bucket_mb [env...]
+  name=$1; bucket=$2; shift 2
+  mkdir -p $O/$name
+  cat >$O/$name/config.json <<JSON
+{"model": {"path": "$O/inputs/model", "dtype": "bfloat16"},
+ "data": {"train": "$O/inputs/data.jsonl", "format": "text", "lossOn": "all", "maxLength": 2048, "shuffle": false},
+ "method": {"type": "full"},
+ "training": {"maxSteps": 12, "microBatchSize": 4, "learningRate": 1e-4, "lrScheduler": "constant", "maxGradNorm": 1.0, "logEverySteps": 50},
+ "distributed": {"bucketSizeMb": $bucket},
+ "output": {"dir": "$O/$name/out"}, "checkpoint": {"resume": "never"}}
+JSON
+  env "$@" .bench-pkg/kubetune-trainer launch --nproc-per-node 2 --master-port $((29700 + RANDOM % 100)) -- train --config $O/$name/config.json > $O/$name/log.txt 2>&1 || { tail -5 $O/$name/log.txt; return; }
+  python3 - $O/$name/out/metrics_history.jsonl $name <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][4:]
+m = lambda k: sum(r[k] for r in rows) / len(rows) * 1000
+print(f"{sys.argv[2]:18s} step {m('step_seconds'):6.1f} ms  fb {m('forward_backward_seconds'):6.1f}  wait {m('allreduce_wait_seconds'):5.1f}  opt {m('optimizer_seconds'):5.1f}  tok/s/GPU {8192/m('step_seconds')*1000:7.0f}")
+PY
+}
+run default 25
+run ctas8 25 NCCL_MAX_CTAS=8
+run ctas4 25 NCCL_MAX_CTAS=4
+run bucket100 100
+run bucket100-ctas8 100 NCCL_MAX_CTAS=8
