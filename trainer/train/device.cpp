@@ -102,11 +102,17 @@ void DeviceTimeline::wait() {
 }
 
 double DeviceTimeline::seconds_between(size_t first, size_t second) const {
+  return seconds_since(*this, first, second);
+}
+
+double DeviceTimeline::seconds_since(const DeviceTimeline& earlier, size_t first,
+                                     size_t second) const {
 #ifdef KUBETUNE_WITH_CUDA
   if (marks_->device.is_cuda())
-    return marks_->events.at(first)->elapsed_time(*marks_->events.at(second)) / 1000.0;
+    return earlier.marks_->events.at(first)->elapsed_time(*marks_->events.at(second)) / 1000.0;
 #endif
-  return std::chrono::duration<double>(marks_->host.at(second) - marks_->host.at(first)).count();
+  return std::chrono::duration<double>(marks_->host.at(second) - earlier.marks_->host.at(first))
+      .count();
 }
 
 AutocastScope::AutocastScope(const torch::Device& device, torch::Dtype dtype) {

@@ -37,6 +37,8 @@ class DeviceTimeline {
   }
   void wait();  // blocks the host until the device has reached every recorded mark
   double seconds_between(size_t first, size_t second) const;  // after wait()
+  // From `first` on an earlier timeline of the same device to `second` on this one.
+  double seconds_since(const DeviceTimeline& earlier, size_t first, size_t second) const;
 
  private:
   struct Marks;

@@ -475,7 +475,7 @@ int run_training(const TrainConfig& c) {
            (c.checkpoint_every_steps > 0 && step % c.checkpoint_every_steps == 0);
   };
   std::optional<PendingStep> pending;
-  auto last_finish = start;
+  std::optional<DeviceTimeline> previous;  // of the step read back last
   while (run.state.step < total_steps || pending) {
     std::optional<PendingStep> next;
     if (run.state.step < total_steps && !(pending && needs_weights(pending->stats.step))) {
@@ -485,17 +485,26 @@ int run_training(const TrainConfig& c) {
     if (pending) {
       last = finish_step(run, *pending);
       profiler.after_step(last.step);
-      last.step_seconds = seconds_since(last_finish);  // the pace steps complete at
-      last_finish = Clock::now();
+      // The pace steps complete at on the device: with steps overlapping, host clocks around a
+      // read-back would mostly measure when the host got round to it.
+      // After a pause (start, evaluation, checkpoint) it is the step's own span.
+      last.step_seconds =
+          previous ? pending->timeline.seconds_since(*previous, kResultsCopied, kResultsCopied)
+                   : last.data_seconds + pending->timeline.seconds_between(kStart, kResultsCopied);
+      previous = std::move(pending->timeline);
       report_step(run, last, start, first_step, total_steps, flops_per_token, smoothed_tps);
       const bool final_step = last.step == total_steps;
       if (c.eval_every_steps > 0 && !run.validation.empty() && !final_step &&
           last.step % c.eval_every_steps == 0) {
         double eval_loss = run_validation(run);
         for (auto& o : run.observers) o->on_eval(last.step, eval_loss);
+        previous.reset();
       }
-      if (c.checkpoint_every_steps > 0 && !final_step && last.step % c.checkpoint_every_steps == 0)
+      if (c.checkpoint_every_steps > 0 && !final_step &&
+          last.step % c.checkpoint_every_steps == 0) {
         write_checkpoint(run);
+        previous.reset();
+      }
     }
     pending = std::move(next);
   }
