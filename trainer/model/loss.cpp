@@ -9,6 +9,7 @@
 
 #include "kernels/cross_entropy.h"
 #include "trainer/model/causal_lm.h"
+#include "trainer/model/device_copy.h"
 
 namespace kubetune::model {
 namespace {
@@ -79,13 +80,6 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     return {d_rows, d_weight, at::Tensor(), at::Tensor()};
   }
 };
-
-// A host-to-device copy that does not wait for the GPU: staged through pinned memory, whose
-// caching allocator keeps the buffer alive until the copy has run.
-at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
-  if (!device.is_cuda()) return host.to(device);
-  return host.pin_memory().to(device, /*non_blocking=*/true);
-}
 
 }  // namespace
 

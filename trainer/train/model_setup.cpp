@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "trainer/io/hf_checkpoint.h"
+#include "trainer/model/device_copy.h"
 
 namespace kubetune::train {
 
@@ -53,10 +54,8 @@ BatchTensors to_tensors(const data::MicroBatch& batch, const torch::Device& devi
                             torch::kInt64)
         .clone();  // never alias `values`
   };
-  // Staged through pinned memory so that the copy does not wait for the GPU to drain.
   auto on_device = [&](const std::vector<int64_t>& values) {
-    if (!device.is_cuda()) return host(values).to(device);
-    return host(values).pin_memory().to(device, torch::kInt64, /*non_blocking=*/true);
+    return model::to_device_async(host(values), device);
   };
   BatchTensors t;
   t.input_ids = on_device(batch.input_ids);

@@ -23,6 +23,7 @@
 #include "trainer/dist/communicator.h"
 #include "trainer/io/hf_checkpoint.h"
 #include "trainer/io/peft_adapter.h"
+#include "trainer/model/device_copy.h"
 #include "trainer/model/loss.h"
 #include "trainer/train/adamw.h"
 #include "trainer/train/checkpoint.h"
@@ -153,11 +154,6 @@ torch::Tensor copy_to_host_async(const torch::Tensor& t) {
   return host;
 }
 
-torch::Tensor to_device_async(const torch::Tensor& host, const torch::Device& device) {
-  if (!device.is_cuda()) return host.to(device);
-  return host.pin_memory().to(device, /*non_blocking=*/true);
-}
-
 PendingStep queue_step(Run& run) {
   PendingStep p{{}, {}, DeviceTimeline(run.device)};
   StepStats& s = p.stats;
@@ -175,12 +171,12 @@ PendingStep queue_step(Run& run) {
     s.local_tokens += micro.back().n_tokens;
     s.local_samples += static_cast<int64_t>(indices.size());
   }
-  auto counts =
-      to_device_async(torch::tensor({local_targets, s.local_tokens}, torch::kInt64), run.device);
+  auto counts = model::to_device_async(
+      torch::tensor({local_targets, s.local_tokens}, torch::kInt64), run.device);
   run.comm.all_reduce_sum(counts, "target-token count");
   s.data_seconds = seconds_since(step_start);
-  p.timeline.mark();                              // kStart
-  const size_t last_gradient = p.timeline.add();  // kLastGradient
+  p.timeline.mark();  // kStart
+  p.timeline.add();   // kLastGradient: recorded before the last backward, then by the hook
 
   // 2. Forward and backward. DDP averages gradients over ranks, so each rank scales its summed
   // loss by world/global_targets: the result is (sum over all targets) / global_targets.
@@ -211,8 +207,8 @@ PendingStep queue_step(Run& run) {
       continue;
     }
     dist::Communicator::Watch watch(run.comm, "gradient all-reduce (backward)");
-    p.timeline.record(last_gradient);
-    *run.on_gradient = [&] { p.timeline.record(last_gradient); };
+    p.timeline.record(kLastGradient);
+    *run.on_gradient = [&] { p.timeline.record(kLastGradient); };
     try {
       loss.backward();
     } catch (const std::exception& e) {
@@ -466,13 +462,18 @@ int run_training(const TrainConfig& c) {
   StepStats last;
   double smoothed_tps = 0;
   StepProfiler profiler(c.output_dir, env.rank);
-  // A step that ends in an evaluation or a checkpoint must be read back before the next one
-  // changes the weights; any other step is read back while the next one runs.
+  auto evaluates_after = [&](int64_t step) {
+    return c.eval_every_steps > 0 && !run.validation.empty() && step < total_steps &&
+           step % c.eval_every_steps == 0;
+  };
+  auto checkpoints_after = [&](int64_t step) {
+    return c.checkpoint_every_steps > 0 && step < total_steps &&
+           step % c.checkpoint_every_steps == 0;
+  };
+  // A step that ends in an evaluation, a checkpoint or the end of training must be read back
+  // before the next one changes the weights; any other step is read back while the next one runs.
   auto needs_weights = [&](int64_t step) {
-    const bool final_step = step == total_steps;
-    return final_step ||
-           (c.eval_every_steps > 0 && !run.validation.empty() && step % c.eval_every_steps == 0) ||
-           (c.checkpoint_every_steps > 0 && step % c.checkpoint_every_steps == 0);
+    return step == total_steps || evaluates_after(step) || checkpoints_after(step);
   };
   std::optional<PendingStep> pending;
   std::optional<DeviceTimeline> previous;  // of the step read back last
@@ -493,15 +494,12 @@ int run_training(const TrainConfig& c) {
                    : last.data_seconds + pending->timeline.seconds_between(kStart, kResultsCopied);
       previous = std::move(pending->timeline);
       report_step(run, last, start, first_step, total_steps, flops_per_token, smoothed_tps);
-      const bool final_step = last.step == total_steps;
-      if (c.eval_every_steps > 0 && !run.validation.empty() && !final_step &&
-          last.step % c.eval_every_steps == 0) {
+      if (evaluates_after(last.step)) {
         double eval_loss = run_validation(run);
         for (auto& o : run.observers) o->on_eval(last.step, eval_loss);
         previous.reset();
       }
-      if (c.checkpoint_every_steps > 0 && !final_step &&
-          last.step % c.checkpoint_every_steps == 0) {
+      if (checkpoints_after(last.step)) {
         write_checkpoint(run);
         previous.reset();
       }
