@@ -1,31 +1,35 @@
 #!/usr/bin/env bash
-# Full fine-tuning on 2 GPUs under a few gradient all-reduce settings (bucket size, NCCL's CTA cap),
-# printing the step's phases from metrics_history.jsonl. Run from the repository root on a GPU box
-# with the packed trainer in .bench-pkg (see package_trainer.sh):  bash bench/ddp_tuning.sh
+# Full fine-tuning on N GPUs under a few gradient all-reduce settings, printing the step's phases
+# from metrics_history.jsonl. Run from the repository root on a GPU machine with the packed trainer
+# in .bench-pkg (see package_trainer.sh):
+#   bash bench/ddp_tuning.sh [GPUS] [NAME:BUCKET_MB:SPARSE_EMBEDDING[:ENV=VALUE...] ...]
+# e.g. bash bench/ddp_tuning.sh 4 default:25:true dense:25:false ctas8:25:true:NCCL_MAX_CTAS=8
 set -e
+GPUS=${1:-2}; shift || true
+VARIANTS=("$@")
+[[ ${#VARIANTS[@]} -gt 0 ]] || VARIANTS=(default:25:true dense-embedding:25:false bucket100:100:true)
 . .bench-pkg/env.sh; export NCCL_NVLS_ENABLE=0
-O=/tmp/kt; python3 bench/make_bench_inputs.py $O/inputs --shape llama-3.2-1b --seq 2048 >/dev/null 2>&1
-run() {  # name bucket_mb [env...]
-  name=$1; bucket=$2; shift 2
+O=${O:-/tmp/kt}; [[ -d $O/inputs/model ]] || python3 bench/make_bench_inputs.py $O/inputs --shape llama-3.2-1b --seq 2048 >/dev/null 2>&1
+run() {  # name bucket_mb sparse [env...]
+  name=$1; bucket=$2; sparse=$3; shift 3
   mkdir -p $O/$name
   cat >$O/$name/config.json <<JSON
 {"model": {"path": "$O/inputs/model", "dtype": "bfloat16"},
  "data": {"train": "$O/inputs/data.jsonl", "format": "text", "lossOn": "all", "maxLength": 2048, "shuffle": false},
  "method": {"type": "full"},
  "training": {"maxSteps": 12, "microBatchSize": 4, "learningRate": 1e-4, "lrScheduler": "constant", "maxGradNorm": 1.0, "logEverySteps": 50},
- "distributed": {"bucketSizeMb": $bucket},
+ "distributed": {"bucketSizeMb": $bucket, "sparseEmbeddingGradients": $sparse},
  "output": {"dir": "$O/$name/out"}, "checkpoint": {"resume": "never"}}
 JSON
-  env "$@" .bench-pkg/kubetune-trainer launch --nproc-per-node 2 --master-port $((29700 + RANDOM % 100)) -- train --config $O/$name/config.json > $O/$name/log.txt 2>&1 || { tail -5 $O/$name/log.txt; return; }
-  python3 - $O/$name/out/metrics_history.jsonl $name <<'PY'
+  env "$@" .bench-pkg/kubetune-trainer launch --nproc-per-node $GPUS --master-port $((29700 + RANDOM % 100)) -- train --config $O/$name/config.json > $O/$name/log.txt 2>&1 || { tail -5 $O/$name/log.txt; return; }
+  python3 - $O/$name/out/metrics_history.jsonl "$name x$GPUS" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][4:]
 m = lambda k: sum(r[k] for r in rows) / len(rows) * 1000
-print(f"{sys.argv[2]:18s} step {m('step_seconds'):6.1f} ms  fb {m('forward_backward_seconds'):6.1f}  wait {m('allreduce_wait_seconds'):5.1f}  opt {m('optimizer_seconds'):5.1f}  tok/s/GPU {8192/m('step_seconds')*1000:7.0f}")
+print(f"{sys.argv[2]:22s} step {m('step_seconds'):6.1f} ms  fb {m('forward_backward_seconds'):6.1f}  wait {m('allreduce_wait_seconds'):5.1f}  opt {m('optimizer_seconds'):5.1f}  tok/s/GPU {8192/m('step_seconds')*1000:7.0f}")
 PY
 }
-run default 25
-run ctas8 25 NCCL_MAX_CTAS=8
-run ctas4 25 NCCL_MAX_CTAS=4
-run bucket100 100
-run bucket100-ctas8 100 NCCL_MAX_CTAS=8
+for v in "${VARIANTS[@]}"; do
+  IFS=: read -r -a f <<<"$v"
+  run "${f[@]}"
+done

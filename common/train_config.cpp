@@ -230,6 +230,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& c) {
   t.dist_backend = c["distributed"]["backend"];
   t.collective_timeout_seconds = c["distributed"]["timeoutSeconds"];
   t.bucket_size_mb = c["distributed"]["bucketSizeMb"];
+  t.sparse_embedding_gradients = c["distributed"]["sparseEmbeddingGradients"];
   t.metrics_port = c["metrics"]["port"];
   t.job_name = c["metrics"]["jobName"];
   t.metrics_linger_seconds = c["metrics"]["lingerSeconds"];

@@ -87,6 +87,7 @@ struct TrainConfig {
   std::string dist_backend;  // auto | nccl | gloo
   double collective_timeout_seconds = 600;
   double bucket_size_mb = 25;
+  bool sparse_embedding_gradients = true;
   // metrics
   int metrics_port = 0;  // 0: no exporter
   std::string job_name;

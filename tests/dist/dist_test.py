@@ -23,9 +23,9 @@ def launch(nproc, cfg_path, **kw):
     return ["launch", "--nproc-per-node", nproc, "--master-port", free_port(), "--", "train", "--config", cfg_path]
 
 
-def setup(name, n_examples=48):
+def setup(name, n_examples=48, **model_config):
     w = h.workdir(name)
-    model = h.tiny_model(w / "model")
+    model = h.tiny_model(w / "model", **model_config)
     data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", n_examples)
     return w, model, data
 
@@ -65,22 +65,32 @@ def wait_for_step(out_dir: Path, step: int, timeout=240):
 
 
 def same_weights_as_one_process():
-    """2 and 3 processes == 1 process with the same global batch of 6, to 1e-5."""
-    w, model, data = setup("ddp-equal")
-    results = {}
-    for world, micro, accum in ((1, 2, 3), (2, 1, 3), (3, 2, 1)):
-        cfg = h.config(model, data, w / f"out{world}", microBatchSize=micro, gradientAccumulationSteps=accum,
-                       maxSteps=4, learningRate=1e-2)
-        path = h.write_config(w / f"c{world}.json", cfg)
-        args = ["train", "--config", path] if world == 1 else launch(world, path)
-        h.run(args)
-        results[world] = h.weights(w / f"out{world}")
-    moved = max((results[1][k] - h.weights(model)[k]).abs().max().item() for k in results[1])
-    assert moved > 1e-3
-    for world in (2, 3):
-        diff = h.max_abs_diff(results[1], results[world])
-        print(f"world {world}: max |w - w_single| = {diff:.3g}")
-        assert diff <= 1e-5, diff
+    """2 and 3 processes == 1 process with the same global batch of 6, to 1e-5.
+
+    With a tied embedding (the demo model) and an untied one: across processes the embedding's
+    gradient is summed over the rows the batch looked up (distributed.sparseEmbeddingGradients),
+    and one run checks DDP's dense all-reduce of it too."""
+    for tied in (True, False):
+        w, model, data = setup("ddp-equal-" + ("tied" if tied else "untied"), tie_word_embeddings=tied)
+        runs = {"1": (1, 2, 3, True), "2": (2, 1, 3, True), "3": (3, 2, 1, True)}
+        if tied:
+            runs["2-dense"] = (2, 1, 3, False)
+        results = {}
+        for name, (world, micro, accum, sparse) in runs.items():
+            cfg = h.config(model, data, w / f"out{name}", microBatchSize=micro, gradientAccumulationSteps=accum,
+                           maxSteps=4, learningRate=1e-2)
+            cfg["distributed"]["sparseEmbeddingGradients"] = sparse
+            path = h.write_config(w / f"c{name}.json", cfg)
+            args = ["train", "--config", path] if world == 1 else launch(world, path)
+            h.run(args)
+            results[name] = h.weights(w / f"out{name}")
+        embedding = "model.embed_tokens.weight"
+        moved = (results["1"][embedding] - h.weights(model)[embedding]).abs().max().item()
+        assert moved > 1e-3, moved
+        for name in runs:
+            diff = h.max_abs_diff(results["1"], results[name])
+            print(f"tied={tied} world {name}: max |w - w_single| = {diff:.3g}")
+            assert diff <= 1e-5, diff
 
 
 def killed_rank_stops_the_job():

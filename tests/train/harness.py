@@ -20,12 +20,14 @@ def workdir(name: str) -> Path:
     return d
 
 
-def tiny_model(dest: Path, seed: int = 0) -> Path:
-    """A randomly initialised tiny Llama made by transformers (not by us) with the demo tokenizer."""
+def tiny_model(dest: Path, seed: int = 0, **overrides) -> Path:
+    """A randomly initialised tiny Llama made by transformers (not by us) with the demo tokenizer;
+    `overrides` change its config (e.g. tie_word_embeddings=False)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = json.loads((EXAMPLE / "model_config.json").read_text())
     cfg.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2)
+    cfg.update(overrides)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in cfg.items() if k != "architectures"}))
     model.save_pretrained(dest, safe_serialization=True)

@@ -52,8 +52,8 @@ class Communicator {
 
   // Gradient synchronisation for `params` (all trainable, same order on every rank). Call
   // begin_synced_micro_step() before the forward of the micro-step whose backward should all-reduce
-  // (the last of an accumulation); other micro-steps accumulate locally. Gradients are averaged
-  // over ranks, as in torch DDP.
+  // (the last of an accumulation); other micro-steps accumulate locally. Gradients are summed
+  // over ranks (torch DDP averages): the loss is already divided by the global target count.
   virtual void attach_gradient_sync(const std::vector<torch::Tensor>& params,
                                     const std::vector<std::string>& names, double bucket_mb) = 0;
   virtual void begin_synced_micro_step() = 0;

@@ -83,8 +83,27 @@ EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOpti
   weight = register_parameter("weight", torch::empty({vocab, dim}, opts));
 }
 
+void EmbeddingRowGradients::reset(const torch::Tensor& ids, const torch::Tensor& weight) {
+  row_ids = ids.to(weight.device(), torch::kInt64, /*non_blocking=*/true);
+  rows = torch::zeros({row_ids.numel(), weight.size(1)}, weight.options());
+}
+
+void EmbeddingRowGradients::add(const torch::Tensor& ids, const torch::Tensor& grad) {
+  const auto flat_ids = ids.reshape({-1});
+  const auto position = torch::searchsorted(row_ids, flat_ids);
+  rows.index_add_(0, position, grad.reshape({-1, rows.size(1)}).to(rows.scalar_type()));
+}
+
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
-  return at::embedding(weight, ids);
+  if (!row_gradients || !weight.requires_grad() || !torch::GradMode::is_enabled())
+    return at::embedding(weight, ids);
+  // The lookup of a detached weight is a leaf; its hook receives d(loss)/d(output).
+  auto out = at::embedding(weight.detach(), ids).requires_grad_(true);
+  out.register_hook([sink = row_gradients, ids](const torch::Tensor& grad) {
+    sink->add(ids, grad);
+    return torch::Tensor();
+  });
+  return out;
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, const torch::TensorOptions& opts)

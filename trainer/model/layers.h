@@ -6,6 +6,8 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <memory>
+
 #include "trainer/model/model_config.h"
 
 namespace kubetune::model {
@@ -54,11 +56,29 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// The gradient of an embedding lookup, kept as rows of a small dense matrix instead of the
+// [vocab, hidden] gradient autograd would make. Across processes only the rows some rank looked
+// up need summing, a few percent of the vocabulary for a step's batch (see
+// train/embedding_gradient_sync.h).
+struct EmbeddingRowGradients {
+  torch::Tensor row_ids;  // [R] int64, sorted: every id that may be looked up until the next reset
+  torch::Tensor rows;     // [R, hidden]: rows[i] is the summed gradient of row row_ids[i]
+
+  // Starts a new collection over `row_ids` (host or device tensor) on the weight's device.
+  void reset(const torch::Tensor& row_ids, const torch::Tensor& weight);
+  // rows[position of ids[n]] += grad[n]. Every id must be in row_ids.
+  void add(const torch::Tensor& ids, const torch::Tensor& grad);
+};
+
 class EmbeddingImpl : public torch::nn::Module {
  public:
   EmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& ids);
   torch::Tensor weight;
+  // When set (and the weight is trainable), backward adds the lookup's gradient here and gives
+  // the weight none through autograd: a tied weight's gradient is then complete as soon as the
+  // output layer's part is, early in backward.
+  std::shared_ptr<EmbeddingRowGradients> row_gradients;
 };
 TORCH_MODULE(Embedding);
 

@@ -28,6 +28,7 @@
 #include "trainer/train/adamw.h"
 #include "trainer/train/checkpoint.h"
 #include "trainer/train/device.h"
+#include "trainer/train/embedding_gradient_sync.h"
 #include "trainer/train/evaluate.h"
 #include "trainer/train/grad_clip.h"
 #include "trainer/train/lr_schedule.h"
@@ -119,6 +120,7 @@ struct Run {
   // Called by a hook whenever a trainable parameter receives its gradient: the last call of a
   // step is when this rank's own backward ended and waiting for the other ranks began.
   std::shared_ptr<std::function<void()>> on_gradient = std::make_shared<std::function<void()>>();
+  std::unique_ptr<EmbeddingGradientSync> embedding_sync = nullptr;  // null: autograd + buckets
 };
 
 void attach_gradient_probe(Run& run) {
@@ -171,6 +173,9 @@ PendingStep queue_step(Run& run) {
     s.local_tokens += micro.back().n_tokens;
     s.local_samples += static_cast<int64_t>(indices.size());
   }
+  if (run.embedding_sync)
+    run.embedding_sync->begin_step(token_ids_in(
+        run.train, run.sampler.global_batch_indices(epoch, step_in_epoch), run.text.pad_id));
   auto counts = model::to_device_async(
       torch::tensor({local_targets, s.local_tokens}, torch::kInt64), run.device);
   run.comm.all_reduce_sum(counts, "target-token count");
@@ -178,11 +183,10 @@ PendingStep queue_step(Run& run) {
   p.timeline.mark();  // kStart
   p.timeline.add();   // kLastGradient: recorded before the last backward, then by the hook
 
-  // 2. Forward and backward. DDP averages gradients over ranks, so each rank scales its summed
-  // loss by world/global_targets: the result is (sum over all targets) / global_targets.
+  // 2. Forward and backward. Gradients are summed over ranks, so each rank scales its summed
+  // loss by 1/global_targets: the result is (sum over all targets) / global_targets.
   const torch::Tensor scale =
-      (static_cast<double>(run.comm.world_size()) / counts[0].clamp_min(1).to(torch::kFloat64))
-          .to(torch::kFloat32);
+      (1.0 / counts[0].clamp_min(1).to(torch::kFloat64)).to(torch::kFloat32);
   torch::manual_seed(run.config.seed + 1000003ULL * run.state.step + run.comm.rank());  // dropout
   auto loss_sum =
       torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
@@ -219,6 +223,7 @@ PendingStep queue_step(Run& run) {
     }
     *run.on_gradient = nullptr;
   }
+  if (run.embedding_sync) run.embedding_sync->finish_step();
   p.timeline.mark();  // kGradientsSynced
 
   // 3. Update.
@@ -269,6 +274,28 @@ void report_step(Run& run, StepStats& s, Clock::time_point start, int64_t first_
   s.tokens_per_second = smoothed_tps;
   if (run.device.is_cuda()) s.mfu = smoothed_tps * flops_per_token / kPeakBf16FlopsPerSecond;
   for (auto& o : run.observers) o->on_step(s);
+}
+
+// A trainable embedding of a multi-process run has its gradient summed by rows
+// (embedding_gradient_sync.h). Untied, it then leaves DDP's buckets; tied, the buckets still
+// carry the output layer's part.
+void sync_embedding_by_rows(Run& run) {
+  auto& embedding = run.model->model->embed_tokens;
+  if (run.comm.world_size() > 1 && run.config.sparse_embedding_gradients &&
+      embedding->weight.requires_grad())
+    run.embedding_sync = std::make_unique<EmbeddingGradientSync>(embedding, run.comm);
+}
+
+NamedParams reduced_by_buckets(const Run& run) {
+  if (!run.embedding_sync || !run.model->lm_head) return run.trainable;
+  NamedParams out;
+  const auto& embedding = run.model->model->embed_tokens->weight;
+  for (size_t i = 0; i < run.trainable.tensors.size(); ++i) {
+    if (run.trainable.tensors[i].is_same(embedding)) continue;
+    out.names.push_back(run.trainable.names[i]);
+    out.tensors.push_back(run.trainable.tensors[i]);
+  }
+  return out;
 }
 
 NamedTensors named(const NamedParams& p) {
@@ -440,7 +467,9 @@ int run_training(const TrainConfig& c) {
   }
   // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
   run.comm.broadcast(run.trainable.tensors, 0, "initial weights");
-  run.comm.attach_gradient_sync(run.trainable.tensors, run.trainable.names, c.bucket_size_mb);
+  sync_embedding_by_rows(run);
+  const NamedParams bucketed = reduced_by_buckets(run);
+  run.comm.attach_gradient_sync(bucketed.tensors, bucketed.names, c.bucket_size_mb);
   attach_gradient_probe(run);
 
   if (lead)
