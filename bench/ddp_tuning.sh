@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Full fine-tuning on N GPUs under a few gradient all-reduce settings, printing the step's phases
+# Full fine-tuning (METHOD=lora for LoRA) on N GPUs under a few gradient all-reduce settings, printing the step's phases
 # from metrics_history.jsonl. Run from the repository root on a GPU machine with the packed trainer
 # in .bench-pkg (see package_trainer.sh):
 #   bash bench/ddp_tuning.sh [GPUS] [NAME:BUCKET_MB:SPARSE_EMBEDDING[:ENV=VALUE...] ...]
@@ -16,7 +16,7 @@ run() {  # name bucket_mb sparse [env...]
   cat >$O/$name/config.json <<JSON
 {"model": {"path": "$O/inputs/model", "dtype": "bfloat16"},
  "data": {"train": "$O/inputs/data.jsonl", "format": "text", "lossOn": "all", "maxLength": 2048, "shuffle": false},
- "method": {"type": "full"},
+ "method": {"type": "${METHOD:-full}", "lora": {"r": 16, "alpha": 32, "targetModules": ["all-linear"]}},
  "training": {"maxSteps": 12, "microBatchSize": 4, "learningRate": 1e-4, "lrScheduler": "constant", "maxGradNorm": 1.0, "logEverySteps": 50},
  "distributed": {"bucketSizeMb": $bucket, "sparseEmbeddingGradients": $sparse},
  "output": {"dir": "$O/$name/out"}, "checkpoint": {"resume": "never"}}
