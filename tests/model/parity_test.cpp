@@ -245,6 +245,37 @@ TEST(HfCheckpoint, LoraModelMustBeMergedBeforeSaving) {
   EXPECT_THROW(io::save_hf_model(m, output_dir("unmerged"), at::kFloat), std::runtime_error);
 }
 
+// The multi-process path (train/embedding_gradient_sync): the lookup's gradient is collected as
+// rows of a superset of the looked-up ids, and autograd gives the weight only the output layer's
+// part (tied) or nothing (untied). Rows plus that part must be transformers' gradient.
+TEST(Embedding, RowGradientsPlusAutogradPartEqualTransformersGradient) {
+  for (const std::string name : {"llama2", "llama32"}) {  // untied, tied
+    CausalLM m = load_model(fixture(name));
+    Ref ref(name);
+    auto& weight = m->model->embed_tokens->weight;
+    auto rows = std::make_shared<model::EmbeddingRowGradients>();
+    m->model->embed_tokens->row_gradients = rows;
+    const int64_t vocab = weight.size(0);
+    at::Tensor ids = ref["input_ids"];
+    rows->reset(std::get<0>(at::_unique(
+                    at::cat({ids.flatten(), torch::tensor({int64_t{0}, vocab - 1})}), true)),
+                weight);
+
+    at::Tensor hidden = m->hidden_states(ids, ref["position_ids"]);
+    auto [loss_sum, n] = model::next_token_loss_sum(*m, hidden, ref["labels"], 5);
+    (loss_sum / static_cast<double>(n)).backward();
+
+    EXPECT_EQ(weight.grad().defined(), name == "llama32") << name;
+    EXPECT_GT(rows->rows.abs().max().item<double>(), 0.0) << name;
+    at::Tensor grad = weight.grad().defined() ? weight.grad().clone() : torch::zeros_like(weight);
+    grad.index_add_(0, rows->row_ids, rows->rows);
+    const at::Tensor expected = ref["grad.model.embed_tokens.weight"];
+    EXPECT_LT((grad - expected).abs().max().item<double>(),
+              kTol * std::max(1.0, expected.abs().max().item<double>()))
+        << name;
+  }
+}
+
 TEST(Loss, AllMaskedBatchGivesZeroAndBackwardWorks) {
   CausalLM m = load_model(fixture("llama2"));
   Ref ref("llama2");

@@ -4,7 +4,8 @@
 //     1. the rank's micro-batches for this step; all-reduce their target-token count once, so the
 //        loss of every micro-batch on every rank is divided by the same global count
 //     2. forward + backward per micro-batch; only the last one synchronises gradients (bucketed
-//        all-reduce inside backward, overlapped with it on GPU)
+//        all-reduce inside backward, overlapped with it on GPU; a trainable embedding's lookup
+//        gradient is summed afterwards over the rows the global batch used)
 //     3. clip, AdamW, learning-rate schedule; report; checkpoint
 //   end: adapter or model folder, final checkpoint, final evaluation
 #include "trainer/train/train_loop.h"
