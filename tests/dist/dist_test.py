@@ -165,6 +165,30 @@ def resume_after_kill_matches():
     assert diff <= 1e-6, diff
 
 
+def resume_on_another_world_size_keeps_the_global_batch():
+    """A checkpoint of a 2-process run (micro-batch 1 x 3 accumulation) resumed on 3 processes with
+    the same config, which alone would make a global batch of 9: the checkpoint's 6 is kept (2
+    accumulation steps), so the final weights equal the 2-process run's."""
+    w, model, data = setup("ddp-resume-world", 48)
+
+    def cfg_for(out, micro, accum, resume):
+        c = h.config(model, data, out, microBatchSize=micro, gradientAccumulationSteps=accum, maxSteps=4,
+                     learningRate=1e-2)
+        c["checkpoint"] = {"resume": resume, "dir": str(out / "ck"), "everySteps": 2}
+        return c
+
+    h.run(launch(2, h.write_config(w / "two.json", cfg_for(w / "two", 1, 3, "never"))))
+    halfway = w / "two" / "ck" / "step-00000002"
+    assert (halfway / "trainer_state.json").exists(), sorted(p.name for p in (w / "two" / "ck").iterdir())
+    p = h.run(launch(3, h.write_config(w / "three.json", cfg_for(w / "three", 1, 3, str(halfway)))))
+    assert "resuming from" in p.stdout and "global batch 6 (1 x 2 accumulation x 3 processes)" in p.stdout, \
+        p.stdout[-2000:]
+    diff = h.max_abs_diff(h.weights(w / "two"), h.weights(w / "three"))
+    print(f"max |2 processes - resumed on 3| = {diff:.3g}")
+    assert diff <= 1e-5, diff
+
+
 if __name__ == "__main__":
     h.main({f.__name__: f for f in [same_weights_as_one_process, killed_rank_stops_the_job,
-                                     stalled_rank_times_out, resume_after_kill_matches]})
+                                     stalled_rank_times_out, resume_after_kill_matches,
+                                     resume_on_another_world_size_keeps_the_global_batch]})
