@@ -276,6 +276,20 @@ TEST(Embedding, RowGradientsPlusAutogradPartEqualTransformersGradient) {
   }
 }
 
+TEST(Embedding, LookedUpIdMissingFromTheRowsIsAnError) {
+  CausalLM m = load_model(fixture("llama2"));
+  Ref ref("llama2");
+  auto rows = std::make_shared<model::EmbeddingRowGradients>();
+  m->model->embed_tokens->row_gradients = rows;
+  at::Tensor ids = ref["input_ids"];
+  const int64_t missing = ids.flatten()[0].item<int64_t>();
+  at::Tensor all = std::get<0>(at::_unique(ids.flatten(), true));
+  rows->reset(all.index({all != missing}), m->model->embed_tokens->weight);
+  at::Tensor hidden = m->hidden_states(ids, ref["position_ids"]);
+  auto [loss_sum, n] = model::next_token_loss_sum(*m, hidden, ref["labels"]);
+  EXPECT_THROW(loss_sum.backward(), c10::Error);
+}
+
 TEST(Loss, AllMaskedBatchGivesZeroAndBackwardWorks) {
   CausalLM m = load_model(fixture("llama2"));
   Ref ref("llama2");

@@ -91,6 +91,10 @@ void EmbeddingRowGradients::reset(const torch::Tensor& ids, const torch::Tensor&
 void EmbeddingRowGradients::add(const torch::Tensor& ids, const torch::Tensor& grad) {
   const auto flat_ids = ids.reshape({-1});
   const auto position = torch::searchsorted(row_ids, flat_ids);
+  // Checked on the CPU (the tests); on a GPU the check would make the host wait for the device.
+  if (!row_ids.is_cuda())
+    TORCH_CHECK(row_ids.index_select(0, position.clamp_max(row_ids.numel() - 1)).equal(flat_ids),
+                "EmbeddingRowGradients: a looked-up id is not among the step's rows");
   rows.index_add_(0, position, grad.reshape({-1, rows.size(1)}).to(rows.scalar_type()));
 }
 
