@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end check of the FineTuneJob operator against a real cluster from $KUBECONFIG:
-# applies the CRD, has the API server (CEL included) accept the examples and reject the broken
-# ones, runs kubetune-operator locally against the cluster, creates an example job, waits for
+# applies the CRD, renders the Helm chart (when helm is installed) for a server-side dry run, has
+# the API server (CEL included) accept the examples and reject the broken ones, runs kubetune-operator locally against the cluster, creates an example job, waits for
 # its pods and status, and checks that deleting the job removes its pods.
 # Exits 77 (ctest: skipped) when no cluster is reachable.
 #
@@ -32,6 +32,15 @@ echo "== CRD"
 kubectl apply -f "$root/charts/kubetune/crds/finetunejobs.yaml"
 kubectl wait --for condition=established --timeout=60s crd/finetunejobs.kubetune.io
 kubectl create namespace "$ns"
+
+echo "== the Helm chart, rendered by helm and validated by the API server"
+if command -v helm >/dev/null; then
+  helm lint "$root/charts/kubetune"
+  helm template kubetune "$root/charts/kubetune" --namespace "$ns" |
+    kubectl apply -n "$ns" --dry-run=server -f - >/dev/null || fail "the chart's objects were rejected"
+else
+  echo "  helm not installed: chart not rendered"
+fi
 
 echo "== the API server validates the examples (schema, defaults, CEL)"
 for f in "$root"/examples/jobs/*.yaml; do
