@@ -41,6 +41,29 @@ json workers_schema() {
                 {"properties",
                  {{"name", {{"type", "string"}, {"pattern", "^[A-Za-z_][A-Za-z0-9_]*$"}}},
                   {"value", {{"type", "string"}}}}}}}};
+  json security = {
+      {"type", "object"},
+      {"default", json::object()},
+      {"description",
+       "Who the trainer runs as. By default: not as root (the kubetune image runs as 65532), no "
+       "privilege escalation, every Linux capability dropped, the runtime's seccomp profile."},
+      {"properties",
+       {{"runAsNonRoot",
+         {{"type", "boolean"},
+          {"default", true},
+          {"description", "false allows images that run as root."}}},
+        {"runAsUser", {{"type", "integer"}, {"minimum", 0}}},
+        {"runAsGroup", {{"type", "integer"}, {"minimum", 0}}},
+        {"fsGroup",
+         {{"type", "integer"},
+          {"minimum", 0},
+          {"default", 65532},
+          {"description",
+           "Group given write access to mounted volumes (checkpoints and outputs on a PVC)."}}},
+        {"addCapabilities",
+         {{"type", "array"},
+          {"items", {{"type", "string"}, {"pattern", "^[A-Z_]+$"}}},
+          {"description", "Capabilities to keep, e.g. IPC_LOCK for RDMA (InfiniBand)."}}}}}};
   return {{"type", "object"},
           {"default", json::object()},
           {"description", "The worker pods: one per node; pod i is node rank i of the gang."},
@@ -79,6 +102,7 @@ json workers_schema() {
             {"tolerations", tolerations},
             {"priorityClassName", {{"type", "string"}}},
             {"serviceAccountName", {{"type", "string"}}},
+            {"securityContext", security},
             {"env", env}}}};
 }
 

@@ -99,20 +99,41 @@ void add_volumes(const FineTuneJob& job, json& pod_spec, json& mounts) {
   }
 }
 
+// Pod-level: the user and group, volume ownership, seccomp. Container-level: no escalation, no
+// capabilities beyond the ones asked for.
+json pod_security_context(const Workers& w) {
+  json s = {{"runAsNonRoot", w.run_as_non_root}, {"seccompProfile", {{"type", "RuntimeDefault"}}}};
+  if (w.run_as_user) s["runAsUser"] = *w.run_as_user;
+  if (w.run_as_group) s["runAsGroup"] = *w.run_as_group;
+  if (w.fs_group) {
+    s["fsGroup"] = *w.fs_group;
+    s["fsGroupChangePolicy"] = "OnRootMismatch";  // no recursive chown of a large model volume
+  }
+  return s;
+}
+
+json container_security_context(const Workers& w) {
+  json capabilities = {{"drop", json::array({"ALL"})}};
+  if (!w.add_capabilities.empty()) capabilities["add"] = w.add_capabilities;
+  return {{"allowPrivilegeEscalation", false}, {"capabilities", capabilities}};
+}
+
 json make_pod(const FineTuneJob& job, int rank, int attempt) {
   json container = {{"name", kTrainerContainer},
                     {"image", job.workers.image},
                     {"imagePullPolicy", job.workers.pull_policy},
                     {"command", container_command(job, rank)},
                     {"env", container_env(job, rank, attempt)},
-                    {"resources", resources(job.workers)}};
+                    {"resources", resources(job.workers)},
+                    {"securityContext", container_security_context(job.workers)}};
   container["ports"] = json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}}});
   if (job.metrics_port > 0) {
     container["ports"].push_back({{"name", "metrics"}, {"containerPort", job.metrics_port}});
   }
   json spec = {{"restartPolicy", "Never"},  // the operator restarts the whole gang instead
                {"hostname", pod_name(job.name, rank)},
-               {"subdomain", service_name(job.name)}};
+               {"subdomain", service_name(job.name)},
+               {"securityContext", pod_security_context(job.workers)}};
   json mounts;
   add_volumes(job, spec, mounts);
   container["volumeMounts"] = mounts;

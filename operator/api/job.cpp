@@ -40,6 +40,12 @@ Workers parse_workers(const json& w) {
   out.env = w.value("env", json::array());
   out.priority_class = w.value("priorityClassName", "");
   out.service_account = w.value("serviceAccountName", "");
+  const json security = w.value("securityContext", json::object());
+  out.run_as_non_root = security.value("runAsNonRoot", true);
+  if (security.contains("runAsUser")) out.run_as_user = security["runAsUser"].get<int64_t>();
+  if (security.contains("runAsGroup")) out.run_as_group = security["runAsGroup"].get<int64_t>();
+  out.fs_group = security.value("fsGroup", int64_t{65532});
+  out.add_capabilities = security.value("addCapabilities", std::vector<std::string>{});
   return out;
 }
 

@@ -40,6 +40,10 @@ struct Workers {
   nlohmann::json env = nlohmann::json::array();
   std::string priority_class;
   std::string service_account;
+  // workers.securityContext (defaults as in the CRD)
+  bool run_as_non_root = true;
+  std::optional<int64_t> run_as_user, run_as_group, fs_group = 65532;
+  std::vector<std::string> add_capabilities;
 };
 
 struct RunPolicy {

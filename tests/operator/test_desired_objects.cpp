@@ -79,6 +79,39 @@ TEST(DesiredObjects, OwnedByTheJobSoDeletionCascades) {
   }
 }
 
+TEST(DesiredObjects, WorkersRunUnprivilegedByDefault) {
+  const json pod = desired_objects(example("lora-single-gpu.yaml"), 0).pods[0];
+  const json& s = pod["spec"]["securityContext"];
+  EXPECT_EQ(s["runAsNonRoot"], true);
+  EXPECT_EQ(s["seccompProfile"]["type"], "RuntimeDefault");
+  EXPECT_EQ(s["fsGroup"], 65532);
+  EXPECT_EQ(s["fsGroupChangePolicy"], "OnRootMismatch");
+  EXPECT_FALSE(s.contains("runAsUser"));
+  const json& c = pod["spec"]["containers"][0]["securityContext"];
+  EXPECT_EQ(c["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(c["capabilities"]["drop"], json::array({"ALL"}));
+  EXPECT_FALSE(c["capabilities"].contains("add"));
+}
+
+TEST(DesiredObjects, SecurityContextFromTheSpec) {
+  json obj = load_yaml_or_json_file(testing::source_dir() + "/examples/jobs/lora-single-gpu.yaml");
+  obj["metadata"]["namespace"] = "team-a";
+  obj["metadata"]["uid"] = "uid-1";
+  obj["spec"]["workers"]["securityContext"] = {{"runAsNonRoot", false},
+                                               {"runAsUser", 1000},
+                                               {"runAsGroup", 1000},
+                                               {"fsGroup", 2000},
+                                               {"addCapabilities", {"IPC_LOCK"}}};
+  const json pod = desired_objects(parse_job(obj), 0).pods[0];
+  const json& s = pod["spec"]["securityContext"];
+  EXPECT_EQ(s["runAsNonRoot"], false);
+  EXPECT_EQ(s["runAsUser"], 1000);
+  EXPECT_EQ(s["runAsGroup"], 1000);
+  EXPECT_EQ(s["fsGroup"], 2000);
+  EXPECT_EQ(pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"],
+            json::array({"IPC_LOCK"}));
+}
+
 TEST(DesiredObjects, MountsConfigShmAndVolumes) {
   const FineTuneJob job = example("full-multinode.yaml");
   const json pod = desired_objects(job, 0).pods[0];
