@@ -13,14 +13,8 @@ O=${O:-/tmp/kt}; [[ -d $O/inputs/model ]] || python3 bench/make_bench_inputs.py 
 run() {  # name bucket_mb sparse [env...]
   name=$1; bucket=$2; sparse=$3; shift 3
   mkdir -p $O/$name
-  cat >$O/$name/config.json <<JSON
-{"model": {"path": "$O/inputs/model", "dtype": "bfloat16"},
- "data": {"train": "$O/inputs/data.jsonl", "format": "text", "lossOn": "all", "maxLength": 2048, "shuffle": false},
- "method": {"type": "${METHOD:-full}", "lora": {"r": 16, "alpha": 32, "targetModules": ["all-linear"]}},
- "training": {"maxSteps": 12, "microBatchSize": 4, "learningRate": 1e-4, "lrScheduler": "constant", "maxGradNorm": 1.0, "logEverySteps": 50},
- "distributed": {"bucketSizeMb": $bucket, "sparseEmbeddingGradients": $sparse},
- "output": {"dir": "$O/$name/out"}, "checkpoint": {"resume": "never"}}
-JSON
+  bench/trainer_config.sh $O/inputs $O/$name/out "${METHOD:-full}" 12 4 2048 \
+    "{\"bucketSizeMb\": $bucket, \"sparseEmbeddingGradients\": $sparse}" >$O/$name/config.json
   env "$@" .bench-pkg/kubetune-trainer launch --nproc-per-node $GPUS --master-port $((29700 + RANDOM % 100)) -- train --config $O/$name/config.json > $O/$name/log.txt 2>&1 || { tail -5 $O/$name/log.txt; return; }
   python3 - $O/$name/out/metrics_history.jsonl "$name x$GPUS" <<'PY'
 import json, sys

@@ -34,14 +34,7 @@ for method in $METHODS; do
     port=$((port + 1))
     run=$OUT/ours-$method-$g
     rm -rf "$run"; mkdir -p "$run"
-    cat >"$run/config.json" <<JSON
-{"model": {"path": "$OUT/inputs/model", "dtype": "bfloat16"},
- "data": {"train": "$OUT/inputs/data.jsonl", "format": "text", "lossOn": "all", "maxLength": $SEQ, "shuffle": false},
- "method": {"type": "$method", "lora": {"r": 16, "alpha": 32, "targetModules": ["all-linear"]}},
- "training": {"maxSteps": $((STEPS + WARMUP)), "microBatchSize": $MB, "gradientAccumulationSteps": 1,
-              "learningRate": 1e-4, "lrScheduler": "constant", "maxGradNorm": 1.0, "logEverySteps": 5},
- "output": {"dir": "$run/out"}, "checkpoint": {"resume": "never"}}
-JSON
+    "$HERE/trainer_config.sh" "$OUT/inputs" "$run/out" "$method" $((STEPS + WARMUP)) "$MB" "$SEQ" >"$run/config.json"
     profile_env=() hf_profile=()
     if [[ $PROFILE == 1 ]]; then
       profile_env=(KUBETUNE_PROFILE=$((WARMUP - 1)):2) hf_profile=(--profile "$run/hf-trace.json")
