@@ -1,7 +1,7 @@
 # kubetune-trainer, the image every worker pod runs (examples/jobs use ghcr.io/kubetune/kubetune).
 # LibTorch is the C++ part of the torch==2.11.0 wheel (CUDA 13.0), as on the GPU machines; the wheel's
-# nvidia-* dependencies bring cuBLAS, cuDNN and NCCL. Python is only the wheel's installer here: the
-# trainer never runs it. Build from the repository root:
+# nvidia-* dependencies bring cuBLAS, cuDNN and NCCL. Python only installs the wheel in the build
+# stage; the runtime image has none. Build from the repository root:
 #   docker build -f docker/trainer.Dockerfile -t ghcr.io/kubetune/kubetune:dev .
 ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.0-devel-ubuntu24.04
 ARG RUNTIME_IMAGE=ubuntu:24.04
@@ -23,17 +23,17 @@ RUN site=$(/opt/torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths
  && cmake --build /build --target kubetune-trainer \
  && bench/package_trainer.sh /build /opt/kubetune
 
-# The runtime: the same wheel (for its libraries), the trainer and the few Debian-side libraries it
-# links besides LibTorch (package_trainer.sh collects them), found through ld.so.conf rather than a
-# start-up script.
+# The runtime: the build's torch wheel (for its libraries; no Python is installed to run it), the
+# trainer and the few Debian-side libraries it links besides LibTorch (package_trainer.sh collects
+# them), found through ld.so.conf rather than a start-up script.
 FROM ${RUNTIME_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+ && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/*
-RUN python3 -m venv /opt/torch && /opt/torch/bin/pip install --no-cache-dir torch==2.11.0
+COPY --from=build /opt/torch /opt/torch
 COPY --from=build /opt/kubetune /opt/kubetune
-RUN site=$(/opt/torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+RUN site=$(echo /opt/torch/lib/python3*/site-packages) \
  && { echo /opt/kubetune/lib; echo "$site/torch/lib"; ls -d "$site"/nvidia/*/lib; } >/etc/ld.so.conf.d/kubetune.conf \
  && ldconfig \
  && ln -s /opt/kubetune/kubetune-trainer /usr/local/bin/kubetune-trainer \

@@ -41,10 +41,10 @@ Workers parse_workers(const json& w) {
   out.priority_class = w.value("priorityClassName", "");
   out.service_account = w.value("serviceAccountName", "");
   const json security = w.value("securityContext", json::object());
-  out.run_as_non_root = security.value("runAsNonRoot", true);
+  out.run_as_non_root = security.value("runAsNonRoot", out.run_as_non_root);
   if (security.contains("runAsUser")) out.run_as_user = security["runAsUser"].get<int64_t>();
   if (security.contains("runAsGroup")) out.run_as_group = security["runAsGroup"].get<int64_t>();
-  out.fs_group = security.value("fsGroup", int64_t{65532});
+  out.fs_group = security.value("fsGroup", *out.fs_group);
   out.add_capabilities = security.value("addCapabilities", std::vector<std::string>{});
   return out;
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/swiglu.h"
+#include "trainer/model/device_copy.h"
 #include "trainer/model/rope.h"
 
 namespace kubetune::model {
@@ -84,7 +85,7 @@ EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOpti
 }
 
 void EmbeddingRowGradients::reset(const torch::Tensor& ids, const torch::Tensor& weight) {
-  row_ids = ids.to(weight.device(), torch::kInt64, /*non_blocking=*/true);
+  row_ids = to_device_async(ids, weight.device());
   rows = torch::zeros({row_ids.numel(), weight.size(1)}, weight.options());
 }
 

@@ -64,7 +64,7 @@ struct EmbeddingRowGradients {
   torch::Tensor row_ids;  // [R] int64, sorted: every id that may be looked up until the next reset
   torch::Tensor rows;     // [R, hidden]: rows[i] is the summed gradient of row row_ids[i]
 
-  // Starts a new collection over `row_ids` (host or device tensor) on the weight's device.
+  // Starts a new collection over `row_ids` (int64, host or device) on the weight's device.
   void reset(const torch::Tensor& row_ids, const torch::Tensor& weight);
   // rows[position of ids[n]] += grad[n]. Every id must be in row_ids.
   void add(const torch::Tensor& ids, const torch::Tensor& grad);

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "trainer/model/device_copy.h"
-
 namespace kubetune::train {
 
 std::vector<int64_t> token_ids_in(const std::vector<data::Example>& examples,
@@ -26,9 +24,7 @@ EmbeddingGradientSync::EmbeddingGradientSync(model::Embedding embedding, dist::C
 }
 
 void EmbeddingGradientSync::begin_step(const std::vector<int64_t>& row_ids) {
-  const auto& weight = embedding_->weight;
-  rows_->reset(model::to_device_async(torch::tensor(row_ids, torch::kInt64), weight.device()),
-               weight);
+  rows_->reset(torch::tensor(row_ids, torch::kInt64), embedding_->weight);
 }
 
 void EmbeddingGradientSync::finish_step() {

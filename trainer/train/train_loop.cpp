@@ -149,14 +149,6 @@ struct PendingStep {
 };
 enum Mark : size_t { kStart, kLastGradient, kGradientsSynced, kWeightsUpdated, kResultsCopied };
 
-// A tensor's host copy that does not make the host wait: pinned memory written by the stream.
-torch::Tensor copy_to_host_async(const torch::Tensor& t) {
-  if (!t.is_cuda()) return t.cpu();
-  auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(true));
-  host.copy_(t, /*non_blocking=*/true);
-  return host;
-}
-
 PendingStep queue_step(Run& run) {
   PendingStep p{{}, {}, DeviceTimeline(run.device)};
   StepStats& s = p.stats;
@@ -235,7 +227,7 @@ PendingStep queue_step(Run& run) {
   p.timeline.mark();  // kWeightsUpdated
 
   run.comm.all_reduce_sum(loss_sum, "loss");
-  p.results = copy_to_host_async(
+  p.results = model::to_host_async(
       torch::stack({loss_sum, counts[0].to(torch::kFloat64), counts[1].to(torch::kFloat64),
                     grad_norm.to(loss_sum.device(), torch::kFloat64)}));
   p.timeline.mark();  // kResultsCopied
