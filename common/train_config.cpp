@@ -231,6 +231,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& c) {
   t.collective_timeout_seconds = c["distributed"]["timeoutSeconds"];
   t.bucket_size_mb = c["distributed"]["bucketSizeMb"];
   t.sparse_embedding_gradients = c["distributed"]["sparseEmbeddingGradients"];
+  t.shard_optimizer = c["distributed"]["shardOptimizer"];
   t.metrics_port = c["metrics"]["port"];
   t.job_name = c["metrics"]["jobName"];
   t.metrics_linger_seconds = c["metrics"]["lingerSeconds"];

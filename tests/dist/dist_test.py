@@ -69,20 +69,29 @@ def same_weights_as_one_process():
 
     With a tied embedding (the demo model) and an untied one: across processes the embedding's
     gradient is summed over the rows the batch looked up (distributed.sparseEmbeddingGradients),
-    and one run checks DDP's dense all-reduce of it too."""
+    and one run checks DDP's dense all-reduce of it too. The optimizer is sharded across processes
+    (distributed.shardOptimizer) except in the "allreduce" run; small buckets make some buckets
+    that 3 processes cannot split evenly (updated whole) beside ones they can (sharded)."""
     for tied in (True, False):
         w, model, data = setup("ddp-equal-" + ("tied" if tied else "untied"), tie_word_embeddings=tied)
-        runs = {"1": (1, 2, 3, True), "2": (2, 1, 3, True), "3": (3, 2, 1, True)}
+        # name: world, micro-batch, accumulation, sparse embedding, sharded optimizer, bucket MB
+        runs = {"1": (1, 2, 3, True, True, 100), "2": (2, 1, 3, True, True, 100),
+                "2-allreduce": (2, 1, 3, True, False, 100), "3-small-buckets": (3, 2, 1, True, True, 0.02)}
         if tied:
-            runs["2-dense"] = (2, 1, 3, False)
+            runs["2-dense"] = (2, 1, 3, False, True, 100)
         results = {}
-        for name, (world, micro, accum, sparse) in runs.items():
+        for name, (world, micro, accum, sparse, shard, bucket_mb) in runs.items():
             cfg = h.config(model, data, w / f"out{name}", microBatchSize=micro, gradientAccumulationSteps=accum,
                            maxSteps=4, learningRate=1e-2)
-            cfg["distributed"]["sparseEmbeddingGradients"] = sparse
+            cfg["distributed"].update(sparseEmbeddingGradients=sparse, shardOptimizer=shard, bucketSizeMb=bucket_mb)
             path = h.write_config(w / f"c{name}.json", cfg)
             args = ["train", "--config", path] if world == 1 else launch(world, path)
-            h.run(args)
+            out = h.run(args).stdout
+            sharded = re.search(r"optimizer sharded across processes \((\d+) of (\d+) buckets\)", out)
+            print(f"tied={tied} world {name}: {sharded.group(0) if sharded else 'optimizer not sharded'}")
+            assert bool(sharded) == (world > 1 and shard), out[-2000:]
+            if name == "3-small-buckets":  # both kinds of bucket occur
+                assert 0 < int(sharded.group(1)) < int(sharded.group(2)), sharded.group(0)
             results[name] = h.weights(w / f"out{name}")
         embedding = "model.embed_tokens.weight"
         moved = (results["1"][embedding] - h.weights(model)[embedding]).abs().max().item()

@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
+#include "trainer/dist/gradient_buckets.h"
 #include "trainer/dist/nccl_backend.h"
 
 namespace kubetune::dist {
@@ -27,8 +28,9 @@ class SingleProcess : public Communicator {
   void all_reduce_sum(torch::Tensor&, const char*) override {}
   void broadcast(std::vector<torch::Tensor>&, int, const char*) override {}
   void barrier(const char*) override {}
+  void all_gather_in_place(torch::Tensor&, const char*) override {}
   void attach_gradient_sync(const std::vector<torch::Tensor>&, const std::vector<std::string>&,
-                            double) override {}
+                            const BucketPlan&, Reduction) override {}
   void begin_synced_micro_step() override {}
 };
 
@@ -42,6 +44,72 @@ class SumGradients : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::
     std::vector<at::Tensor> tensors{bucket.getBufferRef()};
     return state_->allreduce(tensors)->getFuture();
   }
+};
+
+// Reduce-scatter instead of all-reduce for an optimizer that updates only this rank's slice of
+// each bucket (weight_shards.h): half the traffic while backward runs. The other slices keep this
+// rank's local gradients, which nobody reads. A bucket that does not split evenly is all-reduced.
+class ReduceScatterGradients
+    : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
+ public:
+  ReduceScatterGradients(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                         std::vector<torch::Tensor> params, BucketPlan plan)
+      : CppCommHookInterface(std::move(group)),
+        params_(std::move(params)),
+        plan_(std::move(plan)),
+        checked_(plan_.size(), false) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    torch::Tensor buffer = bucket.getBufferRef();
+    const int world = state_->getSize();
+    if (!splits_evenly(buffer.numel(), world)) {
+      std::vector<at::Tensor> tensors{buffer};
+      return state_->allreduce(tensors)->getFuture();
+    }
+    check_layout(bucket);
+    const Slice mine = shard_of(buffer.numel(), state_->getRank(), world);
+    torch::Tensor shard = buffer.narrow(0, mine.begin, mine.size);
+    if (buffer.is_cuda()) {  // NCCL reduces in place when the output is the input's own slice
+      auto work = state_->_reduce_scatter_base(shard, buffer);
+      return work->getFuture()->then([buffer](c10::ivalue::Future&) { return c10::IValue(buffer); },
+                                     c10::TensorType::get());
+    }
+    // Gloo's reduce-scatter has no future: on CPUs it is waited for here.
+    torch::Tensor output = torch::empty_like(shard);
+    state_->_reduce_scatter_base(output, buffer)->wait();
+    shard.copy_(output);
+    auto done = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
+    done->markCompleted(c10::IValue(buffer));
+    return done;
+  }
+
+ private:
+  // The sharded optimizer slices its flat weights as the plan says the buffer is laid out; a
+  // different layout (a future c10d) would update the wrong elements, so it is checked once.
+  void check_layout(c10d::GradBucket& bucket) {
+    const size_t index = bucket.getIndex();
+    if (checked_.at(index)) return;
+    const auto& members = plan_.at(index);
+    const auto gradients = bucket.getGradients();
+    const auto parameters = bucket.getParameters();
+    const torch::Tensor& buffer = bucket.getBufferRef();
+    const auto* base = static_cast<const char*>(buffer.data_ptr());
+    int64_t offset = 0;
+    TORCH_CHECK(gradients.size() == members.size(), "gradient bucket ", index, " has ",
+                gradients.size(), " tensors, the plan ", members.size());
+    for (size_t j = 0; j < members.size(); ++j) {
+      TORCH_CHECK(parameters[j].is_same(params_[members[j]]) &&
+                      static_cast<const char*>(gradients[j].data_ptr()) ==
+                          base + offset * buffer.element_size(),
+                  "gradient bucket ", index, " is not laid out as planned (tensor ", j, ")");
+      offset += params_[members[j]].numel();
+    }
+    checked_[index] = true;
+  }
+
+  std::vector<torch::Tensor> params_;
+  BucketPlan plan_;
+  std::vector<bool> checked_;
 };
 
 // Ends the process when a blocking collective outlives the timeout. c10d's own timeouts usually
@@ -145,31 +213,45 @@ class C10dCommunicator : public Communicator {
     all_reduce_sum(t, what);
   }
 
+  void all_gather_in_place(torch::Tensor& flat, const char* what) override {
+    torch::NoGradGuard no_grad;
+    const Slice mine = shard_of(flat.numel(), env_.rank, env_.world_size);
+    torch::Tensor shard = flat.narrow(0, mine.begin, mine.size);
+    // NCCL gathers in place when the input is the output's own slice; Gloo gets its own input.
+    torch::Tensor input = flat.is_cuda() ? shard : shard.clone();
+    run(what, [&] { return group_->_allgather_base(flat, input); });
+  }
+
   void attach_gradient_sync(const std::vector<torch::Tensor>& params,
-                            const std::vector<std::string>& names, double bucket_mb) override {
-    const auto cap = static_cast<size_t>(bucket_mb * 1024 * 1024);
-    const size_t first_cap =
-        std::min<size_t>(cap, 1024 * 1024);  // as torch DDP: a small first bucket
-    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(params, {first_cap, cap});
-    // Gradients arrive roughly in reverse order of definition, so the last buckets go first.
-    std::reverse(buckets.begin(), buckets.end());
-    std::vector<int64_t> reversed_limits(limits.rbegin(), limits.rend());
+                            const std::vector<std::string>& names, const BucketPlan& plan,
+                            Reduction reduction) override {
     std::unordered_map<size_t, std::string> param_names;
     for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
+    int64_t largest = 0;
+    for (const auto& bucket : plan) {
+      int64_t bytes = 0;
+      for (size_t i : bucket) bytes += params[i].numel() * params[i].element_size();
+      largest = std::max(largest, bytes);
+    }
+    // The buckets are planned for the order gradients arrive in (plan_gradient_buckets) and never
+    // rebuilt: the sharded optimizer's weights are laid out like them.
     reducer_ = std::make_unique<c10d::Reducer>(
-        params, buckets, group_, std::vector<bool>(params.size(), false), static_cast<int64_t>(cap),
+        params, plan, group_, std::vector<bool>(params.size(), false), largest,
         /*find_unused_parameters=*/false,
         // Gradients become views into the all-reduce buckets: no copy back after the all-reduce
         // (it would sit at the end of backward) and no second copy of the gradients in memory.
-        /*gradient_as_bucket_view=*/true, param_names, static_cast<int64_t>(first_cap),
-        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false, reversed_limits);
-    reducer_->register_comm_hook(std::make_unique<SumGradients>(group_));
+        /*gradient_as_bucket_view=*/true, param_names, largest,
+        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+        std::vector<int64_t>(plan.size(), largest));
+    if (reduction == Reduction::kReduceScatter)
+      reducer_->register_comm_hook(std::make_unique<ReduceScatterGradients>(group_, params, plan));
+    else
+      reducer_->register_comm_hook(std::make_unique<SumGradients>(group_));
   }
 
   void begin_synced_micro_step() override {
     if (!reducer_) return;
     reducer_->prepare_for_forward();
-    if (reducer_->should_rebuild_buckets()) reducer_->rebuild_buckets();
     reducer_->prepare_for_backward({});
   }
 

@@ -49,13 +49,23 @@ class Communicator {
   virtual void all_reduce_sum(torch::Tensor& tensor, const char* what) = 0;
   virtual void broadcast(std::vector<torch::Tensor>& tensors, int root, const char* what) = 0;
   virtual void barrier(const char* what) = 0;
+  // `flat` is world_size equal slices, this rank's filled in; afterwards every slice is, in place.
+  virtual void all_gather_in_place(torch::Tensor& flat, const char* what) = 0;
 
-  // Gradient synchronisation for `params` (all trainable, same order on every rank). Call
-  // begin_synced_micro_step() before the forward of the micro-step whose backward should all-reduce
-  // (the last of an accumulation); other micro-steps accumulate locally. Gradients are summed
-  // over ranks (torch DDP averages): the loss is already divided by the global target count.
+  // Gradient synchronisation for `params` (all trainable, same order on every rank) in the
+  // buckets of `plan` (gradient_buckets.h). Call begin_synced_micro_step() before the forward of
+  // the micro-step whose backward should synchronise (the last of an accumulation); other
+  // micro-steps accumulate locally. Gradients are summed over ranks (torch DDP averages): the
+  // loss is already divided by the global target count.
+  //   kAllReduce: every rank gets every bucket's sum.
+  //   kReduceScatter: a bucket that splits evenly (splits_evenly) is reduce-scattered: only this
+  //     rank's slice of it (shard_of) holds the sum, the rest keeps local values. Other buckets
+  //     are all-reduced. For optimizers that update only their own slice (weight_shards.h).
+  enum class Reduction { kAllReduce, kReduceScatter };
   virtual void attach_gradient_sync(const std::vector<torch::Tensor>& params,
-                                    const std::vector<std::string>& names, double bucket_mb) = 0;
+                                    const std::vector<std::string>& names,
+                                    const std::vector<std::vector<size_t>>& plan,
+                                    Reduction reduction) = 0;
   virtual void begin_synced_micro_step() = 0;
 
   // Marks a blocking region (e.g. a backward that ends in the gradient all-reduce) for the

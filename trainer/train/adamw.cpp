@@ -10,8 +10,8 @@ namespace kubetune::train {
 AdamW::AdamW(std::vector<AdamWParam> params, AdamWOptions options)
     : params_(std::move(params)), options_(options) {
   for (auto& p : params_) {
-    p.exp_avg = torch::zeros_like(p.param, torch::MemoryFormat::Preserve);
-    p.exp_avg_sq = torch::zeros_like(p.param, torch::MemoryFormat::Preserve);
+    if (!p.exp_avg.defined()) p.exp_avg = torch::zeros_like(p.values(p.param));
+    if (!p.exp_avg_sq.defined()) p.exp_avg_sq = torch::zeros_like(p.values(p.param));
   }
 }
 
@@ -31,13 +31,14 @@ void AdamW::step(double lr) {
   const double step_size = lr / bias_correction1;
   const double bias_correction2_sqrt = std::sqrt(bias_correction2);
   for (auto& p : params_) {
-    const auto& grad = p.param.grad();
-    if (!grad.defined()) continue;
-    if (p.decay && options_.weight_decay != 0) p.param.mul_(1.0 - lr * options_.weight_decay);
+    if (!p.param.grad().defined()) continue;
+    const auto grad = p.values(p.param.grad());
+    auto param = p.values(p.param);
+    if (p.decay && options_.weight_decay != 0) param.mul_(1.0 - lr * options_.weight_decay);
     p.exp_avg.lerp_(grad, 1.0 - options_.beta1);
     p.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);
     auto denom = (p.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options_.eps);
-    p.param.addcdiv_(p.exp_avg, denom, -step_size);
+    param.addcdiv_(p.exp_avg, denom, -step_size);
   }
 }
 
@@ -51,8 +52,8 @@ void AdamW::fused_step(double lr) {
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
     for (auto& p : params_) {
       if (p.decay != decay || !p.param.grad().defined()) continue;
-      params.push_back(p.param);
-      grads.push_back(p.param.grad());
+      params.push_back(p.values(p.param));
+      grads.push_back(p.values(p.param.grad()));
       exp_avgs.push_back(p.exp_avg);
       exp_avg_sqs.push_back(p.exp_avg_sq);
       steps.push_back(step_on_device_);
@@ -64,15 +65,10 @@ void AdamW::fused_step(double lr) {
   }
 }
 
-// Gradients are dropped, not zeroed (torch's set_to_none): the next backward then hands its
-// gradient tensors over instead of adding them to zeros.
-void AdamW::zero_grad() {
-  for (auto& p : params_) p.param.mutable_grad() = torch::Tensor();
-}
-
 std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& p : params_) {
+    if (!p.whole()) continue;
     out.emplace_back(p.name + ".exp_avg", p.exp_avg);
     out.emplace_back(p.name + ".exp_avg_sq", p.exp_avg_sq);
   }
@@ -83,8 +79,8 @@ std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
 void AdamW::load_state(const std::function<torch::Tensor(const std::string&)>& lookup) {
   torch::NoGradGuard no_grad;
   for (auto& p : params_) {
-    p.exp_avg.copy_(lookup(p.name + ".exp_avg"));
-    p.exp_avg_sq.copy_(lookup(p.name + ".exp_avg_sq"));
+    p.exp_avg.copy_(p.values(lookup(p.name + ".exp_avg").contiguous()));
+    p.exp_avg_sq.copy_(p.values(lookup(p.name + ".exp_avg_sq").contiguous()));
   }
   step_ = lookup("step").item<int64_t>();
 }

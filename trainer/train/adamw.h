@@ -15,23 +15,32 @@ struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
 
+// One tensor to update, or with a sharded optimizer (weight_shards.h) one slice of it.
 struct AdamWParam {
   std::string name;
-  torch::Tensor param;
-  bool decay = true;  // biases and norm weights are not decayed, as in the HF Trainer
-  torch::Tensor exp_avg, exp_avg_sq;
+  torch::Tensor param;  // the whole parameter; its gradient is param.grad()
+  bool decay = true;    // biases and norm weights are not decayed, as in the HF Trainer
+  torch::Tensor exp_avg, exp_avg_sq;  // allocated by AdamW unless given (then as values())
+  int64_t offset = 0, numel = -1;     // the slice of the flattened parameter; -1: all of it
+
+  bool whole() const { return numel < 0; }
+  // This entry's elements of `t` (the parameter, its gradient, or a full-size state tensor).
+  torch::Tensor values(const torch::Tensor& t) const {
+    return whole() ? t : t.view(-1).narrow(0, offset, numel);
+  }
 };
 
 class AdamW {
  public:
   AdamW(std::vector<AdamWParam> params, AdamWOptions options);
   void step(double lr);
-  void zero_grad();
   int64_t step_count() const { return step_; }
   std::vector<AdamWParam>& params() { return params_; }
 
-  // Named state for checkpoints: "<param>.exp_avg", "<param>.exp_avg_sq" and "step".
+  // Named state for checkpoints: "<param>.exp_avg", "<param>.exp_avg_sq" and "step", of whole
+  // entries (a sharded optimizer assembles its slices itself: WeightShards).
   std::vector<std::pair<std::string, torch::Tensor>> state() const;
+  // `lookup` gives the full-size tensors; slices take their part.
   void load_state(const std::function<torch::Tensor(const std::string&)>& lookup);
 
  private:

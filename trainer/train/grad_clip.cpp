@@ -4,17 +4,24 @@
 
 namespace kubetune::train {
 
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& gradients,
+                             const std::vector<torch::Tensor>& counted, double max_norm,
+                             const std::function<void(torch::Tensor&)>& sum_over_processes) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return torch::zeros({}, torch::kFloat32);
-  torch::Tensor total = torch::stack(at::_foreach_norm(grads, 2)).norm(2);
+  if (gradients.empty()) return torch::zeros({}, torch::kFloat32);
+  torch::Tensor total;
+  if (sum_over_processes) {
+    torch::Tensor squares = torch::zeros({}, gradients.front().options().dtype(torch::kFloat32));
+    if (!counted.empty()) squares = torch::stack(at::_foreach_norm(counted, 2)).square().sum();
+    sum_over_processes(squares);
+    total = squares.sqrt();
+  } else {
+    total = torch::stack(at::_foreach_norm(counted, 2)).norm(2);
+  }
   if (max_norm > 0) {
     // torch's rule, kept on the device: coefficient = max_norm / (norm + 1e-6), at most 1.
     torch::Tensor coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
-    at::_foreach_mul_(grads, coefficient);
+    at::_foreach_mul_(gradients, coefficient);
   }
   return total;
 }

@@ -6,12 +6,15 @@
 //     2. forward + backward per micro-batch; only the last one synchronises gradients (bucketed
 //        all-reduce inside backward, overlapped with it on GPU; a trainable embedding's lookup
 //        gradient is summed afterwards over the rows the global batch used)
-//     3. clip, AdamW, learning-rate schedule; report; checkpoint
+//     3. clip, AdamW, learning-rate schedule; with a sharded optimizer (weight_shards.h) gradients
+//        were reduce-scattered instead, each rank updates its slice and the slices are all-gathered
+//     4. report; checkpoint
 //   end: adapter or model folder, final checkpoint, final evaluation
 #include "trainer/train/train_loop.h"
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -36,6 +39,7 @@
 #include "trainer/train/model_setup.h"
 #include "trainer/train/observers.h"
 #include "trainer/train/profiler.h"
+#include "trainer/train/weight_shards.h"
 
 namespace fs = std::filesystem;
 
@@ -122,6 +126,7 @@ struct Run {
   // step is when this rank's own backward ended and waiting for the other ranks began.
   std::shared_ptr<std::function<void()>> on_gradient = std::make_shared<std::function<void()>>();
   std::unique_ptr<EmbeddingGradientSync> embedding_sync = nullptr;  // null: autograd + buckets
+  std::unique_ptr<WeightShards> shards = nullptr;  // null: every rank updates everything
 };
 
 void attach_gradient_probe(Run& run) {
@@ -137,6 +142,27 @@ torch::Tensor zero_loss(const NamedParams& trainable) {
   auto total = torch::zeros({}, trainable.tensors.front().options());
   for (const auto& p : trainable.tensors) total = total + p.sum() * 0.0;
   return total;
+}
+
+// Gradients are dropped, not zeroed (torch's set_to_none): the next backward then hands its
+// gradient tensors over instead of adding them to zeros. All of them, also those of tensors this
+// rank's sharded optimizer does not update: their gradients still feed the next reduction.
+void drop_gradients(NamedParams& trainable) {
+  for (auto& t : trainable.tensors) t.mutable_grad() = torch::Tensor();
+}
+
+// The gradients AdamW reads, clipped to the global norm. A sharded optimizer's slices are counted
+// by their owners and whole tensors (the same on every rank) by rank 0 alone.
+torch::Tensor clip_gradients(Run& run) {
+  std::vector<torch::Tensor> gradients, counted;
+  for (const auto& p : run.optimizer.params()) {
+    if (!p.param.grad().defined()) continue;
+    gradients.push_back(p.values(p.param.grad()));
+    if (!run.shards || !p.whole() || run.comm.rank() == 0) counted.push_back(gradients.back());
+  }
+  std::function<void(torch::Tensor&)> sum;
+  if (run.shards) sum = [&](torch::Tensor& t) { run.comm.all_reduce_sum(t, "gradient norm"); };
+  return clip_grad_norm(gradients, counted, run.config.max_grad_norm, sum);
 }
 
 // A step whose work is queued on the device but whose results have not been read back yet. The
@@ -220,10 +246,11 @@ PendingStep queue_step(Run& run) {
   p.timeline.mark();  // kGradientsSynced
 
   // 3. Update.
-  const torch::Tensor grad_norm = clip_grad_norm(run.trainable.tensors, run.config.max_grad_norm);
+  const torch::Tensor grad_norm = clip_gradients(run);
   s.learning_rate = run.schedule.at(run.state.step);
   run.optimizer.step(s.learning_rate);
-  run.optimizer.zero_grad();
+  if (run.shards) run.shards->all_gather_weights(run.comm);
+  drop_gradients(run.trainable);
   p.timeline.mark();  // kWeightsUpdated
 
   run.comm.all_reduce_sum(loss_sum, "loss");
@@ -279,16 +306,57 @@ void sync_embedding_by_rows(Run& run) {
     run.embedding_sync = std::make_unique<EmbeddingGradientSync>(embedding, run.comm);
 }
 
-NamedParams reduced_by_buckets(const Run& run) {
-  if (!run.embedding_sync || !run.model->lm_head) return run.trainable;
-  NamedParams out;
+// The tensors DDP's buckets reduce, in the order backward produces their gradients (buckets go
+// in order, each once all its gradients are ready): the reverse of the model's order. A tied
+// embedding summed by rows gets from autograd only the output layer's part, which comes first;
+// an untied one leaves the buckets.
+NamedParams bucketed_in_gradient_order(const Run& run) {
   const auto& embedding = run.model->model->embed_tokens->weight;
-  for (size_t i = 0; i < run.trainable.tensors.size(); ++i) {
-    if (run.trainable.tensors[i].is_same(embedding)) continue;
-    out.names.push_back(run.trainable.names[i]);
-    out.tensors.push_back(run.trainable.tensors[i]);
+  NamedParams out;
+  for (size_t k = run.trainable.tensors.size(); k-- > 0;) {
+    const auto& t = run.trainable.tensors[k];
+    if (run.embedding_sync && t.is_same(embedding)) {
+      if (run.model->lm_head) continue;
+      out.names.insert(out.names.begin(), run.trainable.names[k]);
+      out.tensors.insert(out.tensors.begin(), t);
+      continue;
+    }
+    out.names.push_back(run.trainable.names[k]);
+    out.tensors.push_back(t);
   }
   return out;
+}
+
+// Every trainable tensor once: the slices a sharded optimizer gives this rank plus the tensors
+// outside the buckets, or all of them whole.
+std::vector<AdamWParam> optimizer_entries(Run& run, const NamedParams& bucketed) {
+  std::vector<AdamWParam> entries;
+  if (run.shards) entries = run.shards->optimizer_entries(decays);
+  for (size_t i = 0; i < run.trainable.tensors.size(); ++i) {
+    const auto& t = run.trainable.tensors[i];
+    const bool in_shards =
+        run.shards && std::any_of(bucketed.tensors.begin(), bucketed.tensors.end(),
+                                  [&](const torch::Tensor& b) { return b.is_same(t); });
+    if (!in_shards)
+      entries.push_back({run.trainable.names[i], t, decays(run.trainable.names[i], t), {}, {}});
+  }
+  return entries;
+}
+
+// Gradient synchronisation and the optimizer, once the weights are final (restored, broadcast).
+void set_up_distributed_update(Run& run) {
+  sync_embedding_by_rows(run);
+  const NamedParams bucketed = bucketed_in_gradient_order(run);
+  const auto plan = dist::plan_gradient_buckets(bucketed.tensors, run.config.bucket_size_mb);
+  if (run.comm.world_size() > 1 && run.config.shard_optimizer)
+    run.shards = std::make_unique<WeightShards>(bucketed.tensors, bucketed.names, plan,
+                                                run.comm.rank(), run.comm.world_size());
+  run.optimizer =
+      AdamW(optimizer_entries(run, bucketed), {run.config.adam_beta1, run.config.adam_beta2,
+                                               run.config.adam_epsilon, run.config.weight_decay});
+  run.comm.attach_gradient_sync(bucketed.tensors, bucketed.names, plan,
+                                run.shards ? dist::Communicator::Reduction::kReduceScatter
+                                           : dist::Communicator::Reduction::kAllReduce);
 }
 
 NamedTensors named(const NamedParams& p) {
@@ -298,11 +366,16 @@ NamedTensors named(const NamedParams& p) {
 }
 
 void write_checkpoint(Run& run) {
+  auto optimizer_state = run.optimizer.state();
+  if (run.shards) {  // a collective: every rank takes part
+    auto gathered = run.shards->gather_optimizer_state(run.comm, run.comm.rank() == 0);
+    optimizer_state.insert(optimizer_state.end(), gathered.begin(), gathered.end());
+  }
   if (run.comm.rank() == 0) {
     const auto lora = lora_config(run.config);
     auto path =
-        save_checkpoint(run.config.checkpoint_dir, run.state, named(run.trainable),
-                        run.optimizer.state(), [&](const std::string& tmp) {
+        save_checkpoint(run.config.checkpoint_dir, run.state, named(run.trainable), optimizer_state,
+                        [&](const std::string& tmp) {
                           if (lora)
                             io::save_peft_adapter(run.model, *lora, run.config.model_path, tmp);
                         });
@@ -312,7 +385,7 @@ void write_checkpoint(Run& run) {
   run.comm.barrier("checkpoint written");
 }
 
-void restore(Run& run, const CheckpointContents& c) {
+void restore_weights(Run& run, const CheckpointContents& c) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> by_name(c.trainable.begin(), c.trainable.end());
   for (size_t i = 0; i < run.trainable.names.size(); ++i) {
@@ -322,6 +395,12 @@ void restore(Run& run, const CheckpointContents& c) {
                                "' (was it written by a different method or model?)");
     run.trainable.tensors[i].copy_(it->second);
   }
+  run.state.step = c.state.step;
+  run.state.tokens_seen = c.state.tokens_seen;
+  run.state.samples_seen = c.state.samples_seen;
+}
+
+void restore_optimizer(Run& run, const CheckpointContents& c) {
   std::map<std::string, torch::Tensor> opt(c.optimizer.begin(), c.optimizer.end());
   run.optimizer.load_state([&](const std::string& name) {
     auto it = opt.find(name);
@@ -329,9 +408,6 @@ void restore(Run& run, const CheckpointContents& c) {
       throw std::runtime_error(c.path + ": optimizer state lacks '" + name + "'");
     return it->second;
   });
-  run.state.step = c.state.step;
-  run.state.tokens_seen = c.state.tokens_seen;
-  run.state.samples_seen = c.state.samples_seen;
 }
 
 std::optional<CheckpointContents> find_resume_point(const TrainConfig& c) {
@@ -421,15 +497,6 @@ int run_training(const TrainConfig& c) {
   auto model = inputs.model;
   model->set_gradient_checkpointing(c.gradient_checkpointing);
   auto trainable = trainable_parameters(*model);
-  std::vector<AdamWParam> opt_params;
-  for (size_t i = 0; i < trainable.names.size(); ++i)
-    opt_params.push_back({trainable.names[i],
-                          trainable.tensors[i],
-                          decays(trainable.names[i], trainable.tensors[i]),
-                          {},
-                          {}});
-  AdamW optimizer(std::move(opt_params),
-                  {c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
 
   Run run{c,
           *comm,
@@ -437,7 +504,7 @@ int run_training(const TrainConfig& c) {
           dtype,
           model,
           trainable,
-          std::move(optimizer),
+          AdamW({}, {}),  // set up below, once the weights are final
           schedule,
           std::move(sampler),
           std::move(inputs.train),
@@ -451,18 +518,17 @@ int run_training(const TrainConfig& c) {
   run.state.method = c.method;
   run.observers = make_observers(c, env, device);
 
+  if (checkpoint) restore_weights(run, *checkpoint);
+  // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
+  run.comm.broadcast(run.trainable.tensors, 0, "initial weights");
+  set_up_distributed_update(run);
   if (checkpoint) {
-    restore(run, *checkpoint);
+    restore_optimizer(run, *checkpoint);
     if (lead)
       std::cout << "resuming from " << checkpoint->path << " at step " << run.state.step << "/"
                 << total_steps << std::endl;
     checkpoint.reset();  // free the host copies
   }
-  // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
-  run.comm.broadcast(run.trainable.tensors, 0, "initial weights");
-  sync_embedding_by_rows(run);
-  const NamedParams bucketed = reduced_by_buckets(run);
-  run.comm.attach_gradient_sync(bucketed.tensors, bucketed.names, c.bucket_size_mb);
   attach_gradient_probe(run);
 
   if (lead)
@@ -471,7 +537,12 @@ int run_training(const TrainConfig& c) {
               << " (" << c.micro_batch_size << " x " << shape.accumulation << " accumulation x "
               << env.world_size << " processes), " << run.trainable.names.size()
               << " trainable tensors, device " << device.str() << ", backend "
-              << run.comm.backend_name() << std::endl;
+              << run.comm.backend_name()
+              << (run.shards ? ", optimizer sharded across processes (" +
+                                   std::to_string(run.shards->sharded_buckets()) + " of " +
+                                   std::to_string(run.shards->buckets()) + " buckets)"
+                             : "")
+              << std::endl;
 
   // Model FLOPs per trained token (PaLM's MFU convention): 6N for full fine-tuning, 4N for LoRA
   // (no weight gradients for the frozen matrices), plus attention's 12 x layers x width x length.
