@@ -28,7 +28,9 @@ class SingleProcess : public Communicator {
   void all_reduce_sum(torch::Tensor&, const char*) override {}
   void broadcast(std::vector<torch::Tensor>&, int, const char*) override {}
   void barrier(const char*) override {}
-  void all_gather_in_place(torch::Tensor&, const char*) override {}
+  std::function<void()> start_all_gather_in_place(torch::Tensor&, const char*) override {
+    return [] {};
+  }
   void attach_gradient_sync(const std::vector<torch::Tensor>&, const std::vector<std::string>&,
                             const BucketPlan&, Reduction) override {}
   void begin_synced_micro_step() override {}
@@ -213,13 +215,15 @@ class C10dCommunicator : public Communicator {
     all_reduce_sum(t, what);
   }
 
-  void all_gather_in_place(torch::Tensor& flat, const char* what) override {
+  std::function<void()> start_all_gather_in_place(torch::Tensor& flat, const char* what) override {
     torch::NoGradGuard no_grad;
     const Slice mine = shard_of(flat.numel(), env_.rank, env_.world_size);
     torch::Tensor shard = flat.narrow(0, mine.begin, mine.size);
     // NCCL gathers in place when the input is the output's own slice; Gloo gets its own input.
     torch::Tensor input = flat.is_cuda() ? shard : shard.clone();
-    run(what, [&] { return group_->_allgather_base(flat, input); });
+    c10::intrusive_ptr<c10d::Work> work;
+    run_start(what, [&] { work = group_->_allgather_base(flat, input); });
+    return [this, work, input, what] { run_start(what, [&] { work->wait(); }); };
   }
 
   void attach_gradient_sync(const std::vector<torch::Tensor>& params,
@@ -260,6 +264,17 @@ class C10dCommunicator : public Communicator {
   void watch_end() override { watchdog_.end(); }
 
  private:
+  // A collective's start or wait, with failures named.
+  template <class F>
+  void run_start(const char* what, F&& f) {
+    Watch watch(*this, what);
+    try {
+      f();
+    } catch (const std::exception& e) {
+      throw collective_failure(env_.rank, what, e);
+    }
+  }
+
   template <class F>
   void run(const char* what, F&& start) {
     Watch watch(*this, what);

@@ -8,6 +8,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -50,7 +51,13 @@ class Communicator {
   virtual void broadcast(std::vector<torch::Tensor>& tensors, int root, const char* what) = 0;
   virtual void barrier(const char* what) = 0;
   // `flat` is world_size equal slices, this rank's filled in; afterwards every slice is, in place.
-  virtual void all_gather_in_place(torch::Tensor& flat, const char* what) = 0;
+  void all_gather_in_place(torch::Tensor& flat, const char* what) {
+    start_all_gather_in_place(flat, what)();
+  }
+  // The same, started: the returned function waits for it (on GPUs only the current stream
+  // waits, not the host). It must be called before `flat` is read.
+  virtual std::function<void()> start_all_gather_in_place(torch::Tensor& flat,
+                                                          const char* what) = 0;
 
   // Gradient synchronisation for `params` (all trainable, same order on every rank) in the
   // buckets of `plan` (gradient_buckets.h). Call begin_synced_micro_step() before the forward of

@@ -137,6 +137,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
   TORCH_CHECK(!segment_ids.defined() || segment_ids.sizes() == input_ids.sizes(),
               "segment_ids must be [B,T] like input_ids");
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  if (before_stage) before_stage(-1);
   torch::Tensor h = model->embed_tokens->forward(input_ids);
 
   torch::Tensor inv_freq = inv_freq_;
@@ -152,6 +153,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
       masks[window] = build_attention_mask(segment_ids, B, T, window, h.device());
     AttentionInputs in{cos, sin, masks[window]};
     auto* layer = model->layers->ptr<DecoderLayerImpl>(l).get();
+    if (before_stage) before_stage(l);
     if (!checkpoint) {
       h = layer->forward(h, in);
       continue;
@@ -161,6 +163,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
       if (p.requires_grad()) trainable.push_back(p);
     h = CheckpointedLayer::apply(h, torch::TensorList(trainable), layer, in);
   }
+  if (before_stage) before_stage(config_.num_hidden_layers);
   return model->norm->forward(h);
 }
 

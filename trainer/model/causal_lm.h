@@ -6,6 +6,8 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
+
 #include "trainer/model/layers.h"
 #include "trainer/model/model_config.h"
 
@@ -45,6 +47,11 @@ class CausalLMImpl : public torch::nn::Module {
 
   DecoderStack model{nullptr};
   Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+  // Called by hidden_states() before the weights of each stage are read: -1 before the
+  // embedding, l before decoder layer l, num_hidden_layers before the final norm (and so before
+  // the output layer). A sharded optimizer waits there for the weights still being gathered.
+  std::function<void(int64_t stage)> before_stage;
 
  private:
   void init_weights();

@@ -216,6 +216,7 @@ PendingStep queue_step(Run& run) {
     {
       AutocastScope autocast(run.device, run.dtype);
       if (micro[m].batch == 0) {
+        if (run.shards) run.shards->wait_for_weights();
         loss = zero_loss(run.trainable);
       } else {
         auto t = to_tensors(micro[m], run.device);
@@ -249,7 +250,7 @@ PendingStep queue_step(Run& run) {
   const torch::Tensor grad_norm = clip_gradients(run);
   s.learning_rate = run.schedule.at(run.state.step);
   run.optimizer.step(s.learning_rate);
-  if (run.shards) run.shards->all_gather_weights(run.comm);
+  if (run.shards) run.shards->start_weight_gather(run.comm);
   drop_gradients(run.trainable);
   p.timeline.mark();  // kWeightsUpdated
 
@@ -343,14 +344,28 @@ std::vector<AdamWParam> optimizer_entries(Run& run, const NamedParams& bucketed)
   return entries;
 }
 
+// The stage of CausalLMImpl::before_stage that first reads the tensor `name`.
+int64_t model_stage_of(const std::string& name, int64_t layers) {
+  if (name.rfind("model.embed_tokens.", 0) == 0) return -1;
+  const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) == 0) return std::stoll(name.substr(prefix.size()));
+  return layers;  // the final norm and the output layer
+}
+
 // Gradient synchronisation and the optimizer, once the weights are final (restored, broadcast).
 void set_up_distributed_update(Run& run) {
   sync_embedding_by_rows(run);
   const NamedParams bucketed = bucketed_in_gradient_order(run);
   const auto plan = dist::plan_gradient_buckets(bucketed.tensors, run.config.bucket_size_mb);
-  if (run.comm.world_size() > 1 && run.config.shard_optimizer)
-    run.shards = std::make_unique<WeightShards>(bucketed.tensors, bucketed.names, plan,
-                                                run.comm.rank(), run.comm.world_size());
+  if (run.comm.world_size() > 1 && run.config.shard_optimizer) {
+    const int64_t layers = run.model->config().num_hidden_layers;
+    run.shards = std::make_unique<WeightShards>(
+        bucketed.tensors, bucketed.names, plan, run.comm.rank(), run.comm.world_size(),
+        [layers](const std::string& name) { return model_stage_of(name, layers); });
+    run.model->before_stage = [shards = run.shards.get()](int64_t stage) {
+      shards->wait_for_stage(stage);
+    };
+  }
   run.optimizer =
       AdamW(optimizer_entries(run, bucketed), {run.config.adam_beta1, run.config.adam_beta2,
                                                run.config.adam_epsilon, run.config.weight_decay});
@@ -365,7 +380,13 @@ NamedTensors named(const NamedParams& p) {
   return out;
 }
 
+// Everything below that reads the weights outside a forward waits for their gather first.
+void wait_for_weights(Run& run) {
+  if (run.shards) run.shards->wait_for_weights();
+}
+
 void write_checkpoint(Run& run) {
+  wait_for_weights(run);
   auto optimizer_state = run.optimizer.state();
   if (run.shards) {  // a collective: every rank takes part
     auto gathered = run.shards->gather_optimizer_state(run.comm, run.comm.rank() == 0);
@@ -417,6 +438,7 @@ std::optional<CheckpointContents> find_resume_point(const TrainConfig& c) {
 }
 
 void save_outputs(Run& run) {
+  wait_for_weights(run);
   if (run.comm.rank() != 0) return;
   const auto& c = run.config;
   fs::create_directories(c.output_dir);
@@ -442,6 +464,7 @@ void save_outputs(Run& run) {
 }
 
 double run_validation(Run& run) {
+  wait_for_weights(run);
   auto result = evaluate(*run.model, run.validation, run.config.micro_batch_size, run.text.pad_id,
                          run.device, run.dtype, &run.comm);
   return result.mean_loss;

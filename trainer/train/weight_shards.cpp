@@ -7,16 +7,19 @@
 namespace kubetune::train {
 
 WeightShards::WeightShards(const std::vector<torch::Tensor>& params, std::vector<std::string> names,
-                           const dist::BucketPlan& plan, int rank, int world)
+                           const dist::BucketPlan& plan, int rank, int world,
+                           const std::function<int64_t(const std::string&)>& stage_of)
     : params_(params), names_(std::move(names)), rank_(rank), world_(world) {
   torch::NoGradGuard no_grad;
   for (const auto& members : plan) {
     Bucket b;
     b.members = members;
     int64_t numel = 0;
+    b.first_stage = std::numeric_limits<int64_t>::max();
     for (size_t i : members) {
       b.offsets.push_back(numel);
       numel += params_[i].numel();
+      b.first_stage = std::min(b.first_stage, stage_of(names_[i]));
     }
     b.sharded = dist::splits_evenly(numel, world_);
     if (b.sharded) {
@@ -63,14 +66,31 @@ size_t WeightShards::sharded_buckets() const {
   return std::count_if(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.sharded; });
 }
 
-void WeightShards::all_gather_weights(dist::Communicator& comm) {
+void WeightShards::start_weight_gather(dist::Communicator& comm) {
+  wait_for_weights();
+  // In the order the next forward reads them, so the first layers' weights arrive first.
+  std::vector<Bucket*> order;
   for (auto& b : buckets_)
-    if (b.sharded) comm.all_gather_in_place(b.weights, "updated weights (all-gather)");
+    if (b.sharded) order.push_back(&b);
+  std::stable_sort(order.begin(), order.end(), [](const Bucket* x, const Bucket* y) {
+    return x->first_stage < y->first_stage;
+  });
+  for (Bucket* b : order)
+    b->wait_for_gather = comm.start_all_gather_in_place(b->weights, "updated weights (all-gather)");
+}
+
+void WeightShards::wait_for_stage(int64_t stage) {
+  for (auto& b : buckets_)
+    if (b.wait_for_gather && b.first_stage <= stage) {
+      b.wait_for_gather();
+      b.wait_for_gather = nullptr;
+    }
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> WeightShards::gather_optimizer_state(
     dist::Communicator& comm, bool keep) {
   torch::NoGradGuard no_grad;
+  wait_for_weights();
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (auto& b : buckets_) {
     if (!b.sharded) continue;

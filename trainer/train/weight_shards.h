@@ -18,6 +18,7 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,8 +33,10 @@ class WeightShards {
  public:
   // `params` and `names`: the tensors in the gradient buckets of `plan`. Their storage moves into
   // the flat buffers (same values; every holder of the tensors sees the move).
+  // `stage_of(name)`: the model stage (CausalLMImpl::before_stage) that first reads that tensor.
   WeightShards(const std::vector<torch::Tensor>& params, std::vector<std::string> names,
-               const dist::BucketPlan& plan, int rank, int world);
+               const dist::BucketPlan& plan, int rank, int world,
+               const std::function<int64_t(const std::string&)>& stage_of);
 
   // What this process's AdamW updates: its slice of each sharded bucket (one entry per tensor the
   // slice touches, state allocated here) and every tensor of the other buckets whole.
@@ -43,8 +46,13 @@ class WeightShards {
   size_t buckets() const { return buckets_.size(); }
   size_t sharded_buckets() const;
 
-  // After AdamW's step: every process's updated slices to every process.
-  void all_gather_weights(dist::Communicator& comm);
+  // After AdamW's step: starts sending every process's updated slices to every process. The
+  // gathers overlap with the next forward, whose stages wait only for their own buckets
+  // (wait_for_stage, from CausalLMImpl::before_stage); anything else that reads the weights
+  // first calls wait_for_weights().
+  void start_weight_gather(dist::Communicator& comm);
+  void wait_for_stage(int64_t stage);
+  void wait_for_weights() { wait_for_stage(std::numeric_limits<int64_t>::max()); }
 
   // The full-size "<name>.exp_avg" / ".exp_avg_sq" of the sharded buckets' tensors, gathered
   // from all processes (a collective: every process calls it). Only `keep` processes get them
@@ -58,8 +66,10 @@ class WeightShards {
     std::vector<int64_t> offsets;  // of each member in `weights`
     torch::Tensor weights;         // flat; sharded buckets only (the members are views into it)
     bool sharded = false;
-    dist::Slice mine{0, 0};             // this process's slice of `weights`
-    torch::Tensor exp_avg, exp_avg_sq;  // of `mine`
+    dist::Slice mine{0, 0};                 // this process's slice of `weights`
+    torch::Tensor exp_avg, exp_avg_sq;      // of `mine`
+    int64_t first_stage = 0;                // the first model stage that reads its weights
+    std::function<void()> wait_for_gather;  // set while its gather is in flight
   };
 
   std::vector<torch::Tensor> params_;
