@@ -264,7 +264,7 @@ class C10dCommunicator : public Communicator {
   void watch_end() override { watchdog_.end(); }
 
  private:
-  // A collective's start or wait, with failures named.
+  // A collective's start or wait (`f`), watched, with failures named.
   template <class F>
   void run_start(const char* what, F&& f) {
     Watch watch(*this, what);
@@ -275,15 +275,10 @@ class C10dCommunicator : public Communicator {
     }
   }
 
+  // A collective started by `start` and waited for.
   template <class F>
   void run(const char* what, F&& start) {
-    Watch watch(*this, what);
-    try {
-      auto work = start();
-      work->wait();
-    } catch (const std::exception& e) {
-      throw collective_failure(env_.rank, what, e);
-    }
+    run_start(what, [&] { start()->wait(); });
   }
 
   torch::Device device_;

@@ -144,6 +144,12 @@ torch::Tensor zero_loss(const NamedParams& trainable) {
   return total;
 }
 
+// Anything that reads the weights outside a forward (whose stages wait for their own buckets)
+// waits for a sharded optimizer's gather first.
+void wait_for_weights(Run& run) {
+  if (run.shards) run.shards->wait_for_weights();
+}
+
 // Gradients are dropped, not zeroed (torch's set_to_none): the next backward then hands its
 // gradient tensors over instead of adding them to zeros. All of them, also those of tensors this
 // rank's sharded optimizer does not update: their gradients still feed the next reduction.
@@ -216,7 +222,7 @@ PendingStep queue_step(Run& run) {
     {
       AutocastScope autocast(run.device, run.dtype);
       if (micro[m].batch == 0) {
-        if (run.shards) run.shards->wait_for_weights();
+        wait_for_weights(run);
         loss = zero_loss(run.trainable);
       } else {
         auto t = to_tensors(micro[m], run.device);
@@ -378,11 +384,6 @@ NamedTensors named(const NamedParams& p) {
   NamedTensors out;
   for (size_t i = 0; i < p.names.size(); ++i) out.emplace_back(p.names[i], p.tensors[i]);
   return out;
-}
-
-// Everything below that reads the weights outside a forward waits for their gather first.
-void wait_for_weights(Run& run) {
-  if (run.shards) run.shards->wait_for_weights();
 }
 
 void write_checkpoint(Run& run) {

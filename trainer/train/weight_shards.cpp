@@ -90,7 +90,6 @@ void WeightShards::wait_for_stage(int64_t stage) {
 std::vector<std::pair<std::string, torch::Tensor>> WeightShards::gather_optimizer_state(
     dist::Communicator& comm, bool keep) {
   torch::NoGradGuard no_grad;
-  wait_for_weights();
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (auto& b : buckets_) {
     if (!b.sharded) continue;
