@@ -72,6 +72,12 @@ void apply_schema(json& value, const json& schema, const std::string& path,
   if (value.is_string() && schema.contains("minLength") &&
       value.get<std::string>().size() < schema["minLength"].get<size_t>())
     problems.push_back(path + ": must not be empty");
+  if (value.is_string() && schema.contains("maxLength") &&
+      value.get<std::string>().size() > schema["maxLength"].get<size_t>())
+    problems.push_back(path + ": must be at most " + schema["maxLength"].dump() + " characters");
+  if (value.is_array() && schema.contains("maxItems") &&
+      value.size() > schema["maxItems"].get<size_t>())
+    problems.push_back(path + ": must have at most " + schema["maxItems"].dump() + " items");
   if (value.is_array() && schema.contains("items")) {
     for (size_t i = 0; i < value.size(); ++i)
       apply_schema(value[i], schema["items"], path + "[" + std::to_string(i) + "]", problems);

@@ -22,8 +22,17 @@ RUN site=$(/opt/torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths
       -DKUBETUNE_NCCL_INCLUDE="$site/nvidia/nccl/include" \
  && cmake --build /build --target kubetune-trainer \
  && bench/package_trainer.sh /build /opt/kubetune
+# Only the shared libraries of the wheel (torch/lib and the nvidia-* lib folders, in the same
+# layout so their RPATHs still hold): the Python packages around them (triton, sympy, ...) are
+# hundreds of MB that nothing runs.
+RUN site=$(/opt/torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+ && mkdir -p /opt/torchlibs/torch \
+ && cp -a "$site/torch/lib" /opt/torchlibs/torch/ \
+ && for lib in "$site"/nvidia/*/lib; do \
+      pkg=$(basename "$(dirname "$lib")"); mkdir -p "/opt/torchlibs/nvidia/$pkg"; cp -a "$lib" "/opt/torchlibs/nvidia/$pkg/"; \
+    done
 
-# The runtime: the build's torch wheel (for its libraries; no Python is installed to run it), the
+# The runtime: the torch wheel's shared libraries (no Python is installed to run them), the
 # trainer and the few Debian-side libraries it links besides LibTorch (package_trainer.sh collects
 # them), found through ld.so.conf rather than a start-up script.
 FROM ${RUNTIME_IMAGE}
@@ -31,10 +40,9 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build /opt/torch /opt/torch
+COPY --from=build /opt/torchlibs /opt/torchlibs
 COPY --from=build /opt/kubetune /opt/kubetune
-RUN site=$(echo /opt/torch/lib/python3*/site-packages) \
- && { echo /opt/kubetune/lib; echo "$site/torch/lib"; ls -d "$site"/nvidia/*/lib; } >/etc/ld.so.conf.d/kubetune.conf \
+RUN { echo /opt/kubetune/lib; echo /opt/torchlibs/torch/lib; ls -d /opt/torchlibs/nvidia/*/lib; } >/etc/ld.so.conf.d/kubetune.conf \
  && ldconfig \
  && ln -s /opt/kubetune/kubetune-trainer /usr/local/bin/kubetune-trainer \
  && kubetune-trainer --help >/dev/null

@@ -1,8 +1,11 @@
 // kubetune-operator: reconciles FineTuneJobs. `kubetune-operator crd` prints the CRD.
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <string>
@@ -13,20 +16,6 @@
 
 namespace {
 
-const char* kUsage = R"(usage:
-  kubetune-operator crd                 print the FineTuneJob CustomResourceDefinition (YAML)
-  kubetune-operator [options]           run the controller
-options:
-  --kubeconfig PATH        default: $KUBECONFIG, in-cluster, ~/.kube/config
-  --namespace NS           watch one namespace (default: all)
-  --workers N              parallel reconciles (default 2)
-  --leader-elect BOOL      default true
-  --lease-namespace NS     default: the pod's namespace (POD_NAMESPACE) or "default"
-  --lease-name NAME        default kubetune-operator
-  --http-port PORT         /metrics, /healthz, /readyz (default 8080)
-  --progress-seconds N     how often rank 0's metrics are read (default 15)
-)";
-
 std::string identity() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -34,76 +23,102 @@ std::string identity() {
   return std::string(host) + "_" + std::to_string(rd() % 1000000);
 }
 
-bool parse_bool(const std::string& flag, const std::string& v) {
-  if (v == "true" || v == "1") return true;
-  if (v == "false" || v == "0") return false;
-  throw std::runtime_error(flag + ": expected true or false, got \"" + v + "\"");
+// Where the leader-election Lease lives unless --lease-namespace says: the pod's own namespace
+// (POD_NAMESPACE from the chart, or the service account's), else "default".
+std::string default_lease_namespace() {
+  if (const char* ns = std::getenv("POD_NAMESPACE"); ns && *ns) return ns;
+  std::ifstream in("/var/run/secrets/kubernetes.io/serviceaccount/namespace");
+  std::string ns;
+  if (in >> ns && !ns.empty()) return ns;
+  return "default";
+}
+
+// SIGTERM/SIGINT are taken by a thread of their own (sigwait), which stops the manager: the
+// controllers finish their reconcile, the lease is released and main returns 0.
+sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);  // main's "done" to the signal thread
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+int run_operator(kubetune::op::ManagerOptions opts, const std::string& kubeconfig) {
+  using kubetune::op::Manager;
+  const sigset_t signals = block_stop_signals();
+  Manager manager(kubetune::op::kube::default_client_config(kubeconfig), opts);
+  std::thread signal_thread([&manager, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig == SIGUSR1) return;  // main is done and wakes us to finish
+    spdlog::info("signal {}: shutting down", sig);
+    manager.stop();
+  });
+  manager.start();
+  spdlog::info("kubetune-operator {} started; http {}:{}", opts.leader.identity, opts.http_address,
+               manager.http_port());
+  const Manager::Ended ended = manager.wait();
+  manager.stop();  // returns once every thread is joined, whoever called stop() first
+  pthread_kill(signal_thread.native_handle(), SIGUSR1);
+  signal_thread.join();
+  switch (ended) {
+    case Manager::Ended::kStopped:
+      return 0;
+    case Manager::Ended::kLostLeadership:
+      return 1;  // the pod restarts and campaigns again
+    case Manager::Ended::kFatal:
+      spdlog::critical("{}", manager.fatal_error());
+      return 1;
+  }
+  return 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace kubetune::op;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args[0] == "crd") {
+  CLI::App app{"kubetune-operator: the FineTuneJob controller"};
+  app.require_subcommand(0, 1);
+  auto* crd_cmd = app.add_subcommand("crd", "print the FineTuneJob CustomResourceDefinition (YAML)");
+
+  ManagerOptions opts;
+  std::string kubeconfig;
+  int progress_seconds = 15;
+  opts.leader.lease_namespace = default_lease_namespace();
+  opts.leader.identity = identity();
+  app.add_option("--kubeconfig", kubeconfig, "default: $KUBECONFIG, in-cluster, ~/.kube/config");
+  app.add_option("--namespace", opts.watch_namespace, "watch one namespace (default: all)");
+  app.add_option("--workers", opts.workers, "parallel reconciles")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--leader-elect", opts.leader_elect, "elect a leader through a Lease")
+      ->capture_default_str();
+  app.add_option("--lease-namespace", opts.leader.lease_namespace,
+                 "where the Lease lives (default: the pod's namespace, else \"default\")")
+      ->capture_default_str();
+  app.add_option("--lease-name", opts.leader.lease_name)->capture_default_str();
+  app.add_option("--http-address", opts.http_address,
+                 "address of /metrics, /healthz, /readyz (in a pod: its IP)")
+      ->capture_default_str();
+  app.add_option("--http-port", opts.http_port, "-1 = no HTTP endpoint")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
+  app.add_option("--progress-seconds", progress_seconds, "how often rank 0's metrics are read")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  CLI11_PARSE(app, argc, argv);
+
+  if (crd_cmd->parsed()) {
     std::cout << crd_yaml();
     return 0;
   }
+  opts.reconciler.progress_period = std::chrono::seconds(progress_seconds);
   try {
-    ManagerOptions opts;
-    std::string kubeconfig;
-    const char* pod_ns = std::getenv("POD_NAMESPACE");
-    opts.leader.lease_namespace = pod_ns ? pod_ns : "default";
-    opts.leader.identity = identity();
-    for (size_t i = 0; i < args.size(); ++i) {
-      const std::string& a = args[i];
-      if (a == "-h" || a == "--help") {
-        std::cout << kUsage;
-        return 0;
-      }
-      if (i + 1 >= args.size()) throw std::runtime_error(a + ": missing value\n" + kUsage);
-      const std::string v = args[++i];
-      if (a == "--kubeconfig")
-        kubeconfig = v;
-      else if (a == "--namespace")
-        opts.watch_namespace = v;
-      else if (a == "--workers")
-        opts.workers = std::stoi(v);
-      else if (a == "--leader-elect")
-        opts.leader_elect = parse_bool(a, v);
-      else if (a == "--lease-namespace")
-        opts.leader.lease_namespace = v;
-      else if (a == "--lease-name")
-        opts.leader.lease_name = v;
-      else if (a == "--http-port")
-        opts.http_port = std::stoi(v);
-      else if (a == "--progress-seconds") {
-        opts.reconciler.progress_period = std::chrono::seconds(std::stoi(v));
-      } else {
-        throw std::runtime_error("unknown option " + a + "\n" + kUsage);
-      }
-    }
-    // SIGTERM/SIGINT end the operator cleanly (lease released) from a dedicated thread.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-    Manager manager(kubetune::op::kube::default_client_config(kubeconfig), opts);
-    std::thread([&manager, signals] {
-      int sig = 0;
-      sigwait(&signals, &sig);
-      std::clog << "signal " << sig << ": shutting down\n";
-      manager.stop();
-    }).detach();
-    manager.start();
-    std::clog << "kubetune-operator " << opts.leader.identity << " started; http port "
-              << manager.http_port() << "\n";
-    const bool lost = manager.wait();
-    manager.stop();
-    return lost ? 1 : 0;  // a lost lease restarts the pod, which campaigns again
+    return run_operator(opts, kubeconfig);
   } catch (const std::exception& e) {
-    std::cerr << "kubetune-operator: " << e.what() << "\n";
+    spdlog::critical("kubetune-operator: {}", e.what());
     return 1;
   }
 }

@@ -2,6 +2,9 @@
 
 #include <regex>
 
+#include "common/train_config.h"
+#include "operator/api/crd.h"
+
 namespace kubetune::op {
 namespace {
 
@@ -36,6 +39,49 @@ long long int_at(const json& obj, const char* a, const char* b, long long fallba
   return obj[a][b].get<long long>();
 }
 
+// The spec fields that a running job keeps: all but runPolicy. A field that is required or has
+// a default is always present after defaulting; an optional one may come or go.
+struct ImmutableField {
+  std::string name;
+  bool always_present;
+};
+
+std::vector<ImmutableField> immutable_spec_fields() {
+  std::vector<ImmutableField> out;
+  for (const json* schema : {&train_config_schema(), &operator_spec_schema()}) {
+    const json required = schema->value("required", json::array());
+    for (auto it = (*schema)["properties"].begin(); it != (*schema)["properties"].end(); ++it) {
+      if (it.key() == "runPolicy") continue;
+      const bool is_required =
+          std::find(required.begin(), required.end(), it.key()) != required.end();
+      out.push_back({it.key(), is_required || it.value().contains("default")});
+    }
+  }
+  return out;
+}
+
+CelRule spec_immutable_unless_suspended() {
+  std::string equal;
+  for (const auto& f : immutable_spec_fields()) {
+    const std::string a = "self." + f.name, b = "oldSelf." + f.name;
+    equal += equal.empty() ? "" : " && ";
+    equal += f.always_present ? a + " == " + b
+                              : "has(" + a + ") == has(" + b + ") && (!has(" + a + ") || " + a +
+                                    " == " + b + ")";
+  }
+  return {"spec", "oldSelf.runPolicy.suspend || (" + equal + ")",
+          "only spec.runPolicy can change while a job runs: set runPolicy.suspend to true first "
+          "(its pods are deleted), then edit the spec; when resumed, the gang starts from the new "
+          "spec and its last checkpoint",
+          [](const json& self, const json* old) {
+            if (old->value("runPolicy", json::object()).value("suspend", false)) return true;
+            for (const auto& f : immutable_spec_fields()) {
+              if (self.value(f.name, json()) != old->value(f.name, json())) return false;
+            }
+            return true;
+          }};
+}
+
 std::vector<CelRule> make_rules() {
   std::vector<CelRule> rules;
   rules.push_back(
@@ -44,7 +90,7 @@ std::vector<CelRule> make_rules() {
        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
        "metadata.name must be a DNS-1035 label (lower-case letters, digits, '-', starting with a "
        "letter) of at most 50 characters: it names the Service and the pods' host names",
-       [](const json& self) {
+       [](const json& self, const json*) {
          static const std::regex dns1035("^[a-z]([-a-z0-9]*[a-z0-9])?$");
          const std::string name = string_at(self, "metadata", "name");
          // generateName objects have no name yet; the API server checks the final one.
@@ -56,7 +102,7 @@ std::vector<CelRule> make_rules() {
        "self.output.dir.startsWith(v.mountPath + '/'))",
        "output.dir must be under the mountPath of one of spec.volumes: a pod's own filesystem is "
        "lost when the gang restarts",
-       [](const json& self) { return on_some_volume(self, string_at(self, "output", "dir")); }});
+       [](const json& self, const json*) { return on_some_volume(self, string_at(self, "output", "dir")); }});
   rules.push_back(
       {"spec",
        "!has(self.checkpoint) || !has(self.checkpoint.dir) || self.checkpoint.dir == '' || "
@@ -64,7 +110,7 @@ std::vector<CelRule> make_rules() {
        "self.checkpoint.dir.startsWith(v.mountPath + '/')))",
        "checkpoint.dir must be under the mountPath of one of spec.volumes, so that restarted "
        "workers can resume from it",
-       [](const json& self) {
+       [](const json& self, const json*) {
          const std::string dir = string_at(self, "checkpoint", "dir");
          return dir.empty() || on_some_volume(self, dir);
        }});
@@ -73,18 +119,19 @@ std::vector<CelRule> make_rules() {
                    "self.distributed.backend != 'nccl' || self.workers.gpusPerWorker > 0",
                    "distributed.backend nccl needs GPUs: set workers.gpusPerWorker > 0 or use "
                    "backend gloo/auto",
-                   [](const json& self) {
+                   [](const json& self, const json*) {
                      return string_at(self, "distributed", "backend") != "nccl" ||
                             int_at(self, "workers", "gpusPerWorker", 1) > 0;
                    }});
+  rules.push_back(spec_immutable_unless_suspended());
   rules.push_back({"spec.volumes[]", "has(self.persistentVolumeClaim) != has(self.hostPath)",
                    "exactly one of persistentVolumeClaim or hostPath must be set",
-                   [](const json& self) {
+                   [](const json& self, const json*) {
                      return self.contains("persistentVolumeClaim") != self.contains("hostPath");
                    }});
   rules.push_back({"spec.volumes[]", "!self.name.startsWith('kubetune-')",
                    "volume names starting with kubetune- are reserved for the operator",
-                   [](const json& self) {
+                   [](const json& self, const json*) {
                      return !self.contains("name") || !self["name"].is_string() ||
                             self["name"].get<std::string>().rfind("kubetune-", 0) != 0;
                    }});

@@ -1,5 +1,8 @@
 #include "operator/api/desired_objects.h"
 
+#include <cstdint>
+#include <cstdio>
+
 #include "operator/api/names.h"
 
 namespace kubetune::op {
@@ -147,6 +150,7 @@ json make_pod(const FineTuneJob& job, int rank, int attempt) {
   json meta = metadata(job, pod_name(job.name, rank));
   meta["labels"][kLabelRank] = std::to_string(rank);
   meta["labels"][kLabelAttempt] = std::to_string(attempt);
+  meta["annotations"] = {{kAnnotationSpecHash, spec_hash(job.spec)}};
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
 }
 
@@ -166,6 +170,24 @@ json owner_reference(const FineTuneJob& job) {
   return {{"apiVersion", kApiVersion}, {"kind", kKind},
           {"name", job.name},          {"uid", job.uid},
           {"controller", true},        {"blockOwnerDeletion", true}};
+}
+
+bool owned_by(const json& object, const std::string& uid) {
+  if (uid.empty()) return false;
+  for (const auto& ref : object["metadata"].value("ownerReferences", json::array())) {
+    if (ref.value("uid", "") == uid && ref.value("controller", false)) return true;
+  }
+  return false;
+}
+
+std::string spec_hash(const json& spec) {
+  json s = spec;
+  s.erase("runPolicy");
+  uint64_t h = 14695981039346656037ull;  // FNV-1a: stable across builds, unlike std::hash
+  for (unsigned char c : s.dump()) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 DesiredObjects desired_objects(const FineTuneJob& job, int attempt) {

@@ -29,5 +29,11 @@ std::string master_address(const FineTuneJob& job);
 
 // The ownerReference that makes the API server delete an object with its job.
 nlohmann::json owner_reference(const FineTuneJob& job);
+// True when `object` is controlled by the job with this uid. Children are recognised by this,
+// never by name or label alone: a job re-created under the same name is another owner.
+bool owned_by(const nlohmann::json& object, const std::string& uid);
+
+// The spec the workers run, hashed (FNV-1a, hex): runPolicy is left out, it changes no pod.
+std::string spec_hash(const nlohmann::json& spec);
 
 }  // namespace kubetune::op

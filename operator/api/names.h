@@ -18,6 +18,9 @@ inline constexpr const char* kLabelRank = "kubetune.io/rank";
 // Which gang a pod belongs to (= status.restarts when it was created): pods of an older gang are
 // leftovers of a restart and are deleted before the new gang starts.
 inline constexpr const char* kLabelAttempt = "kubetune.io/attempt";
+// Which spec a pod was made from (a hash of the spec without runPolicy): a spec edited while the
+// job was suspended makes the pods of the old spec leftovers, like those of an older gang.
+inline constexpr const char* kAnnotationSpecHash = "kubetune.io/spec-hash";
 
 inline constexpr const char* kTrainerContainer = "trainer";
 inline constexpr const char* kConfigMountDir = "/etc/kubetune";

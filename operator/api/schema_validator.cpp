@@ -83,8 +83,11 @@ struct Checker {
     }
   }
 
-  void check_object(const json& s, json& v, const std::string& path) {
+  void check_object(const json& s, json& v, const json* old, const std::string& path) {
     const json* props = s.contains("properties") ? &s["properties"] : nullptr;
+    if (s.contains("maxProperties") && v.size() > s["maxProperties"].get<size_t>()) {
+      fail(path, "must have at most " + s["maxProperties"].dump() + " properties");
+    }
     if (props) {
       // Defaults first (the API server defaults before it validates).
       for (auto it = props->begin(); it != props->end(); ++it) {
@@ -101,9 +104,11 @@ struct Checker {
     for (auto it = v.begin(); it != v.end(); ++it) {
       const std::string p = child_path(path, it.key());
       if (props && props->contains(it.key())) {
-        check(props->at(it.key()), it.value(), p);
+        const json* old_child =
+            old && old->is_object() && old->contains(it.key()) ? &old->at(it.key()) : nullptr;
+        check(props->at(it.key()), it.value(), old_child, p);
       } else if (s.contains("additionalProperties") && s["additionalProperties"].is_object()) {
-        check(s["additionalProperties"], it.value(), p);
+        check(s["additionalProperties"], it.value(), nullptr, p);
       } else if (props && !s.value("x-kubernetes-preserve-unknown-fields", false)) {
         fail(p, "unknown field");
       }
@@ -119,7 +124,7 @@ struct Checker {
     }
     if (s.contains("items")) {
       for (size_t i = 0; i < v.size(); ++i) {
-        check(s["items"], v[i], path + "[" + std::to_string(i) + "]");
+        check(s["items"], v[i], nullptr, path + "[" + std::to_string(i) + "]");
       }
     }
     if (s.value("x-kubernetes-list-type", "") == "map") {
@@ -134,26 +139,29 @@ struct Checker {
     }
   }
 
-  void check_cel(const json& s, const json& v, const std::string& path) {
+  // As the API server: a rule that reads oldSelf is a transition rule, checked only on updates.
+  void check_cel(const json& s, const json& v, const json* old, const std::string& path) {
     for (const auto& rule : s.value("x-kubernetes-validations", json::array())) {
       const std::string text = rule.value("rule", "");
       auto it = cel.find(text);
       if (it == cel.end()) {
         fail(path, "no C++ evaluator for CEL rule: " + text);
-      } else if (!it->second(v)) {
+      } else if (is_transition_rule(text) && old == nullptr) {
+        continue;
+      } else if (!it->second(v, old)) {
         fail(path, rule.value("message", "failed rule: " + text));
       }
     }
   }
 
-  void check(const json& s, json& v, const std::string& path) {
+  void check(const json& s, json& v, const json* old, const std::string& path) {
     if (s.value("x-kubernetes-int-or-string", false)) {
       if (!v.is_string() && !matches_type("integer", v)) {
         fail(path, "must be an integer or a string (got " + type_name(v) + ")");
         return;
       }
       if (v.is_string()) check_string(s, v, path);
-      check_cel(s, v, path);
+      check_cel(s, v, old, path);
       return;
     }
     if (v.is_null() && s.value("nullable", false)) return;
@@ -171,17 +179,18 @@ struct Checker {
     }
     if (v.is_number()) check_number(s, v, path);
     if (v.is_string()) check_string(s, v, path);
-    if (v.is_object()) check_object(s, v, path);
+    if (v.is_object()) check_object(s, v, old, path);
     if (v.is_array()) check_array(s, v, path);
-    check_cel(s, v, path);
+    check_cel(s, v, old, path);
   }
 };
 
 }  // namespace
 
 void validate_against_schema(const json& schema, json& value, const std::string& path,
-                             const CelEvaluators& cel, std::vector<std::string>& problems) {
-  Checker{cel, problems}.check(schema, value, path);
+                             const CelEvaluators& cel, std::vector<std::string>& problems,
+                             const json* old_value) {
+  Checker{cel, problems}.check(schema, value, old_value, path);
 }
 
 }  // namespace kubetune::op

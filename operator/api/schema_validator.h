@@ -17,13 +17,22 @@
 
 namespace kubetune::op {
 
-// C++ twin of a CEL rule: returns true when `self` satisfies it.
-using CelEvaluator = std::function<bool(const nlohmann::json& self)>;
+// C++ twin of a CEL rule: returns true when `self` satisfies it. `old_self` is the stored
+// object on an update (CEL's oldSelf), null on a create.
+using CelEvaluator =
+    std::function<bool(const nlohmann::json& self, const nlohmann::json* old_self)>;
 using CelEvaluators = std::map<std::string, CelEvaluator>;  // keyed by the rule's text
 
+// A transition rule reads oldSelf; the API server evaluates it only on updates.
+inline bool is_transition_rule(const std::string& rule) {
+  return rule.find("oldSelf") != std::string::npos;
+}
+
 // Applies defaults to `value` in place and appends "path: message" for every problem.
+// `old_value` (the stored object, already defaulted) turns on the transition rules.
 void validate_against_schema(const nlohmann::json& schema, nlohmann::json& value,
                              const std::string& path, const CelEvaluators& cel,
-                             std::vector<std::string>& problems);
+                             std::vector<std::string>& problems,
+                             const nlohmann::json* old_value = nullptr);
 
 }  // namespace kubetune::op

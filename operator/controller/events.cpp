@@ -1,7 +1,8 @@
 #include "operator/controller/events.h"
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
-#include <iostream>
 
 #include "operator/controller/time_util.h"
 
@@ -32,12 +33,11 @@ void EventRecorder::record(const json& involved, const std::string& type, const 
                 {"firstTimestamp", format_time(now)},
                 {"lastTimestamp", format_time(now)},
                 {"count", 1}};
-  std::clog << "event " << ns << "/" << meta.value("name", "") << " " << type << " " << reason
-            << ": " << message << "\n";
+  spdlog::info("event {}/{} {} {}: {}", ns, meta.value("name", ""), type, reason, message);
   try {
     client_.create(kube::resources::kEvents.collection(ns), event);
   } catch (const std::exception& e) {
-    std::cerr << "cannot record event " << reason << ": " << e.what() << "\n";
+    spdlog::warn("cannot record event {}: {}", reason, e.what());
   }
 }
 

@@ -1,7 +1,9 @@
 #include "operator/controller/leader_election.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
-#include <iostream>
+#include <stdexcept>
 
 #include "operator/controller/time_util.h"
 
@@ -26,15 +28,28 @@ void LeaderElector::run(const std::function<void()>& on_started_leading,
     bool acquired = false;
     try {
       acquired = try_acquire_or_renew();
+      lease_readable_ = true;
+    } catch (const kube::ApiError& e) {
+      lease_readable_ = false;
+      if (e.code() == 401 || e.code() == 403) {
+        throw std::runtime_error(
+            "leader election: no access to Lease " + config_.lease_namespace + "/" +
+            config_.lease_name + " (" + e.what() +
+            "); run with --lease-namespace set to a namespace where this identity may get, "
+            "create and update leases (the chart's RBAC grants its release namespace)");
+      }
+      spdlog::warn("leader election: {}", e.what());
     } catch (const std::exception& e) {
-      std::cerr << "leader election: " << e.what() << "\n";
+      lease_readable_ = false;
+      spdlog::warn("leader election: {}", e.what());
     }
     if (acquired) break;
     if (!wait(config_.retry_period)) return;
   }
   if (stopping_) return;
   leader_ = true;
-  std::clog << config_.identity << " became the leader\n";
+  spdlog::info("{} became the leader (lease {}/{})", config_.identity, config_.lease_namespace,
+               config_.lease_name);
   on_started_leading();
   // Renew; give up when renewals keep failing for renew_deadline.
   auto last_renew = Steady::now();
@@ -43,12 +58,12 @@ void LeaderElector::run(const std::function<void()>& on_started_leading,
     try {
       renewed = try_acquire_or_renew();
     } catch (const std::exception& e) {
-      std::cerr << "leader election: renew failed: " << e.what() << "\n";
+      spdlog::warn("leader election: renew failed: {}", e.what());
     }
     if (renewed) {
       last_renew = Steady::now();
     } else if (Steady::now() - last_renew > config_.renew_deadline) {
-      std::cerr << config_.identity << " lost the leader lease\n";
+      spdlog::error("{} lost the leader lease", config_.identity);
       break;
     }
   }
@@ -130,8 +145,9 @@ void LeaderElector::release() {
     lease["spec"]["leaseDurationSeconds"] = 1;
     lease["spec"]["renewTime"] = format_micro_time(std::chrono::system_clock::now());
     client_.update(lease_path, lease);
+    spdlog::info("released the lease {}/{}", config_.lease_namespace, config_.lease_name);
   } catch (const std::exception& e) {
-    std::cerr << "leader election: cannot release the lease: " << e.what() << "\n";
+    spdlog::error("leader election: cannot release the lease: {}", e.what());
   }
 }
 

@@ -30,12 +30,15 @@ class LeaderElector {
   LeaderElector(kube::KubeClient& client, LeaderElectionConfig config);
 
   // Blocks: campaigns until leading, calls on_started_leading, renews until stop() or until
-  // leadership is lost, then calls on_stopped_leading (if it was leading) and returns.
+  // leadership is lost, then calls on_stopped_leading (if it was leading) and returns. Throws
+  // when the API server forbids access to the lease: waiting cannot fix RBAC.
   void run(const std::function<void()>& on_started_leading,
            const std::function<void()>& on_stopped_leading);
   // Makes run() return; the lease is released if held and `release` is true.
   void stop(bool release = true);
   bool is_leader() const { return leader_; }
+  // False while the last attempt to read or write the lease failed (standby /readyz).
+  bool lease_readable() const { return lease_readable_; }
 
  private:
   bool try_acquire_or_renew();
@@ -47,6 +50,7 @@ class LeaderElector {
   std::atomic<bool> leader_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> release_on_stop_{true};
+  std::atomic<bool> lease_readable_{true};
   std::mutex mutex_;
   std::condition_variable cv_;
   // What we last saw of someone else's lease, and when (steady clock) we saw it change.

@@ -1,6 +1,6 @@
 #include "operator/controller/manager.h"
 
-#include <iostream>
+#include <spdlog/spdlog.h>
 
 #include "common/metrics/exposer.h"
 #include "operator/api/names.h"
@@ -20,7 +20,8 @@ Manager::Manager(kube::ClientConfig config, ManagerOptions options)
     http_->add_handler("/healthz", [] { return std::make_pair(200, std::string("ok")); });
     http_->add_handler("/readyz", [this] {
       return ready() ? std::make_pair(200, std::string("ok"))
-                     : std::make_pair(503, std::string("informers not synced"));
+                     : std::make_pair(503, std::string("not ready: informers not synced or the "
+                                                       "lease cannot be read"));
     });
   }
 }
@@ -30,8 +31,9 @@ Manager::~Manager() { stop(); }
 int Manager::http_port() const { return http_ ? http_->port() : -1; }
 
 bool Manager::ready() const {
-  // A standby replica is ready (it can take over); a leader once its caches are filled.
-  if (!leading_) return !stopped_;
+  // A standby replica is ready when it can read the lease (it can take over); a leader once its
+  // caches are filled.
+  if (!leading_) return !stopped_ && (!elector_ || elector_->lease_readable());
   return controllers_running_ && jobs_ && jobs_->has_synced() && pods_ && pods_->has_synced();
 }
 
@@ -43,6 +45,17 @@ void Manager::start() {
   }
   elector_ = std::make_unique<LeaderElector>(*client_, options_.leader);
   election_thread_ = std::thread([this] {
+    try {
+      run_election();
+    } catch (const std::exception& e) {  // e.g. 403 on the Lease: no retry can help
+      std::lock_guard<std::mutex> lock(mutex_);
+      fatal_error_ = e.what();
+      done_.notify_all();
+    }
+  });
+}
+
+void Manager::run_election() {
     elector_->run(
         [this] {
           leading_ = true;
@@ -53,10 +66,10 @@ void Manager::start() {
           leading_ = false;
           metrics_->set_leader(false);
           stop_controllers();
+          std::lock_guard<std::mutex> lock(mutex_);
           if (!stopped_) lost_leadership_ = true;
           done_.notify_all();
         });
-  });
 }
 
 void Manager::start_controllers() {
@@ -116,7 +129,7 @@ void Manager::worker_loop() {
       }
     } catch (const std::exception& e) {
       result = "error";
-      std::cerr << "reconcile " << key << ": " << e.what() << "\n";
+      spdlog::warn("reconcile {}: {}", key, e.what());
       queue_->add_rate_limited(key);
     }
     const double seconds =
@@ -128,21 +141,32 @@ void Manager::worker_loop() {
 }
 
 void Manager::stop(bool release_lease) {
-  if (stopped_.exchange(true)) return;
+  std::lock_guard<std::mutex> stopping(stop_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopped_) return;  // an earlier call has finished the work
+    stopped_ = true;
+  }
   if (elector_) {
     elector_->stop(release_lease);
     if (election_thread_.joinable()) election_thread_.join();
-  } else {
-    stop_controllers();
   }
+  stop_controllers();  // without election, or when the election thread ended by a fatal error
   leading_ = false;
+  std::lock_guard<std::mutex> lock(mutex_);
   done_.notify_all();
 }
 
-bool Manager::wait() {
+Manager::Ended Manager::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [this] { return stopped_ || lost_leadership_; });
-  return lost_leadership_;
+  done_.wait(lock, [this] { return stopped_ || lost_leadership_ || !fatal_error_.empty(); });
+  if (!fatal_error_.empty()) return Ended::kFatal;
+  return lost_leadership_ ? Ended::kLostLeadership : Ended::kStopped;
+}
+
+std::string Manager::fatal_error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return fatal_error_;
 }
 
 }  // namespace kubetune::op

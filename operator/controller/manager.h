@@ -26,7 +26,7 @@ struct ManagerOptions {
   int workers = 2;              // reconciles in parallel (never two for one job)
   bool leader_elect = true;
   LeaderElectionConfig leader;
-  std::string http_address = "0.0.0.0";
+  std::string http_address = "127.0.0.1";  // in a pod: its IP (the chart passes status.podIP)
   int http_port = 8080;  // /metrics, /healthz, /readyz; -1 = none
   ReconcilerOptions reconciler;
   kube::InformerOptions informer;  // back-off and timeouts (namespace/selector are set here)
@@ -41,9 +41,14 @@ class Manager {
 
   void start();  // returns at once; campaigns for the lease in the background
   // Stops everything; `release_lease` false leaves the lease to expire (a crash, for tests).
+  // Safe from any thread and more than once: every caller returns only when all threads of the
+  // manager have been joined.
   void stop(bool release_lease = true);
-  // Blocks until stop() or lost leadership; true when leadership was lost.
-  bool wait();
+  // Blocks until stop(), lost leadership or a fatal error; says which.
+  enum class Ended { kStopped, kLostLeadership, kFatal };
+  Ended wait();
+  // Why the manager cannot go on (e.g. no permission on its Lease); empty otherwise.
+  std::string fatal_error() const;
 
   bool is_leader() const { return leading_; }
   bool ready() const;
@@ -54,6 +59,7 @@ class Manager {
   const kube::Informer* job_informer() const { return jobs_.get(); }
 
  private:
+  void run_election();
   void start_controllers();
   void stop_controllers();
   void worker_loop();
@@ -72,8 +78,10 @@ class Manager {
   std::thread election_thread_;
   std::atomic<bool> leading_{false}, controllers_running_{false}, stopped_{false};
   std::atomic<bool> lost_leadership_{false};
-  std::mutex mutex_;
+  mutable std::mutex mutex_;  // guards fatal_error_ and the waits on done_
+  std::string fatal_error_;
   std::condition_variable done_;
+  std::mutex stop_mutex_;  // held for the whole of stop(): a second caller waits for the first
 };
 
 }  // namespace kubetune::op

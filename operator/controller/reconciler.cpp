@@ -1,7 +1,8 @@
 #include "operator/controller/reconciler.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
-#include <iostream>
 
 #include "operator/api/desired_objects.h"
 #include "operator/api/names.h"
@@ -37,6 +38,17 @@ bool is_terminal(const json& pod) {
   return phase == "Succeeded" || phase == "Failed";
 }
 
+// An object without a controlling owner, labelled as ours, and not a pod.
+bool adoptable(const json& existing, const kube::Resource& kind) {
+  if (kind.plural == kube::resources::kPods.plural) return false;
+  if (existing["metadata"].contains("deletionTimestamp")) return false;
+  for (const auto& ref : existing["metadata"].value("ownerReferences", json::array())) {
+    if (ref.value("controller", false)) return false;
+  }
+  const json labels = existing["metadata"].value("labels", json::object());
+  return labels.value(kLabelManagedBy, "") == kManagerName;
+}
+
 milliseconds until(SystemTime now, SystemTime when) {
   return std::max(milliseconds(1),
                   std::chrono::duration_cast<milliseconds>(when - now) + milliseconds(1));
@@ -58,6 +70,7 @@ struct JobReconciler::Pass {
   std::vector<Event> events;  // recorded once the status that they describe is stored
 
   std::string item() const { return kube::resources::kFineTuneJobs.item(ns, name); }
+  std::string uid() const { return obj["metadata"].value("uid", ""); }
   std::string phase() const { return status.value("phase", ""); }
 };
 
@@ -126,6 +139,7 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
 
 ReconcileResult JobReconciler::run_gang(Pass& p) {
   const int attempt = p.status.value("restarts", 0);
+  const std::string hash = spec_hash(p.job.spec);
   std::vector<json> current;
   int older = 0;
   for (const auto& pod : job_pods(p)) {
@@ -134,7 +148,8 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
       // Pods of a newer gang than our job says: our job object is stale. Come back later.
       return {kShortRequeue};
     }
-    if (a < attempt) {
+    const json annotations = pod["metadata"].value("annotations", json::object());
+    if (a < attempt || annotations.value(kAnnotationSpecHash, "") != hash) {
       ++older;
       if (!pod["metadata"].contains("deletionTimestamp")) {
         client_.remove(kube::resources::kPods.item(p.ns, pod["metadata"]["name"]));
@@ -187,9 +202,22 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
 void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
   const int attempt = p.status.value("restarts", 0);
   const DesiredObjects want = desired_objects(p.job, attempt);
-  ensure_object(kube::resources::kConfigMaps.collection(p.ns), want.config_map);
-  ensure_object(kube::resources::kServices.collection(p.ns), want.service);
-  for (int rank : missing) ensure_object(kube::resources::kPods.collection(p.ns), want.pods[rank]);
+  try {
+    ensure_child(p, kube::resources::kConfigMaps, want.config_map);
+    ensure_child(p, kube::resources::kServices, want.service);
+    for (int rank : missing) ensure_child(p, kube::resources::kPods, want.pods[rank]);
+  } catch (const ChildNotCreated& e) {
+    // Shown where users look (status, events), not only in our log; the queue retries with
+    // back-off, as the PriorityClass or quota may appear later.
+    const json before = find_condition(p.status, kCondCreated);
+    if (before.is_null() || before.value("reason", "") != e.reason ||
+        before.value("message", "") != e.what()) {
+      p.events.push_back({e.warning ? "Warning" : "Normal", e.reason, e.what()});
+    }
+    set_condition(p.status, kCondCreated, false, e.reason, e.what(), p.generation, p.now);
+    write_status(p);
+    throw;
+  }
   p.status["workers"]["created"] = p.job.workers.replicas;
   if (p.phase() != "Running") {
     transition(p, "Created", kCondCreated, "GangCreated",
@@ -199,18 +227,51 @@ void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
   }
 }
 
-void JobReconciler::ensure_object(const std::string& collection, const json& object) {
+void JobReconciler::ensure_child(Pass& p, const kube::Resource& kind, const json& object) {
+  const std::string name = object["metadata"]["name"];
+  const std::string what = object.value("kind", "object") + " " + name;
   try {
-    client_.create(collection, object);
+    client_.create(kind.collection(p.ns), object);
+    return;
   } catch (const kube::ApiError& e) {
-    if (!e.already_exists()) throw;  // idempotent: it is there from an earlier pass
+    if (e.code() == 0 || e.code() >= 500 || e.conflict()) throw;  // transient: retry as is
+    if (!e.already_exists()) {
+      throw ChildNotCreated("FailedCreate", "cannot create " + what + ": " + e.what(), true);
+    }
+  }
+  // It exists: from an earlier pass (idempotent), or someone else's under our name.
+  json existing = client_.get(kind.item(p.ns, name));
+  if (!owned_by(existing, p.uid()) && adoptable(existing, kind)) {
+    // A ConfigMap or Service left by a job deleted with --cascade=orphan: it holds nothing but
+    // what the spec says, so it is taken over (as workload controllers adopt orphans) and
+    // rewritten below. A pod never is: it may be training another spec.
+    existing["metadata"]["ownerReferences"] = object["metadata"]["ownerReferences"];
+    existing = client_.update(kind.item(p.ns, name), existing);
+    p.events.push_back({"Normal", "Adopted", "adopted the orphaned " + what});
+  }
+  if (!owned_by(existing, p.uid())) {
+    if (existing["metadata"].contains("deletionTimestamp")) {
+      throw ChildNotCreated("WaitingForOldObjects",
+                            what + " of an earlier FineTuneJob named " + p.name +
+                                " is still being deleted; waiting for it to go",
+                            false);
+    }
+    throw ChildNotCreated("NameConflict",
+                          what + " exists and is not owned by this FineTuneJob (uid " + p.uid() +
+                              "); delete it so that the job can create its own",
+                          true);
+  }
+  if (object.contains("data") && existing.value("data", json()) != object["data"]) {
+    existing["data"] = object["data"];  // the spec was edited while suspended
+    client_.update(kind.item(p.ns, name), existing);
   }
 }
 
 bool JobReconciler::confirm_lost(Pass& p, int rank) {
   try {
-    client_.get(kube::resources::kPods.item(p.ns, pod_name(p.name, rank)));
-    return false;
+    // Ours still exists: the cache is behind. Someone else's of that name: ours is gone.
+    return !owned_by(client_.get(kube::resources::kPods.item(p.ns, pod_name(p.name, rank))),
+                     p.uid());
   } catch (const kube::ApiError& e) {
     if (e.not_found()) return true;
     throw;
@@ -289,7 +350,7 @@ std::chrono::milliseconds JobReconciler::ttl_requeue(Pass& p) {
   if (!ttl || !p.status.contains("completionTime")) return milliseconds(0);
   const auto expiry = parse_time(p.status["completionTime"]) + std::chrono::seconds(*ttl);
   if (p.now < expiry) return until(p.now, expiry);
-  std::clog << "deleting " << p.key << ": ttlSecondsAfterFinished=" << *ttl << " expired\n";
+  spdlog::info("deleting {}: ttlSecondsAfterFinished={} expired", p.key, *ttl);
   client_.remove(p.item(), "Background");  // the garbage collector takes its pods
   return milliseconds(0);
 }
@@ -334,7 +395,7 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   try {
     pr = scrape_progress(url, options_.scrape_timeout_ms);
   } catch (const std::exception& e) {
-    std::clog << p.key << ": cannot read progress: " << e.what() << "\n";
+    spdlog::warn("{}: cannot read progress: {}", p.key, e.what());
     return;
   }
   json progress = p.status.value("progress", json::object());
@@ -412,7 +473,11 @@ void JobReconciler::write_status(Pass& p) {
 }
 
 std::vector<json> JobReconciler::job_pods(const Pass& p) const {
-  return pods_.list(p.ns, {{kLabelJob, p.name}});
+  std::vector<json> out;
+  for (auto& pod : pods_.list(p.ns, {{kLabelJob, p.name}})) {
+    if (owned_by(pod, p.uid())) out.push_back(std::move(pod));
+  }
+  return out;
 }
 
 int JobReconciler::delete_pods(Pass& p, bool all) {

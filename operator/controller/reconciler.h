@@ -59,7 +59,9 @@ class JobReconciler {
   ReconcileResult fail(Pass& p, const std::string& reason, const std::string& message);
   ReconcileResult succeed(Pass& p);
   void create_gang(Pass& p, const std::vector<int>& missing);
-  void ensure_object(const std::string& collection, const nlohmann::json& object);
+  // Creates a child unless the job already owns it (a ConfigMap that differs is updated);
+  // throws ChildNotCreated when the server refuses or the name is taken.
+  void ensure_child(Pass& p, const kube::Resource& kind, const nlohmann::json& object);
   void update_progress(Pass& p, const nlohmann::json& pod0);
   bool confirm_lost(Pass& p, int rank);
 
@@ -80,6 +82,15 @@ class JobReconciler {
   ReconcilerOptions options_;
   std::mutex scrape_mutex_;
   std::map<std::string, std::chrono::steady_clock::time_point> last_scrape_;
+};
+
+// A child the job needs could not be created; `reason` becomes the Created condition's reason.
+class ChildNotCreated : public std::runtime_error {
+ public:
+  ChildNotCreated(std::string reason, const std::string& message, bool warning)
+      : std::runtime_error(message), reason(std::move(reason)), warning(warning) {}
+  std::string reason;
+  bool warning;
 };
 
 // Thrown when a status write finds the object changed by someone else: retry from fresh state.

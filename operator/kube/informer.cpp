@@ -1,6 +1,6 @@
 #include "operator/kube/informer.h"
 
-#include <iostream>
+#include <spdlog/spdlog.h>
 
 #include "operator/kube/watch_stream.h"
 
@@ -63,8 +63,8 @@ void Informer::run() {
         need_list = true;  // our resourceVersion is too old: start over from a fresh list
         continue;
       }
-      std::cerr << "informer " << resource_.plural << ": " << e.what() << "; retrying in "
-                << backoff.count() << " ms\n";
+      spdlog::warn("informer {}: {}; retrying in {} ms", resource_.plural, e.what(),
+                   backoff.count());
       if (!sleep_for(backoff)) break;
       backoff = std::min(backoff * 2, options_.max_backoff);
     }

@@ -1,89 +1,247 @@
 #!/usr/bin/env bash
-# End-to-end check of the FineTuneJob operator against a real cluster from $KUBECONFIG:
-# applies the CRD, renders the Helm chart (when helm is installed) for a server-side dry run, has
-# the API server (CEL included) accept the examples and reject the broken ones, runs kubetune-operator locally against the cluster, creates an example job, waits for
-# its pods and status, and checks that deleting the job removes its pods.
+# End-to-end test of kubetune against a real cluster ($KUBECONFIG; a kube-apiserver with etcd and
+# kube-controller-manager's garbage collector is enough: without a kubelet, this script plays it by
+# writing pod status through pods/status). It follows the README:
+#   - installs the CRD and the RBAC "without Helm", and the chart through Helm's own library
+#     (chart_e2e.py, when helm-python-sdk is installed), with and without the Prometheus
+#     Operator's CRDs;
+#   - the API server accepts the examples and rejects each broken one with its "# server:" message;
+#   - runs kubetune-operator as its ServiceAccount (least-privilege RBAC), two replicas with leader
+#     election, and drives a job through creation, a killed worker (gang restart), an edit refused
+#     while running, suspend + edit + resume, success, a pod the server refuses, an orphaned pod
+#     of the same name, deletion with zero leftovers, and SIGTERM with the Lease released.
 # Exits 77 (ctest: skipped) when no cluster is reachable.
 #
-# usage: operator_e2e.sh PATH/TO/kubetune-operator [REPO_ROOT]
+# usage: operator_e2e.sh PATH/TO/kubetune-operator [REPO_ROOT] [NAMESPACE]
 set -euo pipefail
 
-operator_bin=${1:?usage: operator_e2e.sh PATH/TO/kubetune-operator [REPO_ROOT]}
+operator_bin=${1:?usage: operator_e2e.sh PATH/TO/kubetune-operator [REPO_ROOT] [NAMESPACE]}
 root=${2:-$(cd "$(dirname "$0")/../.." && pwd)}
-ns=kubetune-e2e-$$
-job=llama-lora-chat
+ns=${3:-kubetune-e2e-$$}
+opns=kubetune-system  # the README's namespace for the operator
+python=${KUBETUNE_PYTHON:-python3}
 
 if [[ -z "${KUBECONFIG:-}" ]] || ! command -v kubectl >/dev/null ||
-   ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
+  ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
   echo "SKIPPED: no cluster reachable (set KUBECONFIG)"
   exit 77
 fi
 
-op_pid=""
+work=$(mktemp -d)
+op_pids=()
 cleanup() {
-  [[ -n "$op_pid" ]] && kill "$op_pid" 2>/dev/null || true
+  for p in "${op_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
+  # The objects of the install without Helm (its namespace stays: deleting it takes a while, and
+  # the next run's helm install would meet it terminating).
+  kubectl delete -f "$root/charts/kubetune/rbac/operator-rbac.yaml" --ignore-not-found >/dev/null 2>&1 || true
+  kubectl delete lease -n "$opns" kubetune-operator --ignore-not-found >/dev/null 2>&1 || true
+  echo "operator logs: $work"
 }
 trap cleanup EXIT
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
+passed=0
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+ok() {
+  passed=$((passed + 1))
+  echo "  ok: $*"
+}
+# eventually SECONDS COMMAND...: retries COMMAND every 0.5 s.
+eventually() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.5
+  done
+}
+jp() { kubectl get -n "$ns" "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
+phase_is() { [[ "$(jp ftj "$1" '{.status.phase}')" == "$2" ]]; }
+pod_count() { kubectl get pods -n "$ns" -l "kubetune.io/job-name=$1" -o name | wc -l; }
+pods_are() { [[ "$(pod_count "$1")" -eq "$2" ]]; }
+# The kubelet's part: a pod's phase (and the trainer's exit code when it ended).
+set_pod() {
+  local pod=$1 phase=$2 code=${3:-}
+  local status="{\"phase\":\"$phase\",\"podIP\":\"\"}"
+  if [[ -n "$code" ]]; then
+    status="{\"phase\":\"$phase\",\"containerStatuses\":[{\"name\":\"trainer\",\"ready\":false,\"restartCount\":0,\"image\":\"x\",\"imageID\":\"\",\"state\":{\"terminated\":{\"exitCode\":$code,\"reason\":\"Error\"}}}]}"
+  fi
+  kubectl patch pod -n "$ns" "$pod" --subresource=status --type=merge -p "{\"status\":$status}" >/dev/null
+}
+set_gang() {  # set_gang JOB N PHASE [CODE]
+  for ((i = 0; i < $2; i++)); do set_pod "$1-worker-$i" "$3" "${4:-}"; done
+}
+# An example job, with a JSON merge patch applied (client side, nothing is sent).
+example() {  # example FILE NAME PATCH
+  kubectl patch --local -o yaml --type=merge -f "$1" -p "{\"metadata\":{\"name\":\"$2\"}}" |
+    kubectl patch --local -o yaml --type=merge -f - -p "$3"
+}
 
-echo "== CRD"
-kubectl apply -f "$root/charts/kubetune/crds/finetunejobs.yaml"
-kubectl wait --for condition=established --timeout=60s crd/finetunejobs.kubetune.io
-kubectl create namespace "$ns"
-
-echo "== the Helm chart, rendered by helm and validated by the API server"
-if command -v helm >/dev/null; then
-  helm lint "$root/charts/kubetune"
-  helm template kubetune "$root/charts/kubetune" --namespace "$ns" |
-    kubectl apply -n "$ns" --dry-run=server -f - >/dev/null || fail "the chart's objects were rejected"
+echo "== the Helm chart, through Helm's library (the README's helm install)"
+if "$python" -c "import helm_python" 2>/dev/null; then
+  "$python" "$root/tests/e2e/chart_e2e.py" "$root" || fail "chart"
+  ok "chart installed and uninstalled with and without the Prometheus Operator's CRDs"
 else
-  echo "  helm not installed: chart not rendered"
+  echo "  SKIPPED: helm-python-sdk is not installed for $python"
 fi
+
+echo "== the README's install without Helm: CRD, namespace, RBAC"
+kubectl apply -f "$root/charts/kubetune/crds/" -f "$root/charts/kubetune/rbac/"
+kubectl wait --for condition=established --timeout=60s crd/finetunejobs.kubetune.io >/dev/null
+ok "CRD established (the API server accepted its CEL rules' cost)"
+kubectl create namespace "$ns" >/dev/null
 
 echo "== the API server validates the examples (schema, defaults, CEL)"
 for f in "$root"/examples/jobs/*.yaml; do
-  kubectl apply -n "$ns" --dry-run=server -f "$f" >/dev/null || fail "$f rejected"
+  kubectl create -n "$ns" --dry-run=server -f "$f" -o name >/dev/null || fail "$f rejected"
 done
+ok "every example is accepted"
 for f in "$root"/examples/jobs/invalid/*.yaml; do
-  if out=$(kubectl apply -n "$ns" --dry-run=server --validate=strict -f "$f" 2>&1); then
+  want=$(sed -n 's/^# server: //p' "$f")
+  [[ -n "$want" ]] || fail "$f has no '# server:' line"
+  if out=$(kubectl create -n "$ns" --dry-run=server --validate=strict -f "$f" 2>&1); then
     fail "$f accepted"
   fi
-  echo "  $(basename "$f"): rejected: ${out:0:160}"
+  [[ "$out" == *"$want"* ]] || fail "$f: the server said: $out; expected: $want"
 done
+ok "every broken example is rejected by the server with its message"
 
-echo "== operator"
-"$operator_bin" --namespace "$ns" --leader-elect false --http-port 18080 \
-  --lease-namespace "$ns" > "/tmp/$ns-operator.log" 2>&1 &
-op_pid=$!
+echo "== the operator, as its ServiceAccount, two replicas"
+kubectl config view --minify --raw >"$work/operator.kubeconfig"
+token=$(kubectl create token kubetune-operator -n "$opns" --duration=2h)
+KUBECONFIG="$work/operator.kubeconfig" kubectl config set-credentials kubetune-operator \
+  --token="$token" >/dev/null
+KUBECONFIG="$work/operator.kubeconfig" kubectl config set-context --current \
+  --user=kubetune-operator >/dev/null
+start_operator() {  # start_operator NAME
+  POD_NAMESPACE=$opns "$operator_bin" --kubeconfig "$work/operator.kubeconfig" --workers 2 \
+    --progress-seconds 2 --http-port 0 >"$work/$1.log" 2>&1 &
+  op_pids+=($!)
+}
+lease_holder() { kubectl get lease -n "$opns" kubetune-operator -o 'jsonpath={.spec.holderIdentity}'; }
+start_operator op-a
+eventually 30 bash -c "[[ -n \"\$(kubectl get lease -n $opns kubetune-operator -o 'jsonpath={.spec.holderIdentity}')\" ]]" ||
+  fail "no leader (log: $work/op-a.log)"
+leader_a=$(lease_holder)
+start_operator op-b
+ok "op-a leads ($leader_a); op-b stands by"
 
-echo "== job"
-kubectl apply -n "$ns" -f "$root/examples/jobs/lora-single-gpu.yaml"
-for i in $(seq 60); do
-  n=$(kubectl get pods -n "$ns" -l kubetune.io/job-name=$job -o name | wc -l)
-  [[ "$n" -ge 1 ]] && break
-  sleep 2
+echo "== a job runs, loses a worker, restarts as a gang"
+job=e2e-lora
+example "$root/examples/jobs/lora-single-gpu.yaml" $job \
+  '{"spec":{"workers":{"replicas":2,"gpusPerWorker":0},"metrics":{"port":0}}}' |
+  kubectl apply -n "$ns" -f - >/dev/null
+eventually 30 pods_are $job 2 || fail "no worker pods"
+uid=$(jp ftj $job '{.metadata.uid}')
+for obj in "configmap/$job-config" "service/$job" "pod/$job-worker-0" "pod/$job-worker-1"; do
+  [[ "$(kubectl get -n "$ns" "$obj" -o 'jsonpath={.metadata.ownerReferences[0].uid}')" == "$uid" ]] ||
+    fail "$obj is not owned by the job"
 done
-[[ "$n" -ge 1 ]] || fail "no worker pods (operator log: /tmp/$ns-operator.log)"
-kubectl get configmap -n "$ns" "$job-config" >/dev/null || fail "no ConfigMap"
-kubectl get service -n "$ns" "$job" >/dev/null || fail "no headless Service"
-for i in $(seq 30); do
-  phase=$(kubectl get ftj -n "$ns" "$job" -o jsonpath='{.status.phase}')
-  [[ -n "$phase" ]] && break
-  sleep 2
-done
-echo "  phase: $phase"
-[[ "$phase" =~ ^(Created|Running|Pending|Failed|Restarting)$ ]] || fail "unexpected phase '$phase'"
-kubectl get ftj -n "$ns"
-kubectl get events -n "$ns" --field-selector involvedObject.name=$job
+ok "ConfigMap, headless Service and 2 pods, each owned by the job's UID"
+set_gang $job 2 Running
+eventually 30 phase_is $job Running || fail "not Running: $(jp ftj $job '{.status}')"
+ok "Running"
+if out=$(kubectl patch ftj -n "$ns" $job --type=merge -p '{"spec":{"training":{"learningRate":0.001}}}' 2>&1); then
+  fail "a running job's learningRate was changed"
+fi
+[[ "$out" == *"only spec.runPolicy can change while a job runs"* ]] || fail "edit refused with: $out"
+ok "editing a running job's spec is refused by the server: ${out:0:90}..."
+set_pod $job-worker-1 Failed 137
+eventually 30 bash -c "[[ \$(kubectl get ftj -n $ns $job -o 'jsonpath={.status.restarts}') == 1 ]]" ||
+  fail "no gang restart: $(jp ftj $job '{.status}')"
+eventually 30 bash -c "[[ \$(kubectl get pods -n $ns -l kubetune.io/job-name=$job,kubetune.io/attempt=1 -o name | wc -l) == 2 ]]" ||
+  fail "no new gang"
+ok "worker 1 exited 137: the whole gang was restarted (attempt 1)"
 
-echo "== deletion cascades"
-kubectl delete ftj -n "$ns" "$job" --wait=true --timeout=60s
-for i in $(seq 30); do
-  n=$(kubectl get pods -n "$ns" -l kubetune.io/job-name=$job -o name | wc -l)
-  [[ "$n" -eq 0 ]] && break
-  sleep 2
+echo "== suspend, edit, resume: the new gang runs the new spec"
+kubectl patch ftj -n "$ns" $job --type=merge -p '{"spec":{"runPolicy":{"suspend":true}}}' >/dev/null
+eventually 30 phase_is $job Suspended || fail "not Suspended"
+eventually 30 pods_are $job 0 || fail "pods left while suspended"
+kubectl patch ftj -n "$ns" $job --type=merge -p \
+  '{"spec":{"workers":{"replicas":3},"training":{"learningRate":0.0005},"runPolicy":{"suspend":false}}}' >/dev/null
+eventually 30 pods_are $job 3 || fail "no 3-pod gang after resume"
+for i in 0 1 2; do
+  nnodes=$(kubectl get pod -n "$ns" $job-worker-$i -o 'jsonpath={.spec.containers[0].env[?(@.name=="NNODES")].value}')
+  [[ "$nnodes" == 3 ]] || fail "worker $i has NNODES=$nnodes"
 done
-[[ "$n" -eq 0 ]] || fail "pods left after deleting the job"
-echo "PASS"
+grep -q '"learningRate": 0.0005' <(jp configmap $job-config '{.data.config\.json}') ||
+  fail "the ConfigMap still has the old learningRate"
+ok "3 pods with NNODES=3; the ConfigMap has learningRate 0.0005"
+set_gang $job 3 Running
+eventually 30 phase_is $job Running || fail "not Running after resume"
+set_gang $job 3 Succeeded 0
+eventually 30 phase_is $job Succeeded || fail "not Succeeded: $(jp ftj $job '{.status}')"
+ok "Succeeded"
+
+echo "== a pod the server refuses is shown in status and events"
+bad=e2e-bad-priority
+example "$root/examples/jobs/lora-single-gpu.yaml" $bad \
+  '{"spec":{"workers":{"gpusPerWorker":0,"priorityClassName":"no-such-class"},"metrics":{"port":0}}}' |
+  kubectl apply -n "$ns" -f - >/dev/null
+cond_reason() { kubectl get ftj -n "$ns" "$1" -o "jsonpath={.status.conditions[?(@.type==\"Created\")].reason}"; }
+eventually 30 bash -c "[[ \$(kubectl get ftj -n $ns $bad -o 'jsonpath={.status.conditions[?(@.type==\"Created\")].reason}') == FailedCreate ]]" ||
+  fail "no FailedCreate condition: $(jp ftj $bad '{.status}')"
+msg=$(kubectl get ftj -n "$ns" $bad -o 'jsonpath={.status.conditions[?(@.type=="Created")].message}')
+[[ "$msg" == *"no PriorityClass with name no-such-class"* ]] || fail "condition message: $msg"
+eventually 10 bash -c "kubectl get events -n $ns --field-selector involvedObject.name=$bad,reason=FailedCreate -o name | grep -q ."  ||
+  fail "no FailedCreate event"
+ok "Created=False FailedCreate: ${msg:0:100}..."
+
+echo "== children are found by owner UID: an orphaned pod of the same name is not adopted"
+orph=e2e-orphan
+example "$root/examples/jobs/lora-single-gpu.yaml" $orph \
+  '{"spec":{"workers":{"gpusPerWorker":0},"metrics":{"port":0}}}' >"$work/orphan.yaml"
+kubectl apply -n "$ns" -f "$work/orphan.yaml" >/dev/null
+eventually 30 pods_are $orph 1 || fail "no pod"
+kubectl delete ftj -n "$ns" $orph --cascade=orphan >/dev/null
+kubectl apply -n "$ns" -f "$work/orphan.yaml" >/dev/null
+eventually 30 bash -c "[[ \$(kubectl get ftj -n $ns $orph -o 'jsonpath={.status.conditions[?(@.type==\"Created\")].reason}') == NameConflict ]]" ||
+  fail "no NameConflict: $(jp ftj $orph '{.status}')"
+[[ "$(jp ftj $orph '{.status.phase}')" != Succeeded ]] || fail "Succeeded without a pod of its own"
+ok "the new job reports NameConflict instead of taking the old pod"
+kubectl delete pod -n "$ns" $orph-worker-0 --wait=true >/dev/null
+new_uid=$(jp ftj $orph '{.metadata.uid}')
+eventually 60 bash -c "[[ \$(kubectl get pod -n $ns $orph-worker-0 -o 'jsonpath={.metadata.ownerReferences[0].uid}') == $new_uid ]]" ||
+  fail "the job did not create its own pod after the orphan went"
+ok "once the orphan is deleted, the job creates its own pod"
+
+echo "== deletion leaves nothing behind (garbage collector)"
+for j in $job $bad $orph; do kubectl delete ftj -n "$ns" $j --wait=true --timeout=60s >/dev/null; done
+leftovers() { kubectl get pods,configmaps,services -n "$ns" -l app.kubernetes.io/managed-by=kubetune-operator -o name; }
+eventually 60 bash -c "[[ -z \"\$(kubectl get pods,configmaps,services -n $ns -l app.kubernetes.io/managed-by=kubetune-operator -o name)\" ]]" ||
+  fail "left behind: $(leftovers)"
+ok "no pod, ConfigMap or Service left"
+
+echo "== SIGTERM: the leader exits 0 and releases the Lease; the standby takes over"
+leader=$(lease_holder)
+if [[ "$leader" == "$leader_a" ]]; then victim=0; else victim=1; fi
+t0=$SECONDS
+kill -TERM "${op_pids[$victim]}"
+set +e
+wait "${op_pids[$victim]}"
+code=$?
+set -e
+[[ $code -eq 0 ]] || fail "the operator exited $code on SIGTERM: $(tail -5 "$work/op-$([[ $victim == 0 ]] && echo a || echo b).log")"
+eventually 10 bash -c "h=\$(kubectl get lease -n $opns kubetune-operator -o 'jsonpath={.spec.holderIdentity}'); [[ \$h != '$leader' ]]" ||
+  fail "the Lease still names $leader"
+eventually 15 bash -c "[[ -n \"\$(kubectl get lease -n $opns kubetune-operator -o 'jsonpath={.spec.holderIdentity}')\" ]]" ||
+  fail "the standby did not take over"
+ok "exit 0, Lease released; new leader $(lease_holder) after $((SECONDS - t0)) s"
+
+echo "== the operator's command line and a Lease it may not touch"
+if out=$("$operator_bin" --bogus 2>&1); then fail "--bogus accepted"; fi
+[[ "$out" == *"--bogus"* ]] || fail "--bogus: $out"
+ok "an unknown option is named: ${out%%$'\n'*}"
+set +e
+out=$(timeout 30 "$operator_bin" --kubeconfig "$work/operator.kubeconfig" --lease-namespace default \
+  --http-port -1 2>&1)
+code=$?
+set -e
+[[ $code -eq 1 && "$out" == *"--lease-namespace"* ]] ||
+  fail "a forbidden Lease: exit $code: $out"
+ok "a forbidden Lease ends the operator with a message naming --lease-namespace"
+
+echo "PASS: $passed checks"
