@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   using namespace kubetune::op;
   CLI::App app{"kubetune-operator: the FineTuneJob controller"};
   app.require_subcommand(0, 1);
-  auto* crd_cmd = app.add_subcommand("crd", "print the FineTuneJob CustomResourceDefinition (YAML)");
+  auto* crd_cmd =
+      app.add_subcommand("crd", "print the FineTuneJob CustomResourceDefinition (YAML)");
 
   ManagerOptions opts;
   std::string kubeconfig;

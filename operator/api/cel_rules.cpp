@@ -102,7 +102,9 @@ std::vector<CelRule> make_rules() {
        "self.output.dir.startsWith(v.mountPath + '/'))",
        "output.dir must be under the mountPath of one of spec.volumes: a pod's own filesystem is "
        "lost when the gang restarts",
-       [](const json& self, const json*) { return on_some_volume(self, string_at(self, "output", "dir")); }});
+       [](const json& self, const json*) {
+         return on_some_volume(self, string_at(self, "output", "dir"));
+       }});
   rules.push_back(
       {"spec",
        "!has(self.checkpoint) || !has(self.checkpoint.dir) || self.checkpoint.dir == '' || "

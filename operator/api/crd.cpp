@@ -34,18 +34,17 @@ json workers_schema() {
           {"effect",
            {{"type", "string"}, {"enum", {"", "NoSchedule", "PreferNoSchedule", "NoExecute"}}}},
           {"tolerationSeconds", {{"type", "integer"}}}}}}}};
-  json env = {{"type", "array"},
-              {"maxItems", 256},
-              {"description", "Extra environment variables of the trainer container."},
-              {"items",
-               {{"type", "object"},
-                {"required", {"name"}},
-                {"properties",
-                 {{"name",
-                   {{"type", "string"},
-                    {"maxLength", 256},
-                    {"pattern", "^[A-Za-z_][A-Za-z0-9_]*$"}}},
-                  {"value", {{"type", "string"}, {"maxLength", 32768}}}}}}}};
+  json env = {
+      {"type", "array"},
+      {"maxItems", 256},
+      {"description", "Extra environment variables of the trainer container."},
+      {"items",
+       {{"type", "object"},
+        {"required", {"name"}},
+        {"properties",
+         {{"name",
+           {{"type", "string"}, {"maxLength", 256}, {"pattern", "^[A-Za-z_][A-Za-z0-9_]*$"}}},
+          {"value", {{"type", "string"}, {"maxLength", 32768}}}}}}}};
   json security = {
       {"type", "object"},
       {"default", json::object()},

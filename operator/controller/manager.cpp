@@ -56,20 +56,20 @@ void Manager::start() {
 }
 
 void Manager::run_election() {
-    elector_->run(
-        [this] {
-          leading_ = true;
-          metrics_->set_leader(true);
-          start_controllers();
-        },
-        [this] {
-          leading_ = false;
-          metrics_->set_leader(false);
-          stop_controllers();
-          std::lock_guard<std::mutex> lock(mutex_);
-          if (!stopped_) lost_leadership_ = true;
-          done_.notify_all();
-        });
+  elector_->run(
+      [this] {
+        leading_ = true;
+        metrics_->set_leader(true);
+        start_controllers();
+      },
+      [this] {
+        leading_ = false;
+        metrics_->set_leader(false);
+        stop_controllers();
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!stopped_) lost_leadership_ = true;
+        done_.notify_all();
+      });
 }
 
 void Manager::start_controllers() {

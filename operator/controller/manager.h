@@ -27,7 +27,7 @@ struct ManagerOptions {
   bool leader_elect = true;
   LeaderElectionConfig leader;
   std::string http_address = "127.0.0.1";  // in a pod: its IP (the chart passes status.podIP)
-  int http_port = 8080;  // /metrics, /healthz, /readyz; -1 = none
+  int http_port = 8080;                    // /metrics, /healthz, /readyz; -1 = none
   ReconcilerOptions reconciler;
   kube::InformerOptions informer;  // back-off and timeouts (namespace/selector are set here)
   std::chrono::milliseconds queue_base_delay{5};

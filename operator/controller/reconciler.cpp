@@ -151,6 +151,8 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
     const json annotations = pod["metadata"].value("annotations", json::object());
     if (a < attempt || annotations.value(kAnnotationSpecHash, "") != hash) {
       ++older;
+      // Made from another spec: the gang is replaced, which is not a failure to count.
+      if (a == attempt) p.status["workers"]["created"] = 0;
       if (!pod["metadata"].contains("deletionTimestamp")) {
         client_.remove(kube::resources::kPods.item(p.ns, pod["metadata"]["name"]));
       }

@@ -64,11 +64,94 @@ def chart_references_resolve():
         for s in d.get("subjects", []):
             assert s.get("namespace") == "kubetune-system", s
     assert 'replace "namespace: kubetune-system"' in templates["rbac.yaml"]
+    assert 'replace "kubetune-operator"' in templates["rbac.yaml"]
     # The operator pods run as non-root with nothing to escalate to.
     deployment = templates["deployment.yaml"]
     for needle in ("runAsNonRoot: true", "allowPrivilegeEscalation: false",
                    "readOnlyRootFilesystem: true", "capabilities: {drop: [ALL]}"):
         assert needle in deployment, needle
+
+
+def trainer_image_carries_no_python_packages():
+    """The trainer's runtime stage copies the wheel's shared libraries, never the virtual
+    environment (triton, sympy, ... that nothing runs)."""
+    text = (REPO / "docker" / "trainer.Dockerfile").read_text()
+    runtime = text[text.rindex("\nFROM "):]
+    copies = re.findall(r"^COPY --from=build (\S+) (\S+)", runtime, re.M)
+    assert copies, runtime
+    for src, _ in copies:
+        assert src in ("/opt/torchlibs", "/opt/kubetune"), f"runtime stage copies {src}"
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a mapping with a key twice (yaml.safe_load keeps the last)."""
+
+
+def _no_duplicates(loader, node, deep=False):
+    keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
+    dups = sorted({k for k in keys if keys.count(k) > 1})
+    if dups:
+        raise yaml.constructor.ConstructorError(None, None, f"duplicate keys {dups}", node.start_mark)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and a current one.
+KUBE_VERSIONS = ("1.28.0", "1.33.0")
+
+
+def render(values, name="kubetune", namespace="kubetune-system"):
+    import helm_python as helm
+    with helm.Chart.load(str(CHART)) as chart:
+        out = chart.render(values, name=name, namespace=namespace, is_install=True)
+    docs = []
+    for path, text in sorted(out.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        docs += [d for d in yaml.load_all(text, Loader=UniqueKeyLoader) if d]
+    return docs
+
+
+def chart_lints_renders_and_matches_kind_schemas():
+    """Helm's own library (helm-python-sdk) lints the chart and renders it with several value
+    sets; every rendered object has no duplicate key and passes its kind's schema
+    (kubernetes-validate, strict: no unknown field) at each supported Kubernetes version; two
+    releases share no object name; values.schema.json rejects a wrong type and a typo."""
+    import helm_python as helm
+    import kubernetes_validate
+    lint = helm.lint(str(CHART))
+    assert not lint["errors"], lint
+    value_sets = [
+        {},
+        {"operator": {"watchNamespace": "team-a", "replicas": 1, "leaderElect": False}},
+        {"monitoring": {"serviceMonitor": True, "podMonitor": True, "prometheusRule": True,
+                        "grafanaDashboard": True}},
+    ]
+    checked = 0
+    for values in value_sets:
+        for d in render(values):
+            kind = d["kind"]
+            for v in KUBE_VERSIONS:
+                kubernetes_validate.validate(d, v, strict=True)
+            checked += 1
+            labels = d["metadata"].get("labels", {})
+            assert labels.get("app.kubernetes.io/instance") in (None, "kubetune"), d["metadata"]
+            assert kind not in ("ServiceMonitor", "PodMonitor", "PrometheusRule"), \
+                "rendered without the cluster serving monitoring.coreos.com/v1"
+    assert checked >= 20, checked
+    first = {(d["kind"], d["metadata"]["name"]) for d in render({})}
+    second = {(d["kind"], d["metadata"]["name"]) for d in render({}, name="team-b", namespace="b")}
+    assert not first & second, first & second
+    assert ("Lease", "kubetune-operator") in first, first
+    for bad in ({"operator": {"replicas": "two"}}, {"operatr": {"replicas": 1}}):
+        with helm.Chart.load(str(CHART)) as chart:
+            try:
+                chart.validate_schema(bad)
+            except helm.HelmError as e:
+                print(f"  {bad}: rejected: {str(e).splitlines()[-1]}")
+                continue
+        raise AssertionError(f"values.schema.json accepted {bad}")
 
 
 if __name__ == "__main__":

@@ -86,7 +86,8 @@ class OperatorTest : public ::testing::Test {
     return job(name).value("status", json::object()).value("phase", "");
   }
   json condition(const std::string& name, const std::string& type) {
-    for (const auto& c : job(name)["status"].value("conditions", json::array())) {
+    const json status = job(name).value("status", json::object());
+    for (const auto& c : status.value("conditions", json::array())) {
       if (c["type"] == type) return c;
     }
     return nullptr;

@@ -132,6 +132,79 @@ TEST(Crd, EveryCelRuleIsInTheCrdAndHasAnEvaluator) {
   for (const auto& r : rules) EXPECT_TRUE(evaluators.count(r["rule"])) << r["rule"];
 }
 
+// The API server refuses a CRD whose CEL rules may cost too much, and estimates that cost from
+// the largest value a rule can reach: every string, list and map needs a bound (the first CRD
+// was refused for `output.dir` and `mountPath`). Bounding them all keeps a new rule safe.
+TEST(Crd, EveryStringListAndMapIsBounded) {
+  std::vector<std::string> unbounded;
+  std::function<void(const json&, const std::string&)> walk = [&](const json& s,
+                                                                  const std::string& path) {
+    const std::string type = s.value("type", "");
+    if (type == "string" && !s.contains("maxLength") && !s.contains("enum") &&
+        s.value("format", "") != "date-time") {
+      unbounded.push_back(path + " (string: maxLength)");
+    }
+    if (type == "array" && !s.contains("maxItems")) unbounded.push_back(path + " (maxItems)");
+    if (type == "object" && s.contains("additionalProperties") && !s.contains("maxProperties")) {
+      unbounded.push_back(path + " (map: maxProperties)");
+    }
+    const json properties = s.value("properties", json::object());
+    for (const auto& [k, v] : properties.items()) walk(v, path + "." + k);
+    if (s.contains("items")) walk(s["items"], path + "[]");
+    if (s.contains("additionalProperties") && s["additionalProperties"].is_object()) {
+      walk(s["additionalProperties"], path + "{}");
+    }
+  };
+  const json schema = checked_in_schema();
+  walk(schema["properties"]["spec"], "spec");
+  walk(schema["properties"]["status"], "status");
+  EXPECT_EQ(joined(unbounded), "");
+}
+
+// Spec edits: only runPolicy changes while a job runs; anything while it is suspended.
+class SpecTransition : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    stored = load_yaml_or_json_file(source_dir() + "/examples/jobs/lora-single-gpu.yaml");
+    ASSERT_EQ(joined(validate_job(stored)), "");  // defaulted, as the API server stores it
+  }
+  std::string update(const std::function<void(json&)>& edit) {
+    json updated = stored;
+    edit(updated);
+    std::vector<std::string> problems;
+    validate_against_schema(checked_in_schema(), updated, "", cel_evaluators(), problems, &stored);
+    return joined(problems);
+  }
+  json stored;
+};
+
+TEST_F(SpecTransition, TrainingAndWorkersAreFixedWhileRunning) {
+  const std::string why = "only spec.runPolicy can change while a job runs";
+  EXPECT_NE(update([](json& o) { o["spec"]["training"]["learningRate"] = 0.5; }).find(why),
+            std::string::npos);
+  EXPECT_NE(update([](json& o) { o["spec"]["workers"]["replicas"] = 3; }).find(why),
+            std::string::npos);
+  EXPECT_NE(update([](json& o) { o["spec"].erase("volumes"); }).find(why), std::string::npos);
+  EXPECT_EQ(update([](json&) {}), "");
+}
+
+TEST_F(SpecTransition, RunPolicyChangesAndSuspendedJobsTakeAnyEdit) {
+  EXPECT_EQ(update([](json& o) { o["spec"]["runPolicy"]["backoffLimit"] = 9; }), "");
+  EXPECT_EQ(update([](json& o) { o["spec"]["runPolicy"]["suspend"] = true; }), "");
+  stored["spec"]["runPolicy"]["suspend"] = true;
+  EXPECT_EQ(update([](json& o) {
+              o["spec"]["workers"]["replicas"] = 3;
+              o["spec"]["runPolicy"]["suspend"] = false;
+            }),
+            "");
+}
+
+TEST_F(SpecTransition, CreatesSkipTransitionRules) {
+  json fresh = stored;
+  fresh["spec"]["workers"]["replicas"] = 3;
+  EXPECT_EQ(joined(validate_with_checked_in_crd(fresh)), "");
+}
+
 TEST(Crd, RuleWithoutEvaluatorIsReported) {
   json schema = {{"type", "object"},
                  {"x-kubernetes-validations", {{{"rule", "self.x > 1"}, {"message", "m"}}}}};
@@ -152,7 +225,8 @@ TEST(Examples, ValidOnesPass) {
   }
 }
 
-// Each broken example names its expected message on a "# expect: " line.
+// Each broken example names our expected message on a "# expect: " first line (and the API
+// server's on a "# server: " line, which tests/e2e checks against a real one).
 TEST(Examples, BrokenOnesFailWithTheExpectedMessage) {
   const auto files = example_files(source_dir() + "/examples/jobs/invalid");
   ASSERT_GE(files.size(), 5u);
