@@ -4,7 +4,7 @@
 FROM debian:bookworm-slim AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential cmake ninja-build pkg-config \
-      libcpprest-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libicu-dev libssl-dev libcli11-dev libspdlog-dev \
+      libcpprest-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libicu-dev libssl-dev libcli11-dev libspdlog-dev prometheus-cpp-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -16,7 +16,8 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
 # and an unprivileged user.
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libcpprest2.10 libyaml-cpp0.7 libspdlog1.10 libfmt9 libssl3 ca-certificates \
+ && apt-get install -y --no-install-recommends libcpprest2.10 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libcivetweb1 libssl3 \
+      ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /build/bin/kubetune-operator /usr/local/bin/kubetune-operator
 USER 65532:65532

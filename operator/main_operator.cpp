@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "common/log.h"
 #include "operator/api/crd.h"
 #include "operator/controller/manager.h"
 
@@ -109,7 +110,12 @@ int main(int argc, char** argv) {
   app.add_option("--progress-seconds", progress_seconds, "how often rank 0's metrics are read")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format, "text, or json for cluster log pipelines")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
   CLI11_PARSE(app, argc, argv);
+  kubetune::log::setup(kubetune::log::parse_format(log_format), "operator");
 
   if (crd_cmd->parsed()) {
     std::cout << crd_yaml();

@@ -2,11 +2,14 @@
 
 #include <torch/torch.h>
 
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "common/log.h"
 #include "common/train_config.h"
 #include "trainer/data/dataset.h"
 #include "trainer/dist/communicator.h"
@@ -26,7 +29,7 @@ int train_command(const std::string& config_path) {
   try {
     config = load_train_config(config_path);
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << std::endl;
+    spdlog::error("{}", e.what());
     return train::kExitUserError;
   }
   return train::run_training(config);
@@ -120,19 +123,34 @@ int init_model_command(const std::string& config_path, const std::string& tokeni
   model::CausalLM model(config);
   io::save_hf_model(model, out_dir, torch::kFloat32);
   io::copy_tokenizer_files(tokenizer_dir, out_dir);
-  std::cout << "wrote a randomly initialised " << config.model_type << " model ("
-            << config.num_parameters() << " parameters) to " << out_dir << std::endl;
+  spdlog::info("wrote a randomly initialised {} model ({} parameters) to {}", config.model_type,
+               config.num_parameters(), out_dir);
   return 0;
 }
 
+// `--log-format text|json` before the command (`kubetune-trainer --log-format json train ...`),
+// taken out of argv so that `launch` sees only its own options; default: $KUBETUNE_LOG_FORMAT.
+log::Format take_log_format(int& argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--log-format") {
+    const log::Format f = log::parse_format(argv[2]);
+    for (int i = 3; i <= argc; ++i) argv[i - 2] = argv[i];
+    argc -= 2;
+    return f;
+  }
+  return log::format_from_env();
+}
+
 int dispatch(int argc, char** argv) {
-  // `launch` passes everything after `--` to the children untouched, so it is parsed by hand.
-  if (argc >= 2 && std::string(argv[1]) == "launch")
+  // `launch` passes everything after `--` to the children untouched; it parses the rest itself.
+  if (argc >= 2 && std::string(argv[1]) == "launch") {
+    log::setup(log::format_from_env(), "launcher");
     return dist::launch_main(std::vector<std::string>(argv + 2, argv + argc));
+  }
 
   CLI::App app{"kubetune-trainer: fine-tune Hugging Face models (LoRA or full) on CPUs and GPUs"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all");
+  app.footer("global option, before the command: --log-format text|json (default text)");
 
   std::string config;
   auto* train = app.add_subcommand("train", "fine-tune from a YAML/JSON config");
@@ -182,24 +200,30 @@ int dispatch(int argc, char** argv) {
 
 int run_cli(int argc, char** argv) {
   try {
+    log::setup(take_log_format(argc, argv), "trainer");
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << std::endl;  // no logger yet
+    return train::kExitUserError;
+  }
+  try {
     return dispatch(argc, argv);
   } catch (const ConfigError& e) {
-    std::cerr << "error: " << e.what() << std::endl;
+    spdlog::error("{}", e.what());
     return train::kExitUserError;
   } catch (const train::UserInputError& e) {
-    std::cerr << "error: " << e.what() << std::endl;
+    spdlog::error("{}", e.what());
     return train::kExitUserError;
   } catch (const dist::CollectiveError& e) {
-    std::cerr << "error: " << e.what() << std::endl;
+    spdlog::error("{}", e.what());
     return dist::kExitCollectiveFailure;
   } catch (const c10::DistError& e) {
-    std::cerr << "error: collective failed: " << e.what_without_backtrace() << std::endl;
+    spdlog::error("collective failed: {}", e.what_without_backtrace());
     return dist::kExitCollectiveFailure;
   } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << std::endl;
+    spdlog::error("{}", e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << std::endl;
+    spdlog::error("{}", e.what());
     return 1;
   }
 }

@@ -29,10 +29,10 @@ inline constexpr std::string_view kIsLeader = "kubetune_operator_is_leader";
 // Values of the `result` label of kubetune_operator_reconcile_total.
 inline constexpr std::array<std::string_view, 3> kReconcileResults = {"success", "error",
                                                                       "requeue"};
-// Values of the `phase` label of kubetune_operator_jobs (the FineTuneJob status phases). The
-// alert rules use "Failed" and "Running".
-inline constexpr std::array<std::string_view, 5> kJobPhases = {"Pending", "Running", "Restarting",
-                                                               "Succeeded", "Failed"};
+// Values of the `phase` label of kubetune_operator_jobs: every FineTuneJob status phase (the
+// series is a state set over them). The alert rules use "Failed" and "Running".
+inline constexpr std::array<std::string_view, 7> kJobPhases = {
+    "Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed"};
 
 inline constexpr std::array<double, 12> kReconcileDurationBuckets = {
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};

@@ -1,29 +1,6 @@
 #include "common/metrics/text_format.h"
 
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-
 namespace kubetune::metrics {
-
-std::string format_value(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  // Counters and step numbers are integers; print them plainly while they are exact in a double.
-  if (v == std::floor(v) && std::fabs(v) <= 9007199254740992.0) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-    return buf;
-  }
-  // Otherwise the shortest %g precision that round-trips, so 0.1 prints as "0.1" and not
-  // "0.10000000000000001".
-  char buf[40];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
 
 std::string escape_label_value(const std::string& value) {
   std::string out;
@@ -35,24 +12,6 @@ std::string escape_label_value(const std::string& value) {
         break;
       case '"':
         out += "\\\"";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-std::string escape_help(const std::string& help) {
-  std::string out;
-  out.reserve(help.size());
-  for (char c : help) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
         break;
       case '\n':
         out += "\\n";

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/metrics/exposer.h"
+#include "common/metrics/http_endpoint.h"
 #include "operator/api/names.h"
 
 namespace kubetune::op {
@@ -15,7 +15,7 @@ Manager::Manager(kube::ClientConfig config, ManagerOptions options)
       metrics_(std::make_unique<OperatorMetrics>()),
       events_(std::make_unique<EventRecorder>(*client_)) {
   if (options_.http_port >= 0) {
-    http_ = std::make_unique<metrics::Exposer>(options_.http_address, options_.http_port);
+    http_ = std::make_unique<metrics::HttpEndpoint>(options_.http_address, options_.http_port);
     http_->add_registry(metrics_->registry());
     http_->add_handler("/healthz", [] { return std::make_pair(200, std::string("ok")); });
     http_->add_handler("/readyz", [this] {

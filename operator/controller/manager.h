@@ -16,7 +16,7 @@
 #include "operator/kube/informer.h"
 
 namespace kubetune::metrics {
-class Exposer;
+class HttpEndpoint;
 }
 
 namespace kubetune::op {
@@ -73,7 +73,7 @@ class Manager {
   std::unique_ptr<WorkQueue> queue_;
   std::unique_ptr<JobReconciler> reconciler_;
   std::unique_ptr<LeaderElector> elector_;
-  std::unique_ptr<metrics::Exposer> http_;
+  std::unique_ptr<metrics::HttpEndpoint> http_;
   std::vector<std::thread> workers_;
   std::thread election_thread_;
   std::atomic<bool> leading_{false}, controllers_running_{false}, stopped_{false};

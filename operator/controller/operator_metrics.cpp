@@ -3,85 +3,73 @@
 #include <vector>
 
 #include "common/metrics/operator_series.h"
+#include "common/metrics/spec_families.h"
 
 namespace kubetune::op {
 namespace {
 
 namespace os = metrics::operator_series;
+using metrics::counter_family;
+using metrics::gauge_family;
 
-// Phases of status.phase (the state-set values of kubetune_operator_jobs).
-const std::vector<std::string> kPhases = {"Pending",   "Created",   "Running", "Restarting",
-                                          "Suspended", "Succeeded", "Failed"};
-
-std::string help_of(std::string_view name) {
-  for (const auto& s : os::kAll) {
-    if (s.name == name) return std::string(s.help);
-  }
-  return std::string(name);
-}
-
-std::vector<double> duration_buckets() {
+prometheus::Histogram::BucketBoundaries duration_buckets() {
   return {os::kReconcileDurationBuckets.begin(), os::kReconcileDurationBuckets.end()};
 }
 
 }  // namespace
 
 OperatorMetrics::OperatorMetrics()
-    : registry_(std::make_shared<metrics::Registry>()),
-      reconcile_total_(
-          registry_->counter(std::string(os::kReconcileTotal), help_of(os::kReconcileTotal))),
-      reconcile_duration_(registry_
-                              ->histogram(std::string(os::kReconcileDurationSeconds),
-                                          help_of(os::kReconcileDurationSeconds),
-                                          duration_buckets())
-                              .with()),
-      queue_depth_(
-          registry_->gauge(std::string(os::kWorkqueueDepth), help_of(os::kWorkqueueDepth)).with()),
-      jobs_(registry_->gauge(std::string(os::kJobs), help_of(os::kJobs))),
-      restarts_(
-          registry_->counter(std::string(os::kJobRestartsTotal), help_of(os::kJobRestartsTotal))),
-      step_(registry_->gauge(std::string(os::kJobProgressStep), help_of(os::kJobProgressStep))),
-      total_steps_(registry_->gauge(std::string(os::kJobTotalSteps), help_of(os::kJobTotalSteps))),
-      loss_(registry_->gauge(std::string(os::kJobLoss), help_of(os::kJobLoss))),
-      tokens_per_second_(
-          registry_->gauge(std::string(os::kJobTokensPerSecond), help_of(os::kJobTokensPerSecond))),
-      is_leader_(registry_->gauge(std::string(os::kIsLeader), help_of(os::kIsLeader)).with()) {
-  for (auto r : os::kReconcileResults) reconcile_total_.with({{"result", std::string(r)}});
+    : registry_(std::make_shared<prometheus::Registry>()),
+      reconcile_total_(counter_family(*registry_, os::kAll, os::kReconcileTotal)),
+      reconcile_duration_(
+          metrics::histogram_family(*registry_, os::kAll, os::kReconcileDurationSeconds)
+              .Add({}, duration_buckets())),
+      queue_depth_(gauge_family(*registry_, os::kAll, os::kWorkqueueDepth).Add({})),
+      jobs_(gauge_family(*registry_, os::kAll, os::kJobs)),
+      restarts_(counter_family(*registry_, os::kAll, os::kJobRestartsTotal)),
+      step_(gauge_family(*registry_, os::kAll, os::kJobProgressStep)),
+      total_steps_(gauge_family(*registry_, os::kAll, os::kJobTotalSteps)),
+      loss_(gauge_family(*registry_, os::kAll, os::kJobLoss)),
+      tokens_per_second_(gauge_family(*registry_, os::kAll, os::kJobTokensPerSecond)),
+      is_leader_(gauge_family(*registry_, os::kAll, os::kIsLeader).Add({})) {
+  for (auto r : os::kReconcileResults) reconcile_total_.Add({{"result", std::string(r)}});
 }
 
 void OperatorMetrics::reconciled(const std::string& result, double seconds) {
-  reconcile_total_.with({{"result", result}}).inc();
-  reconcile_duration_.observe(seconds);
+  reconcile_total_.Add({{"result", result}}).Increment();
+  reconcile_duration_.Observe(seconds);
 }
 
 void OperatorMetrics::set_phase(const std::string& ns, const std::string& job,
                                 const std::string& phase) {
-  for (const auto& p : kPhases) {
-    jobs_.with({{"namespace", ns}, {"job", job}, {"phase", p}}).set(p == phase ? 1 : 0);
+  for (auto p : os::kJobPhases) {
+    jobs_.Add({{"namespace", ns}, {"job", job}, {"phase", std::string(p)}}).Set(p == phase ? 1 : 0);
   }
 }
 
 void OperatorMetrics::restarted(const std::string& ns, const std::string& job) {
-  restarts_.with({{"namespace", ns}, {"job", job}}).inc();
+  restarts_.Add({{"namespace", ns}, {"job", job}}).Increment();
 }
 
 void OperatorMetrics::set_progress(const std::string& ns, const std::string& job, double step,
                                    double total, double loss, double tokens_per_second) {
-  const metrics::Labels l = {{"namespace", ns}, {"job", job}};
-  step_.with(l).set(step);
-  total_steps_.with(l).set(total);
-  loss_.with(l).set(loss);
-  tokens_per_second_.with(l).set(tokens_per_second);
+  const prometheus::Labels l = {{"namespace", ns}, {"job", job}};
+  step_.Add(l).Set(step);
+  total_steps_.Add(l).Set(total);
+  loss_.Add(l).Set(loss);
+  tokens_per_second_.Add(l).Set(tokens_per_second);
 }
 
 void OperatorMetrics::forget_job(const std::string& ns, const std::string& job) {
-  for (const auto& p : kPhases) jobs_.remove({{"namespace", ns}, {"job", job}, {"phase", p}});
-  const metrics::Labels l = {{"namespace", ns}, {"job", job}};
-  restarts_.remove(l);
-  step_.remove(l);
-  total_steps_.remove(l);
-  loss_.remove(l);
-  tokens_per_second_.remove(l);
+  for (auto p : os::kJobPhases) {
+    metrics::remove_series(jobs_, {{"namespace", ns}, {"job", job}, {"phase", std::string(p)}});
+  }
+  const prometheus::Labels l = {{"namespace", ns}, {"job", job}};
+  metrics::remove_series(restarts_, l);
+  metrics::remove_series(step_, l);
+  metrics::remove_series(total_steps_, l);
+  metrics::remove_series(loss_, l);
+  metrics::remove_series(tokens_per_second_, l);
 }
 
 }  // namespace kubetune::op

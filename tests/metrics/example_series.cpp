@@ -5,12 +5,13 @@
 #include <vector>
 
 #include "common/metrics/operator_series.h"
+#include "common/metrics/spec_families.h"
 #include "common/metrics/trainer_series.h"
 
 namespace kubetune::metrics::testing {
 namespace {
 
-std::vector<double> buckets_for(const SeriesSpec& spec) {
+prometheus::Histogram::BucketBoundaries buckets_for(const SeriesSpec& spec) {
   if (spec.name == trainer_series::kStepSeconds) {
     return {trainer_series::kStepSecondsBuckets.begin(), trainer_series::kStepSecondsBuckets.end()};
   }
@@ -34,19 +35,20 @@ std::vector<std::string> values_of(const SeriesSpec& spec, const std::string& la
   return {};
 }
 
-void fill(Registry& registry, const SeriesSpec& spec, const Labels& labels, double value) {
-  const std::string name(spec.name);
-  const std::string help(spec.help);
+// Registers the spec's family (from whichever table lists it) and sets one series of it.
+template <class Table>
+void fill(prometheus::Registry& registry, const Table& table, const SeriesSpec& spec,
+          const Labels& labels, double value) {
   switch (spec.type) {
     case MetricType::kCounter:
-      registry.counter(name, help).with(labels).inc(value);
+      counter_family(registry, table, spec.name).Add(labels).Increment(value);
       break;
     case MetricType::kGauge:
-      registry.gauge(name, help).with(labels).set(value);
+      gauge_family(registry, table, spec.name).Add(labels).Set(value);
       break;
     case MetricType::kHistogram: {
-      auto& histogram = registry.histogram(name, help, buckets_for(spec)).with(labels);
-      for (double v : {0.02 * value, 0.7 * value, 3.0 * value}) histogram.observe(v);
+      auto& histogram = histogram_family(registry, table, spec.name).Add(labels, buckets_for(spec));
+      for (double v : {0.02 * value, 0.7 * value, 3.0 * value}) histogram.Observe(v);
       break;
     }
   }
@@ -75,8 +77,8 @@ Labels example_labels(const SeriesSpec& spec, const std::string& job, int rank) 
   return labels;
 }
 
-void populate_all_series(Registry& registry, const std::string& job) {
-  auto populate = [&](const SeriesSpec& spec) {
+void populate_all_series(prometheus::Registry& registry, const std::string& job) {
+  auto populate = [&](const auto& table, const SeriesSpec& spec) {
     const auto names = label_names(spec);
     const bool per_rank = std::find(names.begin(), names.end(), "rank") != names.end();
     for (int rank = 0; rank < (per_rank ? 2 : 1); ++rank) {
@@ -89,12 +91,12 @@ void populate_all_series(Registry& registry, const std::string& job) {
       const auto values = multi.empty() ? std::vector<std::string>{""} : values_of(spec, multi);
       for (std::size_t k = 0; k < values.size(); ++k) {
         if (!multi.empty()) labels[multi] = values[k];
-        fill(registry, spec, labels, 1.5 + rank + static_cast<double>(k));
+        fill(registry, table, spec, labels, 1.5 + rank + static_cast<double>(k));
       }
     }
   };
-  for (const auto& spec : trainer_series::kAll) populate(spec);
-  for (const auto& spec : operator_series::kAll) populate(spec);
+  for (const auto& spec : trainer_series::kAll) populate(trainer_series::kAll, spec);
+  for (const auto& spec : operator_series::kAll) populate(operator_series::kAll, spec);
 }
 
 }  // namespace kubetune::metrics::testing

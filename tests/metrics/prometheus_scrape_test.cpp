@@ -1,13 +1,16 @@
-// A real Prometheus scrapes an Exposer while this program updates metrics; the values and labels
-// Prometheus stored are checked through its HTTP query API. Prometheus is the reference parser of
-// our text format here. Skipped when /usr/bin/prometheus is not installed.
+// A real Prometheus scrapes an HttpEndpoint serving prometheus-cpp registries while this program
+// updates metrics; the values and labels Prometheus stored are checked through its HTTP query API.
+// Prometheus is the reference parser of the text format we serve (prometheus-cpp's) here. Skipped
+// when /usr/bin/prometheus is not installed.
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
 
 #include <atomic>
 #include <thread>
 
-#include "common/metrics/exposer.h"
+#include "common/metrics/http_endpoint.h"
 #include "common/metrics/operator_series.h"
+#include "common/metrics/spec_families.h"
 #include "common/metrics/trainer_series.h"
 #include "example_series.h"
 #include "prometheus_harness.h"
@@ -17,17 +20,13 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string help_of(std::string_view name) {
-  return std::string(find_spec(trainer_series::kAll, name)->help);
-}
-
 bool has_one(const std::vector<PromSample>& result) { return result.size() == 1; }
 
 class PrometheusScrape : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!PrometheusServer::available()) GTEST_SKIP() << "/usr/bin/prometheus is not installed";
-    exposer_ = std::make_unique<Exposer>("127.0.0.1", 0);
+    exposer_ = std::make_unique<HttpEndpoint>("127.0.0.1", 0);
     exposer_->add_registry(registry_);
   }
 
@@ -38,26 +37,24 @@ class PrometheusScrape : public ::testing::Test {
     return std::make_unique<PrometheusServer>(options);
   }
 
-  std::shared_ptr<Registry> registry_ = std::make_shared<Registry>();
-  std::unique_ptr<Exposer> exposer_;
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<HttpEndpoint> exposer_;
 };
 
 TEST_F(PrometheusScrape, CountersGaugesAndHistogramsArriveWithLabelsAndExactValues) {
   const Labels rank0 = {{"job", "ft-prom"}, {"rank", "0"}, {"local_rank", "0"}};
   const Labels rank1 = {{"job", "ft-prom"}, {"rank", "1"}, {"local_rank", "0"}};
-  auto& tokens = registry_->counter(std::string(trainer_series::kTokensTotal),
-                                    help_of(trainer_series::kTokensTotal));
-  auto& step = registry_->gauge(std::string(trainer_series::kStep), help_of(trainer_series::kStep));
-  auto& step_seconds = registry_->histogram(
-      std::string(trainer_series::kStepSeconds), help_of(trainer_series::kStepSeconds),
-      {trainer_series::kStepSecondsBuckets.begin(), trainer_series::kStepSecondsBuckets.end()});
-  Counter& tokens0 = tokens.with(rank0);
-  Counter& tokens1 = tokens.with(rank1);
-  Gauge& step0 = step.with(rank0);
-  Histogram& step_seconds0 = step_seconds.with(rank0);
-  step0.set(0);
-  tokens0.inc(0);
-  tokens1.inc(0);
+  auto& tokens = counter_family(*registry_, trainer_series::kAll, trainer_series::kTokensTotal);
+  auto& step = gauge_family(*registry_, trainer_series::kAll, trainer_series::kStep);
+  auto& step_seconds =
+      histogram_family(*registry_, trainer_series::kAll, trainer_series::kStepSeconds);
+  prometheus::Counter& tokens0 = tokens.Add(rank0);
+  prometheus::Counter& tokens1 = tokens.Add(rank1);
+  prometheus::Gauge& step0 = step.Add(rank0);
+  prometheus::Histogram& step_seconds0 = step_seconds.Add(
+      rank0, prometheus::Histogram::BucketBoundaries(trainer_series::kStepSecondsBuckets.begin(),
+                                                     trainer_series::kStepSecondsBuckets.end()));
+  step0.Set(0);
 
   auto prometheus = start_prometheus();
   prometheus->wait_until_scraped(milliseconds(10000));
@@ -66,17 +63,17 @@ TEST_F(PrometheusScrape, CountersGaugesAndHistogramsArriveWithLabelsAndExactValu
   constexpr int kSteps = 150;
   std::thread trainer([&] {
     for (int i = 1; i <= kSteps; ++i) {
-      tokens0.inc(512);
-      tokens1.inc(256);
-      step0.set(i);
-      step_seconds0.observe(i % 3 == 0 ? 0.3 : 0.07);
+      tokens0.Increment(512);
+      tokens1.Increment(256);
+      step0.Set(i);
+      step_seconds0.Observe(i % 3 == 0 ? 0.3 : 0.07);
       std::this_thread::sleep_for(milliseconds(20));
     }
   });
   trainer.join();
   const double expected0 = 512.0 * kSteps;
   const double expected1 = 256.0 * kSteps;
-  ASSERT_EQ(tokens0.value(), expected0);
+  ASSERT_EQ(tokens0.Value(), expected0);
 
   const auto final0 = prometheus->wait_for(
       "kubetune_tokens_total{job=\"ft-prom\",rank=\"0\"}",
@@ -113,9 +110,9 @@ TEST_F(PrometheusScrape, CountersGaugesAndHistogramsArriveWithLabelsAndExactValu
 // so our escaping matches the reference parser.
 TEST_F(PrometheusScrape, EscapedLabelValuesRoundTrip) {
   const std::string odd = "we\"ird\\ job\nnäme";
-  registry_->gauge(std::string(trainer_series::kEvalLoss), help_of(trainer_series::kEvalLoss))
-      .with({{"job", odd}, {"rank", "7"}, {"local_rank", "0"}})
-      .set(0.125);
+  gauge_family(*registry_, trainer_series::kAll, trainer_series::kEvalLoss)
+      .Add({{"job", odd}, {"rank", "7"}, {"local_rank", "0"}})
+      .Set(0.125);
   auto prometheus = start_prometheus();
   const auto result =
       prometheus->wait_for("kubetune_eval_loss{rank=\"7\"}", has_one, milliseconds(10000));

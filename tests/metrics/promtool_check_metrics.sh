@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest: lint the /metrics page of a real Exposer carrying every kubetune series with
+# ctest: lint the /metrics page of a real HttpEndpoint carrying every kubetune series with
 # `promtool check metrics`. Exit 77 (ctest SKIP_RETURN_CODE) when promtool is not installed.
 # Usage: promtool_check_metrics.sh <series_dump binary>
 set -euo pipefail

@@ -2,23 +2,43 @@
 #include "common/metrics/scrape.h"
 
 #include <gtest/gtest.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <cmath>
 #include <stdexcept>
 
-#include "common/metrics/registry.h"
+#include "common/metrics/text_format.h"
 
 namespace kubetune::metrics {
 namespace {
 
-TEST(Parse, RoundTripsRegistryOutput) {
-  Registry registry;
-  registry.gauge("kubetune_train_loss", "Loss.")
-      .with({{"job", "ft \"1\"\\x\ny"}, {"rank", "0"}})
-      .set(1.25);
-  registry.counter("kubetune_tokens_total", "T.").with({{"rank", "3"}}).inc(1e12);
-  registry.histogram("h", "H.", {0.1}).with().observe(0.05);
-  const ParsedMetrics parsed = parse_text_format(registry.serialize());
+// What prometheus-cpp writes, the parser reads back: label escaping, large counters, histograms.
+TEST(Parse, RoundTripsPrometheusCppOutput) {
+  prometheus::Registry registry;
+  prometheus::BuildGauge()
+      .Name("kubetune_train_loss")
+      .Help("Loss.")
+      .Register(registry)
+      .Add({{"job", "ft \"1\"\\x\ny"}, {"rank", "0"}})
+      .Set(1.25);
+  prometheus::BuildCounter()
+      .Name("kubetune_tokens_total")
+      .Help("T.")
+      .Register(registry)
+      .Add({{"rank", "3"}})
+      .Increment(1e12);
+  prometheus::BuildHistogram()
+      .Name("h")
+      .Help("H.")
+      .Register(registry)
+      .Add({}, prometheus::Histogram::BucketBoundaries{0.1})
+      .Observe(0.05);
+  const ParsedMetrics parsed =
+      parse_text_format(prometheus::TextSerializer().Serialize(registry.Collect()));
   EXPECT_EQ(parsed.size(), 6u);
   EXPECT_EQ(
       parsed.at(series_key("kubetune_train_loss", {{"job", "ft \"1\"\\x\ny"}, {"rank", "0"}})),

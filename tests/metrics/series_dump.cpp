@@ -1,10 +1,12 @@
-// Helper for the promtool test: serves every trainer and operator series from a real Exposer,
+// Helper for the promtool test: serves every trainer and operator series from a real HttpEndpoint,
 // fetches its own /metrics over HTTP and prints the page on stdout. Exits 1 if a series from the
 // tables is missing from the page, so an empty page cannot pass `promtool check metrics`.
+#include <prometheus/registry.h>
+
 #include <iostream>
 #include <memory>
 
-#include "common/metrics/exposer.h"
+#include "common/metrics/http_endpoint.h"
 #include "common/metrics/operator_series.h"
 #include "common/metrics/scrape.h"
 #include "common/metrics/trainer_series.h"
@@ -25,9 +27,9 @@ bool present(const ParsedMetrics& page, const SeriesSpec& spec) {
 
 int main() {
   try {
-    auto registry = std::make_shared<Registry>();
+    auto registry = std::make_shared<prometheus::Registry>();
     testing::populate_all_series(*registry, "ft-demo");
-    Exposer exposer("127.0.0.1", 0);
+    HttpEndpoint exposer("127.0.0.1", 0);
     exposer.add_registry(registry);
     const std::string page =
         http_get("http://127.0.0.1:" + std::to_string(exposer.port()) + "/metrics", 5000);

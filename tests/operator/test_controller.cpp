@@ -2,8 +2,9 @@
 // the tests play the user and the kubelet.
 #include <gtest/gtest.h>
 
-#include "common/metrics/exposer.h"
+#include "common/metrics/http_endpoint.h"
 #include "common/metrics/scrape.h"
+#include "common/metrics/spec_families.h"
 #include "common/metrics/trainer_series.h"
 #include "operator_fixture.h"
 
@@ -271,17 +272,20 @@ TEST_F(OperatorTest, FinishedJobIsDeletedAfterItsTtl) {
 
 TEST_F(OperatorTest, ProgressIsReadFromRankZero) {
   // A stand-in for rank 0's exporter.
-  auto reg = std::make_shared<metrics::Registry>();
+  auto reg = std::make_shared<prometheus::Registry>();
   namespace ts = metrics::trainer_series;
-  const metrics::Labels l = {{"job", "prog"}, {"rank", "0"}, {"local_rank", "0"}};
-  reg->gauge(std::string(ts::kStep), "s").with(l).set(40);
-  reg->gauge(std::string(ts::kTotalSteps), "t").with(l).set(100);
-  reg->gauge(std::string(ts::kTrainLoss), "l").with(l).set(1.25);
-  reg->gauge(std::string(ts::kTokensPerSecond), "x").with(l).set(500);
-  reg->gauge(std::string(ts::kEtaSeconds), "e").with(l).set(60);
-  reg->gauge(std::string(ts::kEpoch), "e").with(l).set(0.4);
-  reg->counter(std::string(ts::kCheckpointsTotal), "c").with(l).inc();
-  metrics::Exposer exporter("127.0.0.1", 0);
+  const prometheus::Labels l = {{"job", "prog"}, {"rank", "0"}, {"local_rank", "0"}};
+  auto gauge = [&](std::string_view name) -> prometheus::Gauge& {
+    return metrics::gauge_family(*reg, ts::kAll, name).Add(l);
+  };
+  gauge(ts::kStep).Set(40);
+  gauge(ts::kTotalSteps).Set(100);
+  gauge(ts::kTrainLoss).Set(1.25);
+  gauge(ts::kTokensPerSecond).Set(500);
+  gauge(ts::kEtaSeconds).Set(60);
+  gauge(ts::kEpoch).Set(0.4);
+  metrics::counter_family(*reg, ts::kAll, ts::kCheckpointsTotal).Add(l).Increment();
+  metrics::HttpEndpoint exporter("127.0.0.1", 0);
   exporter.add_registry(reg);
 
   start_operator();
@@ -301,7 +305,7 @@ TEST_F(OperatorTest, ProgressIsReadFromRankZero) {
   EXPECT_EQ(st["lastCheckpoint"]["path"], "/data/runs/llama-lora-chat/checkpoints");
   expect_status_matches_schema("prog");
   // Later steps show up on the next period.
-  reg->gauge(std::string(ts::kStep), "s").with(l).set(41);
+  gauge(ts::kStep).Set(41);
   EXPECT_TRUE(eventually([&] { return job("prog")["status"]["progress"]["step"] == 41; }));
 }
 

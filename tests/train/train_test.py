@@ -43,7 +43,7 @@ def resume_equals_uninterrupted():
         shutil.rmtree(w / "ckpt" / f"step-{step:08d}")
     cfg["output"]["dir"] = str(w / "resumed")
     p = h.run(["train", "--config", h.write_config(w / "resumed.json", cfg)])
-    assert "resuming from" in p.stdout and "step-00000003" in p.stdout, p.stdout[-2000:]
+    assert "resuming from" in p.stderr and "step-00000003" in p.stderr, p.stderr[-2000:]
     diff = h.max_abs_diff(h.weights(w / "straight"), h.weights(w / "resumed"))
     print(f"max |uninterrupted - resumed| = {diff:.3g}")
     assert diff <= 1e-6, diff
@@ -61,7 +61,7 @@ def damaged_checkpoint_is_skipped():
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     cfg["training"]["maxSteps"] = 3
     p = h.run(["train", "--config", h.write_config(w / "b.json", cfg)])
-    assert "skipping damaged checkpoint" in p.stderr and "step-00000001" in p.stdout, p.stderr[-2000:]
+    assert "skipping damaged checkpoint" in p.stderr and "step-00000001" in p.stderr, p.stderr[-2000:]
 
 
 def eval_matches_transformers():
@@ -186,8 +186,85 @@ def bad_inputs_are_named():
         assert "Segmentation" not in p.stderr and "terminate called" not in p.stderr
 
 
+def logs_are_structured_and_options_checked():
+    """Text logs carry a UTC timestamp, the level and key=value fields; --log-format json gives one
+    JSON object per line, in the launcher and in its ranks alike. `launch --help` answers, and every
+    command names an unknown option instead of guessing."""
+    import re
+    w = h.workdir("logs")
+    model = h.tiny_model(w / "model")
+    data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 8)
+    cfg = h.write_config(w / "c.json", h.config(model, data, w / "out", maxSteps=2))
+    text = h.run(["train", "--config", cfg]).stderr
+    step_lines = [l for l in text.splitlines() if "step=2/2" in l]
+    assert step_lines, text[-2000:]
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z info +trainer: step=2/2 epoch=", step_lines[0]), step_lines[0]
+
+    p = h.run(["--log-format", "json", "launch", "--nproc-per-node", "2", "--master-port", "29731",
+               "--", "train", "--config", cfg], timeout=300)
+    records = [json.loads(l) for l in p.stderr.splitlines() if l.strip()]  # every line parses
+    assert {"time", "level", "component", "msg"} <= records[0].keys(), records[0]
+    components = {r["component"] for r in records}
+    assert components == {"launcher", "trainer"}, components
+    assert {r.get("rank") for r in records if r["component"] == "trainer"} >= {0}, records
+    assert any(r["msg"].startswith("step=2/2") for r in records), [r["msg"] for r in records]
+
+    help_text = h.run(["launch", "--help"]).stdout
+    assert "--nproc-per-node" in help_text and "--master-port" in help_text, help_text
+    for args in (["launch", "--bogus", "--", "train"], ["train", "--bogus"], ["eval", "--bogus"]):
+        p = h.run(args, check=False)
+        assert p.returncode != 0 and "--bogus" in p.stdout + p.stderr, (args, p.returncode, p.stderr)
+
+
+def quickstart_events_read_by_tensorboard():
+    """The quickstart's job (examples/default: init-model, then its FineTuneJob under `kubetune run`,
+    two CPU workers; cut to 24 steps) leaves TensorBoard event files that TensorBoard's own reader
+    loads, with every number of metrics_history.jsonl under its tag at its step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    import os
+    w = h.workdir("tensorboard")
+    h.run(["init-model", "--config", h.EXAMPLE / "model_config.json", "--tokenizer",
+           h.EXAMPLE / "tokenizer", "--out", w / "runs/default/base-model", "--seed", "0"])
+    job = (h.EXAMPLE / "job.yaml").read_text().replace("@ROOT@", str(w))
+    job = job.replace("    epochs: 2\n", "    epochs: 2\n    maxSteps: 24\n")
+    job = job.replace("evalEverySteps: 100", "evalEverySteps: 12")
+    for f in ("train.jsonl", "validation.jsonl"):
+        (w / "examples/default").mkdir(parents=True, exist_ok=True)
+        shutil.copy(h.EXAMPLE / f, w / "examples/default" / f)
+    (w / "job.yaml").write_text(job)
+    p = subprocess.run([os.environ["KUBETUNE_CLI"], "run", str(w / "job.yaml")], capture_output=True,
+                       text=True, timeout=540, env={**os.environ, "KUBETUNE_TRAINER": h.TRAINER})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = w / "runs/default/output"
+    history = [json.loads(l) for l in (out / "metrics_history.jsonl").read_text().splitlines()]
+    events = sorted((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1, events
+    acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    checked = 0
+    for line in history:
+        for key, value in line.items():
+            if key == "step":
+                continue
+            tag = "eval/loss" if key == "eval_loss" else f"train/{key}"
+            assert tag in tags, (tag, sorted(tags))
+            at_step = [e.value for e in acc.Scalars(tag) if e.step == line["step"]]
+            assert at_step, (tag, line["step"])
+            want = float(torch.tensor(value, dtype=torch.float32))  # TensorBoard keeps float32
+            assert at_step[-1] == want, (tag, line["step"], at_step, value)
+            checked += 1
+    steps = [l["step"] for l in history if "loss" in l]
+    evals = [l["step"] for l in history if "eval_loss" in l]
+    assert steps == list(range(1, 25)), steps
+    assert evals == [12, 24], evals
+    print(f"{checked} values of {len(history)} history lines match TensorBoard's reader "
+          f"({len(tags)} tags, {events[0].name})")
+
+
 if __name__ == "__main__":
     h.main({f.__name__: f for f in [accumulation_equals_big_batch, resume_equals_uninterrupted,
                                      damaged_checkpoint_is_skipped, eval_matches_transformers,
                                      tokenize_matches_tokenizers, lora_adapter_loads_in_peft,
-                                     bad_inputs_are_named]})
+                                     bad_inputs_are_named, quickstart_events_read_by_tensorboard,
+                                     logs_are_structured_and_options_checked]})

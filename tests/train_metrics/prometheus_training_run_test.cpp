@@ -23,8 +23,8 @@
 #include <thread>
 
 #include "child_process.h"
-#include "common/metrics/exposer.h"
 #include "common/metrics/free_port.h"
+#include "common/metrics/http_endpoint.h"
 #include "common/metrics/scrape.h"
 #include "common/metrics/trainer_series.h"
 #include "prometheus_harness.h"
@@ -79,8 +79,8 @@ int pick_port_pair() {
     const int p = metrics::pick_free_port("127.0.0.1");
     if (p >= 65535) continue;
     try {
-      // Binding P + 1 ourselves is the only reliable "is it free" test; the Exposer retries not.
-      metrics::Exposer probe("127.0.0.1", p + 1);
+      // Binding P + 1 ourselves is the only reliable "is it free" test; the endpoint retries not.
+      metrics::HttpEndpoint probe("127.0.0.1", p + 1);
       return p;
     } catch (const std::exception&) {
     }

@@ -3,10 +3,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <torch/cuda.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +19,8 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+
+#include "common/log.h"
 
 namespace kubetune::dist {
 namespace {
@@ -32,11 +37,15 @@ struct Child {
 
 std::mutex g_output_mutex;
 
-// Copies a child's output to ours, one whole line at a time, each prefixed with "[rank N] ".
+// Copies a child's stdout to ours, one whole line at a time, each prefixed with "[rank N] " (not
+// with JSON logs, whose lines must stay JSON and carry the rank themselves). Its logs go to the
+// inherited stderr and name the rank.
 void pump_lines(int fd, int rank) {
   std::string pending;
   char buf[4096];
-  const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+  const std::string prefix = log::format_from_env() == log::Format::kJson
+                                 ? std::string()
+                                 : "[rank " + std::to_string(rank) + "] ";
   while (true) {
     ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -146,8 +155,8 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
   std::vector<Child> children;
   for (int i = 0; i < local_world; ++i)
     children.push_back(spawn(o.node_rank * local_world + i, i, o, world, local_world, child_args));
-  std::cerr << "launcher: started " << local_world << " process(es), world size " << world
-            << ", master " << o.master_addr << ":" << o.master_port << std::endl;
+  spdlog::info("started {} process(es), world size {}, master {}:{}", local_world, world,
+               o.master_addr, o.master_port);
 
   std::map<pid_t, int> finished;
   int result = 0;
@@ -157,7 +166,7 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     reap(finished);
     if (int sig = g_forward_signal.exchange(0); sig != 0) {
-      std::cerr << "launcher: received signal " << sig << ", forwarding to all ranks" << std::endl;
+      spdlog::warn("received signal {}, forwarding to all ranks", sig);
       signal_all(children, finished, sig);
       if (!stopping) {
         stopping = true;
@@ -169,8 +178,8 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
     for (const auto& c : children) {
       auto it = finished.find(c.pid);
       if (stopping || it == finished.end() || it->second == 0) continue;
-      std::cerr << "launcher: rank " << c.rank << " (pid " << c.pid << ") " << describe(it->second)
-                << "; stopping the other ranks" << std::endl;
+      spdlog::error("rank {} (pid {}) {}; stopping the other ranks", c.rank, c.pid,
+                    describe(it->second));
       result = exit_code_for(it->second);
       stopping = true;
       signal_all(children, finished, SIGTERM);
@@ -183,50 +192,56 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
     }
   }
   for (auto& c : children) c.reader.join();
-  if (result == 0)
-    std::cerr << "launcher: all " << children.size() << " rank(s) finished" << std::endl;
+  if (result == 0) spdlog::info("all {} rank(s) finished", children.size());
   return result;
 }
 
 int launch_main(const std::vector<std::string>& args) {
+  // Everything after "--" is the command each rank runs, passed on untouched.
+  const auto split = std::find(args.begin(), args.end(), std::string("--"));
+  std::vector<std::string> own(args.begin(), split);
+  const std::vector<std::string> child =
+      split == args.end() ? std::vector<std::string>{} : std::vector<std::string>(split + 1, args.end());
+
   LaunchOptions o;
-  std::vector<std::string> child;
-  auto value = [&](size_t& i) -> const std::string& {
-    if (i + 1 >= args.size()) throw std::runtime_error("launch: " + args[i] + " needs a value");
-    return args[++i];
-  };
-  auto integer = [&](size_t& i) {
-    const std::string& name = args[i];
-    const std::string& v = value(i);
+  std::string nproc = "auto";
+  CLI::App app{"kubetune-trainer launch: start one process per GPU (or one CPU worker) of this "
+               "node, torchrun-compatible; stops every rank when one fails",
+               "kubetune-trainer launch"};
+  app.footer("usage: kubetune-trainer launch --nproc-per-node N|auto [--nnodes M --node-rank R "
+             "--master-addr A --master-port P] -- train --config FILE");
+  app.add_option("--nproc-per-node,--nproc_per_node", nproc,
+                 "processes on this node: a number, or auto (one per visible GPU, else 1)")
+      ->capture_default_str();
+  app.add_option("--nnodes", o.nnodes, "nodes (pods) in the job")->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--node-rank,--node_rank", o.node_rank, "this node's rank, 0..nnodes-1")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--master-addr,--master_addr", o.master_addr, "rank 0's node")
+      ->capture_default_str();
+  app.add_option("--master-port,--master_port", o.master_port, "rendezvous port on it")
+      ->capture_default_str()->check(CLI::Range(1, 65535));
+  std::reverse(own.begin(), own.end());  // CLI11 parses a reversed vector
+  try {
+    app.parse(own);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    if (code == 0) return 0;  // --help
+    throw std::runtime_error("launch: invalid arguments (see launch --help)");
+  }
+  if (nproc == "auto") {
+    o.nproc_per_node = 0;
+  } else {
     try {
-      return std::stoi(v);
+      o.nproc_per_node = std::stoi(nproc);
     } catch (const std::exception&) {
-      throw std::runtime_error("launch: " + name + " expects an integer, got '" + v + "'");
+      throw std::runtime_error("launch: --nproc-per-node expects a number or auto, got '" + nproc +
+                               "'");
     }
-  };
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      child.assign(args.begin() + static_cast<long>(i) + 1, args.end());
-      break;
-    } else if (a == "--nproc-per-node" || a == "--nproc_per_node") {
-      o.nproc_per_node = args.size() > i + 1 && args[i + 1] == "auto" ? (++i, 0) : integer(i);
-    } else if (a == "--nnodes") {
-      o.nnodes = integer(i);
-    } else if (a == "--node-rank" || a == "--node_rank") {
-      o.node_rank = integer(i);
-    } else if (a == "--master-addr" || a == "--master_addr") {
-      o.master_addr = value(i);
-    } else if (a == "--master-port" || a == "--master_port") {
-      o.master_port = integer(i);
-    } else {
-      throw std::runtime_error("launch: unknown option '" + a +
-                               "' (usage: launch --nproc-per-node N|auto [--nnodes M --node-rank R "
-                               "--master-addr A --master-port P] -- train --config FILE)");
-    }
+    if (o.nproc_per_node < 1) throw std::runtime_error("launch: --nproc-per-node must be >= 1");
   }
   if (child.empty()) throw std::runtime_error("launch: nothing to run; put the command after '--'");
-  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
+  if (o.node_rank >= o.nnodes)
     throw std::runtime_error("launch: --node-rank must be in [0, --nnodes)");
   return launch(o, child);
 }

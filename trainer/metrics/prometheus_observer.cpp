@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/metrics/series_spec.h"
+#include "common/metrics/spec_families.h"
 #include "common/metrics/trainer_series.h"
 
 namespace kubetune::train {
@@ -13,23 +13,15 @@ namespace {
 
 namespace ts = metrics::trainer_series;
 
-// Help texts come from the series table, so the exporter cannot drift from the contract.
-std::string help_of(std::string_view name) {
-  const metrics::SeriesSpec* spec = metrics::find_spec(ts::kAll, name);
-  if (spec == nullptr)
-    throw std::logic_error("metric " + std::string(name) + " is not in trainer_series.h");
-  return std::string(spec->help);
-}
-
-metrics::Labels with_extra(metrics::Labels labels, const metrics::Labels& extra) {
+prometheus::Labels with_extra(prometheus::Labels labels, const prometheus::Labels& extra) {
   labels.insert(extra.begin(), extra.end());
   return labels;
 }
 
-std::unique_ptr<metrics::Exposer> open_exposer(const std::string& address, int port,
-                                               int local_rank) {
+std::unique_ptr<metrics::HttpEndpoint> open_endpoint(const std::string& address, int port,
+                                                     int local_rank) {
   try {
-    return std::make_unique<metrics::Exposer>(address, port);
+    return std::make_unique<metrics::HttpEndpoint>(address, port);
   } catch (const std::exception& e) {
     throw std::runtime_error("metrics.port: local rank " + std::to_string(local_rank) +
                              " cannot serve /metrics on " + address + ":" + std::to_string(port) +
@@ -44,7 +36,7 @@ PrometheusObserver::PrometheusObserver(Options options)
       labels_{{"job", options_.job},
               {"rank", std::to_string(options_.rank)},
               {"local_rank", std::to_string(options_.local_rank)}},
-      registry_(std::make_shared<metrics::Registry>()) {
+      registry_(std::make_shared<prometheus::Registry>()) {
   tokens_total_ = &counter(ts::kTokensTotal);
   samples_total_ = &counter(ts::kSamplesTotal);
   checkpoints_total_ = &counter(ts::kCheckpointsTotal);
@@ -58,48 +50,50 @@ PrometheusObserver::PrometheusObserver(Options options)
   phase_forward_backward_ = phase(ts::kStepPhases[1]);
   phase_allreduce_ = phase(ts::kStepPhases[2]);
   phase_optimizer_ = phase(ts::kStepPhases[3]);
-  const std::vector<double> buckets(ts::kStepSecondsBuckets.begin(), ts::kStepSecondsBuckets.end());
+  const prometheus::Histogram::BucketBoundaries buckets(ts::kStepSecondsBuckets.begin(),
+                                                        ts::kStepSecondsBuckets.end());
   step_seconds_ =
-      &registry_->histogram(std::string(ts::kStepSeconds), help_of(ts::kStepSeconds), buckets)
-           .with(labels_);
+      &metrics::histogram_family(*registry_, ts::kAll, ts::kStepSeconds).Add(labels_, buckets);
 
   // Serve only once every family above exists: the first scrape already shows the counters.
-  exposer_ = open_exposer(options_.address, options_.port, options_.local_rank);
-  exposer_->add_registry(registry_);
+  endpoint_ = open_endpoint(options_.address, options_.port, options_.local_rank);
+  endpoint_->add_registry(registry_);
 }
 
-metrics::Gauge& PrometheusObserver::gauge(std::string_view name, const metrics::Labels& extra) {
-  return registry_->gauge(std::string(name), help_of(name)).with(with_extra(labels_, extra));
+prometheus::Gauge& PrometheusObserver::gauge(std::string_view name,
+                                             const prometheus::Labels& extra) {
+  return metrics::gauge_family(*registry_, ts::kAll, name).Add(with_extra(labels_, extra));
 }
 
-metrics::Counter& PrometheusObserver::counter(std::string_view name, const metrics::Labels& extra) {
-  return registry_->counter(std::string(name), help_of(name)).with(with_extra(labels_, extra));
+prometheus::Counter& PrometheusObserver::counter(std::string_view name,
+                                                 const prometheus::Labels& extra) {
+  return metrics::counter_family(*registry_, ts::kAll, name).Add(with_extra(labels_, extra));
 }
 
 void PrometheusObserver::on_step(const StepStats& s) {
-  gauge(ts::kStep).set(static_cast<double>(s.step));
-  gauge(ts::kTotalSteps).set(static_cast<double>(s.total_steps));
-  gauge(ts::kEpoch).set(s.epoch);
-  gauge(ts::kEtaSeconds).set(s.eta_seconds);
-  gauge(ts::kTrainLoss).set(s.loss);
-  gauge(ts::kLearningRate).set(s.learning_rate);
-  gauge(ts::kGradNorm).set(s.grad_norm);
-  gauge(ts::kTokensPerSecond).set(s.tokens_per_second);
+  gauge(ts::kStep).Set(static_cast<double>(s.step));
+  gauge(ts::kTotalSteps).Set(static_cast<double>(s.total_steps));
+  gauge(ts::kEpoch).Set(s.epoch);
+  gauge(ts::kEtaSeconds).Set(s.eta_seconds);
+  gauge(ts::kTrainLoss).Set(s.loss);
+  gauge(ts::kLearningRate).Set(s.learning_rate);
+  gauge(ts::kGradNorm).Set(s.grad_norm);
+  gauge(ts::kTokensPerSecond).Set(s.tokens_per_second);
   gauge(ts::kSamplesPerSecond)
-      .set(s.step_seconds > 0 ? static_cast<double>(s.local_samples) / s.step_seconds : 0.0);
-  if (s.eval_loss) gauge(ts::kEvalLoss).set(*s.eval_loss);
+      .Set(s.step_seconds > 0 ? static_cast<double>(s.local_samples) / s.step_seconds : 0.0);
+  if (s.eval_loss) gauge(ts::kEvalLoss).Set(*s.eval_loss);
 
   // This rank's share only: sum(kubetune_tokens_total) over ranks is the job's total.
-  tokens_total_->inc(static_cast<double>(s.local_tokens));
-  samples_total_->inc(static_cast<double>(s.local_samples));
-  step_seconds_->observe(s.step_seconds);
-  phase_data_->inc(s.data_seconds);
-  phase_forward_backward_->inc(s.forward_backward_seconds);
-  phase_allreduce_->inc(s.allreduce_wait_seconds);
-  phase_optimizer_->inc(s.optimizer_seconds);
+  tokens_total_->Increment(static_cast<double>(s.local_tokens));
+  samples_total_->Increment(static_cast<double>(s.local_samples));
+  step_seconds_->Observe(s.step_seconds);
+  phase_data_->Increment(s.data_seconds);
+  phase_forward_backward_->Increment(s.forward_backward_seconds);
+  phase_allreduce_->Increment(s.allreduce_wait_seconds);
+  phase_optimizer_->Increment(s.optimizer_seconds);
 
   if (!options_.gpu_device.empty()) {
-    gauge(ts::kMfuRatio).set(s.mfu);
+    gauge(ts::kMfuRatio).Set(s.mfu);
     update_memory();
   }
 }
@@ -107,24 +101,24 @@ void PrometheusObserver::on_step(const StepStats& s) {
 void PrometheusObserver::update_memory() {
   DeviceMemory m;
   if (!options_.read_memory || !options_.read_memory(m)) return;
-  const metrics::Labels device{{"device", options_.gpu_device}};
-  gauge(ts::kGpuMemoryAllocatedBytes, device).set(static_cast<double>(m.allocated));
-  gauge(ts::kGpuMemoryReservedBytes, device).set(static_cast<double>(m.reserved));
-  gauge(ts::kGpuMemoryPeakBytes, device).set(static_cast<double>(m.peak));
-  gauge(ts::kGpuMemoryTotalBytes, device).set(static_cast<double>(m.total));
+  const prometheus::Labels device{{"device", options_.gpu_device}};
+  gauge(ts::kGpuMemoryAllocatedBytes, device).Set(static_cast<double>(m.allocated));
+  gauge(ts::kGpuMemoryReservedBytes, device).Set(static_cast<double>(m.reserved));
+  gauge(ts::kGpuMemoryPeakBytes, device).Set(static_cast<double>(m.peak));
+  gauge(ts::kGpuMemoryTotalBytes, device).Set(static_cast<double>(m.total));
 }
 
 void PrometheusObserver::on_eval(int64_t /*step*/, double eval_loss) {
-  gauge(ts::kEvalLoss).set(eval_loss);
+  gauge(ts::kEvalLoss).Set(eval_loss);
 }
 
 void PrometheusObserver::on_checkpoint(int64_t /*step*/, const std::string& /*path*/) {
-  checkpoints_total_->inc();
+  checkpoints_total_->Increment();
 }
 
 void PrometheusObserver::on_finish(const StepStats& last) {
   // The loop has already reported `last` through on_step; only the final evaluation may be new.
-  if (last.eval_loss) gauge(ts::kEvalLoss).set(*last.eval_loss);
+  if (last.eval_loss) gauge(ts::kEvalLoss).Set(*last.eval_loss);
   if (!options_.gpu_device.empty()) update_memory();
   if (options_.linger_seconds > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(options_.linger_seconds));

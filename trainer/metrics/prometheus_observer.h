@@ -7,15 +7,16 @@
 // "the GPU is idle"), eval loss until the first evaluation, step gauges until the first step.
 #pragma once
 
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "common/metrics/counter.h"
-#include "common/metrics/exposer.h"
-#include "common/metrics/gauge.h"
-#include "common/metrics/histogram.h"
-#include "common/metrics/registry.h"
+#include "common/metrics/http_endpoint.h"
 #include "trainer/train/step_stats.h"
 
 namespace kubetune::train {
@@ -47,28 +48,28 @@ class PrometheusObserver : public TrainingObserver {
   // Publishes the final values, then sleeps linger_seconds so Prometheus scrapes them.
   void on_finish(const StepStats& last) override;
 
-  int port() const { return exposer_->port(); }
-  const metrics::Registry& registry() const { return *registry_; }
+  int port() const { return endpoint_->port(); }
+  const prometheus::Registry& registry() const { return *registry_; }
 
  private:
-  metrics::Gauge& gauge(std::string_view name, const metrics::Labels& extra = {});
-  metrics::Counter& counter(std::string_view name, const metrics::Labels& extra = {});
+  prometheus::Gauge& gauge(std::string_view name, const prometheus::Labels& extra = {});
+  prometheus::Counter& counter(std::string_view name, const prometheus::Labels& extra = {});
   void update_memory();
 
   Options options_;
-  metrics::Labels labels_;  // job, rank, local_rank
-  std::shared_ptr<metrics::Registry> registry_;
-  std::unique_ptr<metrics::Exposer> exposer_;
+  prometheus::Labels labels_;  // job, rank, local_rank
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<metrics::HttpEndpoint> endpoint_;
 
   // Counters exist from the start so that rate() sees them begin at zero.
-  metrics::Counter* tokens_total_ = nullptr;
-  metrics::Counter* samples_total_ = nullptr;
-  metrics::Counter* checkpoints_total_ = nullptr;
-  metrics::Counter* phase_data_ = nullptr;
-  metrics::Counter* phase_forward_backward_ = nullptr;
-  metrics::Counter* phase_allreduce_ = nullptr;
-  metrics::Counter* phase_optimizer_ = nullptr;
-  metrics::Histogram* step_seconds_ = nullptr;
+  prometheus::Counter* tokens_total_ = nullptr;
+  prometheus::Counter* samples_total_ = nullptr;
+  prometheus::Counter* checkpoints_total_ = nullptr;
+  prometheus::Counter* phase_data_ = nullptr;
+  prometheus::Counter* phase_forward_backward_ = nullptr;
+  prometheus::Counter* phase_allreduce_ = nullptr;
+  prometheus::Counter* phase_optimizer_ = nullptr;
+  prometheus::Histogram* step_seconds_ = nullptr;
 };
 
 }  // namespace kubetune::train

@@ -1,5 +1,7 @@
 #include "trainer/train/checkpoint.h"
 
+#include <spdlog/spdlog.h>
+
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -7,7 +9,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <regex>
 
 #include "trainer/io/safetensors.h"
@@ -130,7 +131,7 @@ std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir)
     try {
       return load_checkpoint(path);
     } catch (const std::exception& e) {
-      std::cerr << "warning: skipping damaged checkpoint " << path << ": " << e.what() << "\n";
+      spdlog::warn("skipping damaged checkpoint {}: {}", path, e.what());
     }
   }
   return std::nullopt;

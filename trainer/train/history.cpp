@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "trainer/metrics/step_record.h"
+
 namespace kubetune::train {
 namespace {
 
@@ -88,31 +90,13 @@ void HistoryWriter::on_step(const StepStats& s) {
   steps_.push_back(static_cast<double>(s.step));
   losses_.push_back(s.loss);
   throughput_.push_back(s.tokens_per_second);
-  nlohmann::json line = {{"step", s.step},
-                         {"epoch", s.epoch},
-                         {"loss", s.loss},
-                         {"learning_rate", s.learning_rate},
-                         {"grad_norm", s.grad_norm},
-                         {"tokens_per_second", s.tokens_per_second},
-                         {"global_tokens", s.global_tokens},
-                         {"step_seconds", s.step_seconds},
-                         {"data_seconds", s.data_seconds},
-                         {"forward_backward_seconds", s.forward_backward_seconds},
-                         {"allreduce_wait_seconds", s.allreduce_wait_seconds},
-                         {"optimizer_seconds", s.optimizer_seconds},
-                         {"elapsed_seconds", s.elapsed_seconds}};
-  if (s.has_device_memory) {
-    line["gpu_memory_allocated_bytes"] = s.device_memory.allocated;
-    line["gpu_memory_peak_bytes"] = s.device_memory.peak;
-    line["gpu_memory_reserved_bytes"] = s.device_memory.reserved;
-  }
-  jsonl_ << line.dump() << "\n";
+  jsonl_ << metrics::step_record(s).dump() << "\n";
   jsonl_.flush();
 }
 
 void HistoryWriter::on_eval(int64_t step, double eval_loss) {
   evals_.emplace_back(static_cast<double>(step), eval_loss);
-  jsonl_ << nlohmann::json{{"step", step}, {"eval_loss", eval_loss}}.dump() << "\n";
+  jsonl_ << metrics::eval_record(step, eval_loss).dump() << "\n";
   jsonl_.flush();
 }
 

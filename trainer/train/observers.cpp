@@ -1,5 +1,6 @@
 #include "trainer/train/observers.h"
 
+#include "trainer/metrics/tensorboard_writer.h"
 #include "trainer/train/device.h"
 #include "trainer/train/history.h"
 #include "trainer/train/progress.h"
@@ -16,6 +17,7 @@ std::vector<std::unique_ptr<TrainingObserver>> make_observers(const TrainConfig&
   if (env.rank == 0) {
     observers.push_back(std::make_unique<ProgressPrinter>(config.log_every_steps));
     observers.push_back(std::make_unique<HistoryWriter>(config.output_dir));
+    observers.push_back(std::make_unique<metrics::TensorBoardWriter>(config.output_dir));
   }
 #ifdef KUBETUNE_HAVE_METRICS
   if (config.metrics_port > 0) {  // every rank, each on metrics.port + local rank

@@ -1,10 +1,11 @@
 #include "trainer/train/profiler.h"
 
+#include <spdlog/spdlog.h>
+
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <iostream>
 #include <set>
 #include <stdexcept>
 
@@ -45,8 +46,7 @@ void StepProfiler::after_step(int64_t step) {
   if (!active_ || step != last_) return;
   active_ = false;
   torch::autograd::profiler::disableProfiler()->save(path_);
-  std::cout << "profile of steps " << first_ << "-" << last_ << " written to " << path_
-            << std::endl;
+  spdlog::info("profile of steps {}-{} written to {}", first_, last_, path_);
 }
 
 }  // namespace kubetune::train

@@ -1,5 +1,7 @@
 #include "trainer/train/progress.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,29 +20,24 @@ std::string format_duration(double seconds) {
 
 void ProgressPrinter::on_step(const StepStats& s) {
   if (s.step % every_ != 0 && s.step != s.total_steps && s.step != 1) return;
-  std::printf(
-      "step %ld/%ld | epoch %.2f | loss %.4f | lr %.3g | grad norm %.3f | %.0f tok/s | %s elapsed "
-      "| ETA %s\n",
-      static_cast<long>(s.step), static_cast<long>(s.total_steps), s.epoch, s.loss, s.learning_rate,
-      s.grad_norm, s.tokens_per_second, format_duration(s.elapsed_seconds).c_str(),
-      format_duration(s.eta_seconds).c_str());
-  std::fflush(stdout);
+  spdlog::info(
+      "step={}/{} epoch={:.2f} loss={:.4f} lr={:.3g} grad_norm={:.3f} tokens_per_second={:.0f} "
+      "elapsed={} eta={}",
+      s.step, s.total_steps, s.epoch, s.loss, s.learning_rate, s.grad_norm, s.tokens_per_second,
+      format_duration(s.elapsed_seconds), format_duration(s.eta_seconds));
 }
 
 void ProgressPrinter::on_eval(int64_t step, double eval_loss) {
-  std::printf("eval at step %ld | loss %.4f\n", static_cast<long>(step), eval_loss);
-  std::fflush(stdout);
+  spdlog::info("eval step={} eval_loss={:.4f}", step, eval_loss);
 }
 
 void ProgressPrinter::on_checkpoint(int64_t step, const std::string& path) {
-  std::printf("checkpoint at step %ld -> %s\n", static_cast<long>(step), path.c_str());
-  std::fflush(stdout);
+  spdlog::info("checkpoint step={} path={}", step, path);
 }
 
 void ProgressPrinter::on_finish(const StepStats& last) {
-  std::printf("done: %ld steps in %s, final loss %.4f\n", static_cast<long>(last.step),
-              format_duration(last.elapsed_seconds).c_str(), last.loss);
-  std::fflush(stdout);
+  spdlog::info("done steps={} elapsed={} final_loss={:.4f}", last.step,
+               format_duration(last.elapsed_seconds), last.loss);
 }
 
 }  // namespace kubetune::train

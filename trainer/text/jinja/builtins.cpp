@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -303,28 +304,478 @@ Value number_op_int(const Value& v, const Value* def, const std::string& who) {
   return def ? *def : Value(Json(0));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Filters and tests: one function each, found by name in a table (several names may share one:
+// length/count, default/d, ...). The function gets the name it was called by.
+using Filter = Value (*)(const std::string& name, const Value& input, const Args& args,
+                         const Kwargs& kwargs);
+using Test = bool (*)(const std::string& name, const Value& input, const Args& args);
+
+std::string filter_who(const std::string& name) { return "filter '" + name + "'"; }
+// A filter's input as text; undefined reads as "" (Jinja's default Undefined).
+std::string str_or_empty(const Value& v) { return v.is_undefined() ? "" : to_str(v); }
+const Value& test_arg(const std::string& name, const Args& args) {
+  if (args.empty()) type_error("test '" + name + "' needs an argument");
+  return args[0];
+}
+bool test_defined(const std::string&, const Value& v, const Args&) { return !v.is_undefined(); }
+
+bool test_undefined(const std::string&, const Value& v, const Args&) { return v.is_undefined(); }
+
+bool test_none(const std::string&, const Value& v, const Args&) { return v.is_none(); }
+
+bool test_string(const std::string&, const Value& v, const Args&) { return v.is_string(); }
+
+bool test_number(const std::string&, const Value& v, const Args&) {
+  return v.is_number() || v.is_bool();
+}
+
+bool test_integer(const std::string&, const Value& v, const Args&) { return v.is_int(); }
+
+bool test_float(const std::string&, const Value& v, const Args&) {
+  return v.is_number() && !v.is_int();
+}
+
+bool test_boolean(const std::string&, const Value& v, const Args&) { return v.is_bool(); }
+
+bool test_true(const std::string&, const Value& v, const Args&) {
+  return v.is_bool() && v.json().get<bool>();
+}
+
+bool test_false(const std::string&, const Value& v, const Args&) {
+  return v.is_bool() && !v.json().get<bool>();
+}
+
+bool test_mapping(const std::string&, const Value& v, const Args&) { return v.is_dict(); }
+
+// Jinja's Undefined supports iteration and len(), so it counts as iterable and as a sequence.
+bool test_iterable(const std::string&, const Value& v, const Args&) {
+  return v.is_undefined() || v.is_list() || v.is_dict() || v.is_string();
+}
+
+bool test_sequence(const std::string&, const Value& v, const Args&) {
+  return v.is_undefined() || v.is_list() || v.is_dict() || v.is_string();
+}
+
+bool test_callable(const std::string&, const Value& v, const Args&) {
+  return v.kind() == Value::Kind::Callable;
+}
+
+bool test_equalto(const std::string& name, const Value& v, const Args& args) {
+  return equals(v, test_arg(name, args));
+}
+
+bool test_ne(const std::string& name, const Value& v, const Args& args) {
+  return !equals(v, test_arg(name, args));
+}
+
+bool test_lt(const std::string& name, const Value& v, const Args& args) {
+  return py_compare(v, test_arg(name, args)) < 0;
+}
+
+bool test_le(const std::string& name, const Value& v, const Args& args) {
+  return py_compare(v, test_arg(name, args)) <= 0;
+}
+
+bool test_gt(const std::string& name, const Value& v, const Args& args) {
+  return py_compare(v, test_arg(name, args)) > 0;
+}
+
+bool test_ge(const std::string& name, const Value& v, const Args& args) {
+  return py_compare(v, test_arg(name, args)) >= 0;
+}
+
+bool test_odd(const std::string& name, const Value& v, const Args& args) {
+  if (!v.is_int()) type_error("test '" + name + "' needs an integer");
+  if (name == "divisibleby") {
+    const Value& d = test_arg(name, args);
+    if (!d.is_int() || d.as_int() == 0) type_error("divisibleby needs a non-zero integer");
+    return v.as_int() % d.as_int() == 0;
+  }
+  return (v.as_int() % 2 != 0) == (name == "odd");
+}
+
+bool test_lower(const std::string&, const Value& v, const Args&) {
+  return v.is_string() && icu_case(v.str(), 0) == v.str();
+}
+
+bool test_upper(const std::string&, const Value& v, const Args&) {
+  return v.is_string() && icu_case(v.str(), 1) == v.str();
+}
+
+bool test_in(const std::string& name, const Value& v, const Args& args) {
+  const Value& seq = test_arg(name, args);
+  if (seq.is_string()) return v.is_string() && seq.str().find(v.str()) != std::string::npos;
+  for (const auto& item : iterate(seq)) {
+    if (equals(item, v)) return true;
+  }
+  return false;
+}
+
+bool test_sameas(const std::string& name, const Value& v, const Args& args) {
+  return equals(v, test_arg(name, args)) && type_name(v) == type_name(test_arg(name, args));
+}
+
+const std::map<std::string, Test>& tests() {
+  static const std::map<std::string, Test> table = {
+      {"defined", test_defined},
+      {"undefined", test_undefined},
+      {"none", test_none},
+      {"string", test_string},
+      {"number", test_number},
+      {"integer", test_integer},
+      {"float", test_float},
+      {"boolean", test_boolean},
+      {"true", test_true},
+      {"false", test_false},
+      {"mapping", test_mapping},
+      {"iterable", test_iterable},
+      {"sequence", test_sequence},
+      {"callable", test_callable},
+      {"equalto", test_equalto},
+      {"eq", test_equalto},
+      {"==", test_equalto},
+      {"ne", test_ne},
+      {"!=", test_ne},
+      {"lt", test_lt},
+      {"<", test_lt},
+      {"le", test_le},
+      {"<=", test_le},
+      {"gt", test_gt},
+      {">", test_gt},
+      {"ge", test_ge},
+      {">=", test_ge},
+      {"odd", test_odd},
+      {"even", test_odd},
+      {"divisibleby", test_odd},
+      {"lower", test_lower},
+      {"upper", test_upper},
+      {"in", test_in},
+      {"sameas", test_sameas},
+  };
+  return table;
+}
+
+Value filter_trim(const std::string&, const Value& v, const Args& args, const Kwargs& kwargs) {
+  return Value(Json(py_strip(str_or_empty(v), arg(args, kwargs, 0, "chars"), true, true)));
+}
+
+Value filter_length(const std::string&, const Value& v, const Args&, const Kwargs&) {
+  return Value(Json(py_len(v)));
+}
+
+Value filter_string(const std::string&, const Value& v, const Args&, const Kwargs&) {
+  return Value(Json(to_str(v)));
+}
+
+Value filter_upper(const std::string&, const Value& v, const Args&, const Kwargs&) {
+  return Value(Json(icu_case(str_or_empty(v), 1)));
+}
+
+Value filter_lower(const std::string&, const Value& v, const Args&, const Kwargs&) {
+  return Value(Json(icu_case(str_or_empty(v), 0)));
+}
+
+Value filter_capitalize(const std::string&, const Value& v, const Args&, const Kwargs&) {
+  return Value(Json(capitalize(str_or_empty(v))));
+}
+
+Value filter_title(const std::string&, const Value& v, const Args&, const Kwargs&) {
+  return Value(Json(title(str_or_empty(v))));
+}
+
+Value filter_safe(const std::string&, const Value& v, const Args&, const Kwargs&) { return v; }
+
+// transformers' tojson(x, ensure_ascii, indent, ...) is only ever called with keywords.
+Value filter_tojson(const std::string& name, const Value& v, const Args& args,
+                    const Kwargs& kwargs) {
+  JsonDumpOptions o;
+  if (const Value* indent = arg(args, kwargs, 1000, "indent"); indent && !indent->is_none()) {
+    o.indent = indent->is_int()
+                   ? std::string(static_cast<size_t>(std::max<int64_t>(0, indent->as_int())), ' ')
+                   : to_str(*indent);
+    o.item_separator = ",";
+  }
+  if (!args.empty())
+    type_error(filter_who(name) + ": pass options by keyword, e.g. tojson(indent=2)");
+  o.ensure_ascii = arg_bool(args, kwargs, 1000, "ensure_ascii", false);
+  o.sort_keys = arg_bool(args, kwargs, 1000, "sort_keys", false);
+  if (const Value* sep = arg(args, kwargs, 1000, "separators");
+      sep && sep->is_list() && sep->json().size() == 2) {
+    o.item_separator = sep->json()[0].get<std::string>();
+    o.key_separator = sep->json()[1].get<std::string>();
+  }
+  if (v.is_undefined()) type_error(filter_who(name) + ": value is undefined");
+  return Value(Json(json_dumps(to_json(v, filter_who(name)), o)));
+}
+
+Value filter_default(const std::string&, const Value& v, const Args& args, const Kwargs& kwargs) {
+  const Value* def = arg(args, kwargs, 0, "default_value");
+  const bool boolean = arg_bool(args, kwargs, 1, "boolean", false);
+  if (v.is_undefined() || (boolean && !truthy(v))) return def ? *def : Value(Json(""));
+  return v;
+}
+
+Value filter_items(const std::string& name, const Value& v, const Args&, const Kwargs&) {
+  if (v.is_undefined()) return Value(Json::array());
+  if (!v.is_dict()) type_error(filter_who(name) + ": expected a mapping, got " + type_name(v));
+  Json out = Json::array();
+  for (auto it = v.json().begin(); it != v.json().end(); ++it)
+    out.push_back(Json::array({it.key(), it.value()}));
+  return Value(out);
+}
+
+Value filter_first(const std::string& name, const Value& v, const Args&, const Kwargs&) {
+  const auto items = iterate(v);
+  if (items.empty()) return Value::undefined("first/last of empty sequence");
+  return name == "first" ? items.front() : items.back();
+}
+
+Value filter_join(const std::string& name, const Value& v, const Args& args, const Kwargs& kwargs) {
+  const std::string sep = arg_str(args, kwargs, 0, "d", "", filter_who(name));
+  const Value* attr = arg(args, kwargs, 1, "attribute");
+  std::string out;
+  bool first = true;
+  for (const auto& item : iterate(v)) {
+    if (!first) out += sep;
+    first = false;
+    out += to_str(attr && attr->is_string() ? attribute_path(item, attr->str()) : item);
+  }
+  return Value(Json(out));
+}
+
+Value filter_list(const std::string& name, const Value& v, const Args&, const Kwargs&) {
+  return list_of(iterate(v), filter_who(name));
+}
+
+Value filter_selectattr(const std::string&, const Value& v, const Args& args, const Kwargs&) {
+  return filter_items(v, args, true, true);
+}
+
+Value filter_rejectattr(const std::string&, const Value& v, const Args& args, const Kwargs&) {
+  return filter_items(v, args, true, false);
+}
+
+Value filter_select(const std::string&, const Value& v, const Args& args, const Kwargs&) {
+  return filter_items(v, args, false, true);
+}
+
+Value filter_reject(const std::string&, const Value& v, const Args& args, const Kwargs&) {
+  return filter_items(v, args, false, false);
+}
+
+Value filter_map(const std::string& name, const Value& v, const Args& args, const Kwargs& kwargs) {
+  std::vector<Value> out;
+  if (const Value* attr = arg(args, kwargs, 1000, "attribute")) {
+    const Value* def = arg(args, kwargs, 1000, "default");
+    for (const auto& item : iterate(v)) {
+      Value x = attribute_path(item, to_str(*attr));
+      out.push_back(x.is_undefined() && def ? *def : x);
+    }
+  } else {
+    if (args.empty() || !args[0].is_string())
+      type_error(filter_who(name) + ": expected a filter name or attribute=");
+    const std::string f = args[0].str();
+    if (!is_known_filter(f)) type_error(filter_who(name) + ": unsupported filter '" + f + "'");
+    const Args rest(args.begin() + 1, args.end());
+    for (const auto& item : iterate(v)) out.push_back(apply_filter(f, item, rest, kwargs));
+  }
+  return list_of(out, filter_who(name));
+}
+
+Value filter_reverse(const std::string& name, const Value& v, const Args&, const Kwargs&) {
+  if (v.is_string()) {
+    auto cps = code_points(v.str());
+    std::string out;
+    for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
+    return Value(Json(out));
+  }
+  auto items = iterate(v);
+  std::reverse(items.begin(), items.end());
+  return list_of(items, filter_who(name));
+}
+
+Value filter_int(const std::string& name, const Value& v, const Args& args, const Kwargs& kwargs) {
+  return number_op_int(v, arg(args, kwargs, 0, "default"), filter_who(name));
+}
+
+Value filter_float(const std::string&, const Value& v, const Args& args, const Kwargs& kwargs) {
+  if (v.is_number()) return Value(Json(v.as_double()));
+  if (v.is_bool()) return Value(Json(v.json().get<bool>() ? 1.0 : 0.0));
+  if (v.is_string()) {
+    try {
+      size_t used = 0;
+      const std::string s = py_strip(v.str(), nullptr, true, true);
+      const double d = std::stod(s, &used);
+      if (used == s.size()) return Value(Json(d));
+    } catch (const std::exception&) {
+    }
+  }
+  const Value* def = arg(args, kwargs, 0, "default");
+  return def ? *def : Value(Json(0.0));
+}
+
+Value filter_abs(const std::string& name, const Value& v, const Args&, const Kwargs&) {
+  if (v.is_int()) return Value(Json(std::llabs(v.as_int())));
+  if (v.is_number()) return Value(Json(std::fabs(v.as_double())));
+  type_error(filter_who(name) + ": expected a number");
+}
+
+Value filter_replace(const std::string& name, const Value& v, const Args& args,
+                     const Kwargs& kwargs) {
+  const Value* count = arg(args, kwargs, 2, "count");
+  return Value(
+      Json(py_replace(str_or_empty(v), arg_str(args, kwargs, 0, "old", "", filter_who(name)),
+                      arg_str(args, kwargs, 1, "new", "", filter_who(name)),
+                      count && count->is_int() ? count->as_int() : -1)));
+}
+
+Value filter_unique(const std::string& name, const Value& v, const Args& args,
+                    const Kwargs& kwargs) {
+  const bool case_sensitive =
+      arg_bool(args, kwargs, name == "sort" ? 1 : 0, "case_sensitive", false);
+  const Value* attr = arg(args, kwargs, name == "sort" ? 2 : 1, "attribute");
+  const auto key = [&](const Value& item) {
+    return attr && attr->is_string() ? attribute_path(item, attr->str()) : item;
+  };
+  auto items = iterate(v);
+  if (name == "sort") {
+    const bool reverse = arg_bool(args, kwargs, 0, "reverse", false);
+    std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
+      const int c = py_compare(key(a), key(b), case_sensitive);
+      return reverse ? c > 0 : c < 0;
+    });
+    return list_of(items, filter_who(name));
+  }
+  std::vector<Value> out;
+  for (const auto& item : items) {
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const Value& o) {
+      const Value a = key(o), b = key(item);
+      if (!case_sensitive && a.is_string() && b.is_string())
+        return icu_case(a.str(), 0) == icu_case(b.str(), 0);
+      return equals(a, b);
+    });
+    if (!seen) out.push_back(item);
+  }
+  return list_of(out, filter_who(name));
+}
+
+Value filter_sum(const std::string& name, const Value& v, const Args& args, const Kwargs& kwargs) {
+  const Value* attr = arg(args, kwargs, 0, "attribute");
+  const Value* start = arg(args, kwargs, 1, "start");
+  bool is_float = start && start->is_number() && !start->is_int();
+  double total = start && start->is_number() ? start->as_double() : 0.0;
+  for (const auto& item : iterate(v)) {
+    const Value x = attr && attr->is_string() ? attribute_path(item, attr->str()) : item;
+    if (!x.is_number()) type_error(filter_who(name) + ": can only sum numbers");
+    is_float = is_float || !x.is_int();
+    total += x.as_double();
+  }
+  return is_float ? Value(Json(total)) : Value(Json(static_cast<int64_t>(total)));
+}
+
+Value filter_min(const std::string& name, const Value& v, const Args& args, const Kwargs& kwargs) {
+  const auto items = iterate(v);
+  if (items.empty()) return Value::undefined("min/max of empty sequence");
+  const bool case_sensitive = arg_bool(args, kwargs, 0, "case_sensitive", false);
+  Value best = items[0];
+  for (const auto& item : items) {
+    const int c = py_compare(item, best, case_sensitive);
+    if ((name == "min" && c < 0) || (name == "max" && c > 0)) best = item;
+  }
+  return best;
+}
+
+// 'common' is Python's round(): halves go to the even neighbour.
+Value filter_round(const std::string& name, const Value& v, const Args& args,
+                   const Kwargs& kwargs) {
+  if (!v.is_number()) type_error(filter_who(name) + ": expected a number");
+  const Value* p = arg(args, kwargs, 0, "precision");
+  const std::string method = arg_str(args, kwargs, 1, "method", "common", filter_who(name));
+  const double scale = std::pow(10.0, p && p->is_int() ? static_cast<double>(p->as_int()) : 0.0);
+  const double x = v.as_double() * scale;
+  const double r = method == "ceil"    ? std::ceil(x)
+                   : method == "floor" ? std::floor(x)
+                                       : std::nearbyint(x);
+  return Value(Json(r / scale));
+}
+
+Value filter_indent(const std::string&, const Value& v, const Args& args, const Kwargs& kwargs) {
+  const Value* width = arg(args, kwargs, 0, "width");
+  const std::string pad =
+      width && width->is_string()
+          ? width->str()
+          : std::string(width && width->is_int() ? static_cast<size_t>(width->as_int()) : 4, ' ');
+  const bool first = arg_bool(args, kwargs, 1, "first", false);
+  const bool blank = arg_bool(args, kwargs, 2, "blank", false);
+  std::string s = str_or_empty(v), out;
+  size_t start = 0;
+  bool is_first = true;
+  while (true) {
+    const size_t nl = s.find('\n', start);
+    const std::string line =
+        s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+    const bool indent_this = (is_first ? first : true) && (blank || !line.empty());
+    out += (indent_this ? pad : "") + line;
+    if (nl == std::string::npos) break;
+    out += "\n";
+    start = nl + 1;
+    is_first = false;
+  }
+  return Value(Json(out));
+}
+
+Value filter_wordcount(const std::string&, const Value& v, const Args&, const Kwargs&) {
+  return Value(Json(static_cast<int64_t>(py_split(str_or_empty(v), nullptr, -1).size())));
+}
+
+const std::map<std::string, Filter>& filters() {
+  static const std::map<std::string, Filter> table = {
+      {"trim", filter_trim},
+      {"length", filter_length},
+      {"count", filter_length},
+      {"string", filter_string},
+      {"upper", filter_upper},
+      {"lower", filter_lower},
+      {"capitalize", filter_capitalize},
+      {"title", filter_title},
+      {"safe", filter_safe},
+      {"tojson", filter_tojson},
+      {"default", filter_default},
+      {"d", filter_default},
+      {"items", filter_items},
+      {"first", filter_first},
+      {"last", filter_first},
+      {"join", filter_join},
+      {"list", filter_list},
+      {"selectattr", filter_selectattr},
+      {"rejectattr", filter_rejectattr},
+      {"select", filter_select},
+      {"reject", filter_reject},
+      {"map", filter_map},
+      {"reverse", filter_reverse},
+      {"int", filter_int},
+      {"float", filter_float},
+      {"abs", filter_abs},
+      {"replace", filter_replace},
+      {"unique", filter_unique},
+      {"sort", filter_unique},
+      {"sum", filter_sum},
+      {"min", filter_min},
+      {"max", filter_min},
+      {"round", filter_round},
+      {"indent", filter_indent},
+      {"wordcount", filter_wordcount},
+  };
+  return table;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-bool is_known_filter(const std::string& n) {
-  static const std::set<std::string> names = {
-      "trim",       "length",     "count",      "tojson", "upper",   "lower",   "default",
-      "d",          "items",      "first",      "last",   "string",  "join",    "list",
-      "selectattr", "rejectattr", "select",     "reject", "map",     "reverse", "int",
-      "float",      "abs",        "capitalize", "title",  "replace", "safe",    "unique",
-      "sort",       "sum",        "min",        "max",    "round",   "indent",  "wordcount"};
-  return names.count(n) > 0;
-}
+bool is_known_filter(const std::string& n) { return filters().count(n) > 0; }
 
-bool is_known_test(const std::string& n) {
-  static const std::set<std::string> names = {
-      "defined", "undefined",   "none",  "string",  "number",   "integer",  "float",
-      "boolean", "true",        "false", "mapping", "iterable", "sequence", "callable",
-      "equalto", "eq",          "==",    "ne",      "!=",       "lt",       "<",
-      "le",      "<=",          "gt",    ">",       "ge",       ">=",       "odd",
-      "even",    "divisibleby", "lower", "upper",   "in",       "sameas"};
-  return names.count(n) > 0;
-}
+bool is_known_test(const std::string& n) { return tests().count(n) > 0; }
 
 bool is_known_global(const std::string& n) {
   return n == "raise_exception" || n == "namespace" || n == "range" || n == "strftime_now" ||
@@ -433,270 +884,16 @@ Value slice(const Value& v, const Value& start, const Value& stop, const Value& 
 
 // ---------------------------------------------------------------------------------------------
 bool apply_test(const std::string& name, const Value& v, const Args& args) {
-  const auto need_arg = [&]() -> const Value& {
-    if (args.empty()) type_error("test '" + name + "' needs an argument");
-    return args[0];
-  };
-  if (name == "defined") return !v.is_undefined();
-  if (name == "undefined") return v.is_undefined();
-  if (name == "none") return v.is_none();
-  if (name == "string") return v.is_string();
-  if (name == "number") return v.is_number() || v.is_bool();
-  if (name == "integer") return v.is_int();
-  if (name == "float") return v.is_number() && !v.is_int();
-  if (name == "boolean") return v.is_bool();
-  if (name == "true") return v.is_bool() && v.json().get<bool>();
-  if (name == "false") return v.is_bool() && !v.json().get<bool>();
-  if (name == "mapping") return v.is_dict();
-  // Jinja's Undefined supports iteration and len(), so it counts as iterable and as a sequence.
-  if (name == "iterable") return v.is_undefined() || v.is_list() || v.is_dict() || v.is_string();
-  if (name == "sequence") return v.is_undefined() || v.is_list() || v.is_dict() || v.is_string();
-  if (name == "callable") return v.kind() == Value::Kind::Callable;
-  if (name == "equalto" || name == "eq" || name == "==") return equals(v, need_arg());
-  if (name == "ne" || name == "!=") return !equals(v, need_arg());
-  if (name == "lt" || name == "<") return py_compare(v, need_arg()) < 0;
-  if (name == "le" || name == "<=") return py_compare(v, need_arg()) <= 0;
-  if (name == "gt" || name == ">") return py_compare(v, need_arg()) > 0;
-  if (name == "ge" || name == ">=") return py_compare(v, need_arg()) >= 0;
-  if (name == "odd" || name == "even" || name == "divisibleby") {
-    if (!v.is_int()) type_error("test '" + name + "' needs an integer");
-    if (name == "divisibleby") {
-      const Value& d = need_arg();
-      if (!d.is_int() || d.as_int() == 0) type_error("divisibleby needs a non-zero integer");
-      return v.as_int() % d.as_int() == 0;
-    }
-    return (v.as_int() % 2 != 0) == (name == "odd");
-  }
-  if (name == "lower") return v.is_string() && icu_case(v.str(), 0) == v.str();
-  if (name == "upper") return v.is_string() && icu_case(v.str(), 1) == v.str();
-  if (name == "in") {
-    const Value& seq = need_arg();
-    if (seq.is_string()) return v.is_string() && seq.str().find(v.str()) != std::string::npos;
-    for (const auto& item : iterate(seq)) {
-      if (equals(item, v)) return true;
-    }
-    return false;
-  }
-  if (name == "sameas") return equals(v, need_arg()) && type_name(v) == type_name(need_arg());
-  type_error("unsupported test '" + name + "'");
+  const auto it = tests().find(name);
+  if (it == tests().end()) type_error("unsupported test '" + name + "'");
+  return it->second(name, v, args);
 }
 
 Value apply_filter(const std::string& name, const Value& v, const Args& args,
                    const Kwargs& kwargs) {
-  const std::string who = "filter '" + name + "'";
-  const auto require_str = [&]() -> std::string { return v.is_undefined() ? "" : to_str(v); };
-  if (name == "trim")
-    return Value(Json(py_strip(require_str(), arg(args, kwargs, 0, "chars"), true, true)));
-  if (name == "length" || name == "count") return Value(Json(py_len(v)));
-  if (name == "string") return Value(Json(to_str(v)));
-  if (name == "upper") return Value(Json(icu_case(require_str(), 1)));
-  if (name == "lower") return Value(Json(icu_case(require_str(), 0)));
-  if (name == "capitalize") return Value(Json(capitalize(require_str())));
-  if (name == "title") return Value(Json(title(require_str())));
-  if (name == "safe") return v;
-  if (name == "tojson") {
-    JsonDumpOptions o;
-    if (const Value* indent = arg(args, kwargs, 1000, "indent"); indent && !indent->is_none()) {
-      o.indent = indent->is_int()
-                     ? std::string(static_cast<size_t>(std::max<int64_t>(0, indent->as_int())), ' ')
-                     : to_str(*indent);
-      o.item_separator = ",";
-    }
-    // transformers' tojson(x, ensure_ascii, indent, ...) is only ever called with keywords.
-    if (!args.empty()) type_error(who + ": pass options by keyword, e.g. tojson(indent=2)");
-    o.ensure_ascii = arg_bool(args, kwargs, 1000, "ensure_ascii", false);
-    o.sort_keys = arg_bool(args, kwargs, 1000, "sort_keys", false);
-    if (const Value* sep = arg(args, kwargs, 1000, "separators");
-        sep && sep->is_list() && sep->json().size() == 2) {
-      o.item_separator = sep->json()[0].get<std::string>();
-      o.key_separator = sep->json()[1].get<std::string>();
-    }
-    if (v.is_undefined()) type_error(who + ": value is undefined");
-    return Value(Json(json_dumps(to_json(v, who), o)));
-  }
-  if (name == "default" || name == "d") {
-    const Value* def = arg(args, kwargs, 0, "default_value");
-    const bool boolean = arg_bool(args, kwargs, 1, "boolean", false);
-    if (v.is_undefined() || (boolean && !truthy(v))) return def ? *def : Value(Json(""));
-    return v;
-  }
-  if (name == "items") {
-    if (v.is_undefined()) return Value(Json::array());
-    if (!v.is_dict()) type_error(who + ": expected a mapping, got " + type_name(v));
-    Json out = Json::array();
-    for (auto it = v.json().begin(); it != v.json().end(); ++it)
-      out.push_back(Json::array({it.key(), it.value()}));
-    return Value(out);
-  }
-  if (name == "first" || name == "last") {
-    const auto items = iterate(v);
-    if (items.empty()) return Value::undefined("first/last of empty sequence");
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "join") {
-    const std::string sep = arg_str(args, kwargs, 0, "d", "", who);
-    const Value* attr = arg(args, kwargs, 1, "attribute");
-    std::string out;
-    bool first = true;
-    for (const auto& item : iterate(v)) {
-      if (!first) out += sep;
-      first = false;
-      out += to_str(attr && attr->is_string() ? attribute_path(item, attr->str()) : item);
-    }
-    return Value(Json(out));
-  }
-  if (name == "list") return list_of(iterate(v), who);
-  if (name == "selectattr") return filter_items(v, args, true, true);
-  if (name == "rejectattr") return filter_items(v, args, true, false);
-  if (name == "select") return filter_items(v, args, false, true);
-  if (name == "reject") return filter_items(v, args, false, false);
-  if (name == "map") {
-    std::vector<Value> out;
-    if (const Value* attr = arg(args, kwargs, 1000, "attribute")) {
-      const Value* def = arg(args, kwargs, 1000, "default");
-      for (const auto& item : iterate(v)) {
-        Value x = attribute_path(item, to_str(*attr));
-        out.push_back(x.is_undefined() && def ? *def : x);
-      }
-    } else {
-      if (args.empty() || !args[0].is_string())
-        type_error(who + ": expected a filter name or attribute=");
-      const std::string f = args[0].str();
-      if (!is_known_filter(f)) type_error(who + ": unsupported filter '" + f + "'");
-      const Args rest(args.begin() + 1, args.end());
-      for (const auto& item : iterate(v)) out.push_back(apply_filter(f, item, rest, kwargs));
-    }
-    return list_of(out, who);
-  }
-  if (name == "reverse") {
-    if (v.is_string()) {
-      auto cps = code_points(v.str());
-      std::string out;
-      for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
-      return Value(Json(out));
-    }
-    auto items = iterate(v);
-    std::reverse(items.begin(), items.end());
-    return list_of(items, who);
-  }
-  if (name == "int") return number_op_int(v, arg(args, kwargs, 0, "default"), who);
-  if (name == "float") {
-    if (v.is_number()) return Value(Json(v.as_double()));
-    if (v.is_bool()) return Value(Json(v.json().get<bool>() ? 1.0 : 0.0));
-    if (v.is_string()) {
-      try {
-        size_t used = 0;
-        const std::string s = py_strip(v.str(), nullptr, true, true);
-        const double d = std::stod(s, &used);
-        if (used == s.size()) return Value(Json(d));
-      } catch (const std::exception&) {
-      }
-    }
-    const Value* def = arg(args, kwargs, 0, "default");
-    return def ? *def : Value(Json(0.0));
-  }
-  if (name == "abs") {
-    if (v.is_int()) return Value(Json(std::llabs(v.as_int())));
-    if (v.is_number()) return Value(Json(std::fabs(v.as_double())));
-    type_error(who + ": expected a number");
-  }
-  if (name == "replace") {
-    const Value* count = arg(args, kwargs, 2, "count");
-    return Value(Json(py_replace(require_str(), arg_str(args, kwargs, 0, "old", "", who),
-                                 arg_str(args, kwargs, 1, "new", "", who),
-                                 count && count->is_int() ? count->as_int() : -1)));
-  }
-  if (name == "unique" || name == "sort") {
-    const bool case_sensitive =
-        arg_bool(args, kwargs, name == "sort" ? 1 : 0, "case_sensitive", false);
-    const Value* attr = arg(args, kwargs, name == "sort" ? 2 : 1, "attribute");
-    const auto key = [&](const Value& item) {
-      return attr && attr->is_string() ? attribute_path(item, attr->str()) : item;
-    };
-    auto items = iterate(v);
-    if (name == "sort") {
-      const bool reverse = arg_bool(args, kwargs, 0, "reverse", false);
-      std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
-        const int c = py_compare(key(a), key(b), case_sensitive);
-        return reverse ? c > 0 : c < 0;
-      });
-      return list_of(items, who);
-    }
-    std::vector<Value> out;
-    for (const auto& item : items) {
-      const bool seen = std::any_of(out.begin(), out.end(), [&](const Value& o) {
-        const Value a = key(o), b = key(item);
-        if (!case_sensitive && a.is_string() && b.is_string())
-          return icu_case(a.str(), 0) == icu_case(b.str(), 0);
-        return equals(a, b);
-      });
-      if (!seen) out.push_back(item);
-    }
-    return list_of(out, who);
-  }
-  if (name == "sum") {
-    const Value* attr = arg(args, kwargs, 0, "attribute");
-    const Value* start = arg(args, kwargs, 1, "start");
-    bool is_float = start && start->is_number() && !start->is_int();
-    double total = start && start->is_number() ? start->as_double() : 0.0;
-    for (const auto& item : iterate(v)) {
-      const Value x = attr && attr->is_string() ? attribute_path(item, attr->str()) : item;
-      if (!x.is_number()) type_error(who + ": can only sum numbers");
-      is_float = is_float || !x.is_int();
-      total += x.as_double();
-    }
-    return is_float ? Value(Json(total)) : Value(Json(static_cast<int64_t>(total)));
-  }
-  if (name == "min" || name == "max") {
-    const auto items = iterate(v);
-    if (items.empty()) return Value::undefined("min/max of empty sequence");
-    const bool case_sensitive = arg_bool(args, kwargs, 0, "case_sensitive", false);
-    Value best = items[0];
-    for (const auto& item : items) {
-      const int c = py_compare(item, best, case_sensitive);
-      if ((name == "min" && c < 0) || (name == "max" && c > 0)) best = item;
-    }
-    return best;
-  }
-  if (name == "round") {
-    if (!v.is_number()) type_error(who + ": expected a number");
-    const Value* p = arg(args, kwargs, 0, "precision");
-    const std::string method = arg_str(args, kwargs, 1, "method", "common", who);
-    const double scale = std::pow(10.0, p && p->is_int() ? static_cast<double>(p->as_int()) : 0.0);
-    const double x = v.as_double() * scale;
-    // 'common' is Python's round(): halves go to the even neighbour.
-    const double r = method == "ceil"    ? std::ceil(x)
-                     : method == "floor" ? std::floor(x)
-                                         : std::nearbyint(x);
-    return Value(Json(r / scale));
-  }
-  if (name == "indent") {
-    const Value* width = arg(args, kwargs, 0, "width");
-    const std::string pad =
-        width && width->is_string()
-            ? width->str()
-            : std::string(width && width->is_int() ? static_cast<size_t>(width->as_int()) : 4, ' ');
-    const bool first = arg_bool(args, kwargs, 1, "first", false);
-    const bool blank = arg_bool(args, kwargs, 2, "blank", false);
-    std::string s = require_str(), out;
-    size_t start = 0;
-    bool is_first = true;
-    while (true) {
-      const size_t nl = s.find('\n', start);
-      const std::string line =
-          s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-      const bool indent_this = (is_first ? first : true) && (blank || !line.empty());
-      out += (indent_this ? pad : "") + line;
-      if (nl == std::string::npos) break;
-      out += "\n";
-      start = nl + 1;
-      is_first = false;
-    }
-    return Value(Json(out));
-  }
-  if (name == "wordcount")
-    return Value(Json(static_cast<int64_t>(py_split(require_str(), nullptr, -1).size())));
-  type_error("unsupported filter '" + name + "'");
+  const auto it = filters().find(name);
+  if (it == filters().end()) type_error("unsupported filter '" + name + "'");
+  return it->second(name, v, args, kwargs);
 }
 
 // ---------------------------------------------------------------------------------------------

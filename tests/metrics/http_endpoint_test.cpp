@@ -1,11 +1,16 @@
-// The HTTP side: Exposer serving /metrics and extra handlers, http_get() reading them.
+// The HTTP side: HttpEndpoint serving prometheus-cpp registries on /metrics and extra handlers,
+// http_get() reading them.
 
 // cpprestsdk's U() macro breaks GoogleTest's headers; we do not need it.
 #define _TURN_OFF_PLATFORM_STRING
-#include "common/metrics/exposer.h"
+#include "common/metrics/http_endpoint.h"
 
 #include <cpprest/http_client.h>
 #include <gtest/gtest.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <stdexcept>
 
@@ -15,7 +20,9 @@
 namespace kubetune::metrics {
 namespace {
 
-std::string base_url(const Exposer& exposer) {
+using prometheus::Registry;
+
+std::string base_url(const HttpEndpoint& exposer) {
   return "http://127.0.0.1:" + std::to_string(exposer.port());
 }
 
@@ -25,18 +32,25 @@ web::http::http_response raw_request(const std::string& url, const web::http::me
   return client.request(method).get();
 }
 
-TEST(Exposer, ServesRegistriesOnMetricsWithPrometheusContentType) {
+TEST(HttpEndpoint, ServesRegistriesOnMetricsWithPrometheusContentType) {
   auto first = std::make_shared<Registry>();
   auto second = std::make_shared<Registry>();
-  Exposer exposer("127.0.0.1", 0);
+  HttpEndpoint exposer("127.0.0.1", 0);
   ASSERT_GT(exposer.port(), 0);
   exposer.add_registry(first);
   exposer.add_registry(second);
-  first->counter("a_total", "A.").with({{"rank", "0"}}).inc(5);
-  second->gauge("b", "B.").with().set(-1.5);
+  prometheus::BuildCounter()
+      .Name("a_total")
+      .Help("A.")
+      .Register(*first)
+      .Add({{"rank", "0"}})
+      .Increment(5);
+  prometheus::BuildGauge().Name("b").Help("B.").Register(*second).Add({}).Set(-1.5);
 
   const std::string body = http_get(base_url(exposer) + "/metrics", 2000);
-  EXPECT_EQ(body, first->serialize() + second->serialize());
+  auto families = first->Collect();
+  for (auto& f : second->Collect()) families.push_back(f);
+  EXPECT_EQ(body, prometheus::TextSerializer().Serialize(families));
   const ParsedMetrics parsed = parse_text_format(body);
   EXPECT_EQ(parsed.at("a_total{rank=\"0\"}"), 5);
   EXPECT_EQ(parsed.at("b"), -1.5);
@@ -46,23 +60,27 @@ TEST(Exposer, ServesRegistriesOnMetricsWithPrometheusContentType) {
   EXPECT_EQ(response.headers().content_type(), "text/plain; version=0.0.4; charset=utf-8");
 }
 
-TEST(Exposer, ValuesAreLiveBetweenScrapes) {
+TEST(HttpEndpoint, ValuesAreLiveBetweenScrapes) {
   auto registry = std::make_shared<Registry>();
-  Exposer exposer("127.0.0.1", 0);
+  HttpEndpoint exposer("127.0.0.1", 0);
   exposer.add_registry(registry);
-  auto& step = registry->gauge("kubetune_step", "Step.").with({{"rank", "0"}});
-  step.set(1);
+  auto& step = prometheus::BuildGauge()
+                   .Name("kubetune_step")
+                   .Help("Step.")
+                   .Register(*registry)
+                   .Add({{"rank", "0"}});
+  step.Set(1);
   EXPECT_EQ(first_value(parse_text_format(http_get(base_url(exposer) + "/metrics", 2000)),
                         "kubetune_step"),
             1);
-  step.set(2);
+  step.Set(2);
   EXPECT_EQ(first_value(parse_text_format(http_get(base_url(exposer) + "/metrics", 2000)),
                         "kubetune_step"),
             2);
 }
 
-TEST(Exposer, ExtraHandlersUnknownPathsAndMethods) {
-  Exposer exposer("127.0.0.1", 0);
+TEST(HttpEndpoint, ExtraHandlersUnknownPathsAndMethods) {
+  HttpEndpoint exposer("127.0.0.1", 0);
   bool ready = false;
   exposer.add_handler("/healthz", [] { return std::make_pair(200, std::string("ok\n")); });
   exposer.add_handler("/readyz", [&] {
@@ -85,33 +103,33 @@ TEST(Exposer, ExtraHandlersUnknownPathsAndMethods) {
   EXPECT_EQ(http_get(base_url(exposer) + "/metrics", 2000), "");
 }
 
-TEST(Exposer, RejectsBadHandlerPathsAndPorts) {
-  Exposer exposer("127.0.0.1", 0);
+TEST(HttpEndpoint, RejectsBadHandlerPathsAndPorts) {
+  HttpEndpoint exposer("127.0.0.1", 0);
   auto ok = [] { return std::make_pair(200, std::string()); };
   EXPECT_THROW(exposer.add_handler("/metrics", ok), std::invalid_argument);
   EXPECT_THROW(exposer.add_handler("healthz", ok), std::invalid_argument);
   EXPECT_THROW(exposer.add_registry(nullptr), std::invalid_argument);
-  EXPECT_THROW(Exposer("127.0.0.1", 70000), std::invalid_argument);
+  EXPECT_THROW(HttpEndpoint("127.0.0.1", 70000), std::invalid_argument);
   // The port is taken by the first exposer.
   try {
-    Exposer clash("127.0.0.1", exposer.port());
+    HttpEndpoint clash("127.0.0.1", exposer.port());
     ADD_FAILURE() << "second exposer on the same port";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(exposer.port())), std::string::npos);
   }
 }
 
-TEST(Exposer, ListensOnAllInterfacesWithExplicitPort) {
+TEST(HttpEndpoint, ListensOnAllInterfacesWithExplicitPort) {
   const int port = pick_free_port("0.0.0.0");
-  Exposer exposer("0.0.0.0", port);
+  HttpEndpoint exposer("0.0.0.0", port);
   EXPECT_EQ(exposer.port(), port);
   EXPECT_EQ(http_get("http://127.0.0.1:" + std::to_string(port) + "/metrics", 2000), "");
 }
 
-TEST(Exposer, StopsOnDestruction) {
+TEST(HttpEndpoint, StopsOnDestruction) {
   int port = 0;
   {
-    Exposer exposer("127.0.0.1", 0);
+    HttpEndpoint exposer("127.0.0.1", 0);
     port = exposer.port();
     EXPECT_NO_THROW(http_get("http://127.0.0.1:" + std::to_string(port) + "/metrics", 2000));
   }
@@ -128,7 +146,7 @@ TEST(HttpGet, ErrorsNameTheUrl) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find(url), std::string::npos) << e.what();
   }
-  Exposer exposer("127.0.0.1", 0);
+  HttpEndpoint exposer("127.0.0.1", 0);
   try {
     http_get(base_url(exposer) + "/missing", 1000);
     ADD_FAILURE() << "no error for a 404";
