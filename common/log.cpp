@@ -23,7 +23,7 @@ std::string utc_time(const spdlog::log_clock::time_point& t) {
   const std::time_t seconds = spdlog::log_clock::to_time_t(t);
   std::tm tm{};
   gmtime_r(&seconds, &tm);
-  char buf[40];
+  char buf[64];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
   return buf;
@@ -56,6 +56,32 @@ class JsonFormatter : public spdlog::formatter {
 };
 
 }  // namespace
+
+void write(Level level, const std::string& message) {
+  switch (level) {
+    case Level::kInfo:
+      spdlog::info("{}", message);
+      break;
+    case Level::kWarn:
+      spdlog::warn("{}", message);
+      break;
+    case Level::kError:
+      spdlog::error("{}", message);
+      break;
+  }
+}
+
+std::string fixed(double value, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, value);
+  return buf;
+}
+
+std::string general(double value, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, value);
+  return buf;
+}
 
 Format parse_format(const std::string& name) {
   if (name == "text") return Format::kText;

@@ -6,7 +6,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/train_config_schema_json.h"  // generated: kTrainConfigSchemaJson
+#include "common/contracts.h"
+#include "common/schema_validator.h"
+#include "common/finetunejob_schema_json.h"  // generated: kFineTuneJobSchemaJson
 
 namespace kubetune {
 namespace {
@@ -17,92 +19,6 @@ std::string join_lines(const std::vector<std::string>& lines) {
   std::string out = "invalid training config:";
   for (const auto& line : lines) out += "\n  " + line;
   return out;
-}
-
-std::string child_path(const std::string& parent, const std::string& key) {
-  return parent.empty() ? key : parent + "." + key;
-}
-
-bool has_type(const json& value, const std::string& type) {
-  if (type == "object") return value.is_object();
-  if (type == "array") return value.is_array();
-  if (type == "string") return value.is_string();
-  if (type == "boolean") return value.is_boolean();
-  if (type == "integer") return value.is_number_integer();
-  if (type == "number") return value.is_number();
-  return false;
-}
-
-void check_range(const json& value, const json& schema, const std::string& path,
-                 std::vector<std::string>& problems) {
-  double v = value.get<double>();
-  if (schema.contains("minimum")) {
-    double min = schema["minimum"].get<double>();
-    bool exclusive = schema.value("exclusiveMinimum", false);
-    if (exclusive ? !(v > min) : !(v >= min))
-      problems.push_back(path + ": must be " + (exclusive ? "> " : ">= ") +
-                         schema["minimum"].dump());
-  }
-  if (schema.contains("maximum")) {
-    double max = schema["maximum"].get<double>();
-    bool exclusive = schema.value("exclusiveMaximum", false);
-    if (exclusive ? !(v < max) : !(v <= max))
-      problems.push_back(path + ": must be " + (exclusive ? "< " : "<= ") +
-                         schema["maximum"].dump());
-  }
-}
-
-// Applies defaults and validates `value` against an OpenAPI v3 subset (the one CRDs use), in place,
-// collecting every problem rather than stopping at the first: users fix a file in one pass.
-void apply_schema(json& value, const json& schema, const std::string& path,
-                  std::vector<std::string>& problems) {
-  const std::string type = schema.value("type", "");
-  if (!type.empty() && !has_type(value, type)) {
-    problems.push_back(path + ": expected " + type + ", got " + value.type_name() + " " +
-                       value.dump());
-    return;
-  }
-  if (schema.contains("enum")) {
-    bool found = false;
-    for (const auto& allowed : schema["enum"]) found = found || allowed == value;
-    if (!found)
-      problems.push_back(path + ": " + value.dump() + " is not one of " + schema["enum"].dump());
-  }
-  if (value.is_number()) check_range(value, schema, path, problems);
-  if (value.is_string() && schema.contains("minLength") &&
-      value.get<std::string>().size() < schema["minLength"].get<size_t>())
-    problems.push_back(path + ": must not be empty");
-  if (value.is_string() && schema.contains("maxLength") &&
-      value.get<std::string>().size() > schema["maxLength"].get<size_t>())
-    problems.push_back(path + ": must be at most " + schema["maxLength"].dump() + " characters");
-  if (value.is_array() && schema.contains("maxItems") &&
-      value.size() > schema["maxItems"].get<size_t>())
-    problems.push_back(path + ": must have at most " + schema["maxItems"].dump() + " items");
-  if (value.is_array() && schema.contains("items")) {
-    for (size_t i = 0; i < value.size(); ++i)
-      apply_schema(value[i], schema["items"], path + "[" + std::to_string(i) + "]", problems);
-  }
-  if (!value.is_object() || !schema.contains("properties")) return;
-  const json& properties = schema["properties"];
-  for (auto it = value.begin(); it != value.end(); ++it) {
-    if (!properties.contains(it.key()))
-      problems.push_back(child_path(path, it.key()) + ": unknown field (allowed: " + [&] {
-        std::string names;
-        for (auto p = properties.begin(); p != properties.end(); ++p)
-          names += (names.empty() ? "" : ", ") + p.key();
-        return names;
-      }() + ")");
-  }
-  for (const auto& name : schema.value("required", json::array())) {
-    if (!value.contains(name.get<std::string>()))
-      problems.push_back(child_path(path, name.get<std::string>()) + ": required field missing");
-  }
-  for (auto it = properties.begin(); it != properties.end(); ++it) {
-    if (!value.contains(it.key()) && it.value().contains("default"))
-      value[it.key()] = it.value()["default"];
-    if (value.contains(it.key()))
-      apply_schema(value[it.key()], it.value(), child_path(path, it.key()), problems);
-  }
 }
 
 json yaml_node_to_json(const YAML::Node& node, const std::string& source) {
@@ -151,15 +67,36 @@ json yaml_node_to_json(const YAML::Node& node, const std::string& source) {
 ConfigError::ConfigError(const std::vector<std::string>& problems)
     : std::runtime_error(join_lines(problems)), problems_(problems) {}
 
+const nlohmann::json& finetunejob_schema() {
+  static const nlohmann::json schema = nlohmann::json::parse(kFineTuneJobSchemaJson);
+  return schema;
+}
+
+const std::vector<std::string>& operator_spec_fields() {
+  static const std::vector<std::string> fields = [] {
+    std::vector<std::string> out;
+    for (const auto& [name, property] : finetunejob_schema()["spec"]["properties"].items()) {
+      if (property.value("x-kubetune-operator", false)) out.push_back(name);
+    }
+    return out;
+  }();
+  return fields;
+}
+
 const nlohmann::json& train_config_schema() {
-  static const nlohmann::json schema = nlohmann::json::parse(kTrainConfigSchemaJson);
+  static const nlohmann::json schema = [] {
+    nlohmann::json s = finetunejob_schema()["spec"];
+    s["description"] = "What to train and how: the trainer's --config file.";
+    for (const auto& name : operator_spec_fields()) s["properties"].erase(name);
+    return s;
+  }();
   return schema;
 }
 
 nlohmann::json validate_train_config(nlohmann::json config) {
   std::vector<std::string> problems;
   if (!config.is_object()) throw ConfigError({"(top level): expected an object"});
-  apply_schema(config, train_config_schema(), "", problems);
+  validate_against_schema(train_config_schema(), config, "", {}, problems);
   if (!problems.empty()) throw ConfigError(problems);
   return config;
 }
@@ -229,7 +166,8 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& c) {
   t.output_dir = c["output"]["dir"];
   t.save_merged = c["output"]["saveMerged"];
   const auto& ck = c["checkpoint"];
-  t.checkpoint_dir = ck.value("dir", t.output_dir + "/checkpoints");
+  const std::string dir = ck.value("dir", "");
+  t.checkpoint_dir = dir.empty() ? default_checkpoint_dir(t.output_dir) : dir;
   t.checkpoint_every_steps = ck["everySteps"];
   t.checkpoint_keep_last = ck["keepLast"];
   t.resume = ck["resume"];

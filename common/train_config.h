@@ -1,8 +1,8 @@
 // The training part of a FineTuneJob: the document `kubetune-trainer train --config` reads and the
 // `spec` fields of the FineTuneJob custom resource (everything but workers/runPolicy/volumes).
 //
-// It is defined once, as an OpenAPI v3 schema (train_config_schema()). The same schema fills in
-// defaults and validates a user's file here, and is embedded in the CRD by the operator, so the
+// It is defined once, in the FineTuneJob's OpenAPI v3 schema (common/finetunejob_schema.json). The
+// same schema fills in defaults and validates a user's file here, and makes the CRD, so the
 // trainer, the operator and the API server never disagree about a field.
 #pragma once
 
@@ -25,8 +25,15 @@ class ConfigError : public std::runtime_error {
   std::vector<std::string> problems_;
 };
 
-// OpenAPI v3 (structural, CRD-compatible) schema of the training config, with defaults and enums.
+// The whole FineTuneJob schema: {"spec": ..., "status": ...}. Properties of spec that belong to
+// the operator (workers, runPolicy, volumes) carry "x-kubetune-operator": true.
+const nlohmann::json& finetunejob_schema();
+
+// The training config: the FineTuneJob's spec without the operator's properties.
 const nlohmann::json& train_config_schema();
+
+// The names of the operator's properties of spec.
+const std::vector<std::string>& operator_spec_fields();
 
 // Applies the schema's defaults and checks types, enums, ranges and unknown keys; throws
 // ConfigError.

@@ -1,4 +1,5 @@
 // kubetune: the command line for FineTuneJob manifests without a cluster.
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -12,15 +13,6 @@
 
 namespace {
 
-const char* kUsage = R"(usage:
-  kubetune run JOB.yaml [--trainer PATH] [--work-dir DIR] [--progress-seconds N]
-      run the FineTuneJob on this machine: its pods become local processes (local GPUs when
-      present, CPU otherwise), with the operator's gang-restart and back-off policy
-  kubetune validate JOB.yaml...   check manifests against the CRD schema and rules
-  kubetune render JOB.yaml         print the ConfigMap, Service and pods the operator creates
-  kubetune crd                     print the FineTuneJob CRD
-)";
-
 kubetune::op::FineTuneJob load_job(const std::string& path) {
   nlohmann::json obj = kubetune::load_yaml_or_json_file(path);
   if (obj.is_object() && !obj["metadata"].contains("namespace")) {
@@ -33,23 +25,7 @@ kubetune::op::FineTuneJob load_job(const std::string& path) {
   }
 }
 
-int cmd_run(const std::vector<std::string>& args, const char* argv0) {
-  kubetune::op::local::LocalRunOptions o;
-  o.trainer = kubetune::op::local::default_trainer_path(argv0);
-  std::string file;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--trainer" && i + 1 < args.size())
-      o.trainer = args[++i];
-    else if (args[i] == "--work-dir" && i + 1 < args.size())
-      o.work_dir = args[++i];
-    else if (args[i] == "--progress-seconds" && i + 1 < args.size()) {
-      o.progress_period = std::chrono::seconds(std::stoi(args[++i]));
-    } else if (file.empty() && args[i].rfind("--", 0) != 0)
-      file = args[i];
-    else
-      throw std::runtime_error("run: unexpected argument " + args[i] + "\n" + kUsage);
-  }
-  if (file.empty()) throw std::runtime_error(std::string("run: which manifest?\n") + kUsage);
+int cmd_run(const std::string& file, kubetune::op::local::LocalRunOptions o) {
   return kubetune::op::local::run_local(load_job(file), o, std::cout);
 }
 
@@ -67,9 +43,8 @@ int cmd_validate(const std::vector<std::string>& files) {
   return bad ? 1 : 0;
 }
 
-int cmd_render(const std::vector<std::string>& args) {
-  if (args.size() != 1) throw std::runtime_error(std::string("render: one manifest\n") + kUsage);
-  const auto job = load_job(args[0]);
+int cmd_render(const std::string& file) {
+  const auto job = load_job(file);
   const auto objects = kubetune::op::desired_objects(job, 0);
   std::cout << kubetune::op::json_to_yaml(objects.config_map) << "---\n"
             << kubetune::op::json_to_yaml(objects.service);
@@ -80,23 +55,48 @@ int cmd_render(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::cout << kUsage;
-    return args.empty() ? 1 : 0;
-  }
-  const std::string cmd = args[0];
-  args.erase(args.begin());
+  CLI::App app{"kubetune: FineTuneJob manifests without a cluster"};
+  app.require_subcommand(1);
+
+  kubetune::op::local::LocalRunOptions run_options;
+  run_options.trainer = kubetune::op::local::default_trainer_path(argv[0]);
+  std::string run_file;
+  int progress_seconds = 10;
+  auto* run = app.add_subcommand(
+      "run",
+      "run the FineTuneJob on this machine: its pods become local processes (local GPUs when "
+      "present, CPU otherwise), with the operator's gang-restart and back-off policy");
+  run->add_option("manifest", run_file, "FineTuneJob YAML")->required();
+  run->add_option("--trainer", run_options.trainer, "kubetune-trainer to run")
+      ->capture_default_str();
+  run->add_option("--work-dir", run_options.work_dir,
+                  "where the pods' files go (default: <output.dir>/.kubetune-local)");
+  run->add_option("--progress-seconds", progress_seconds, "how often rank 0's progress is read")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+
+  std::vector<std::string> validate_files;
+  auto* validate =
+      app.add_subcommand("validate", "check manifests against the CRD schema and rules");
+  validate->add_option("manifests", validate_files, "FineTuneJob YAML files")->required();
+
+  std::string render_file;
+  auto* render =
+      app.add_subcommand("render", "print the ConfigMap, Service and pods the operator creates");
+  render->add_option("manifest", render_file, "FineTuneJob YAML")->required();
+
+  auto* crd = app.add_subcommand("crd", "print the FineTuneJob CRD");
+
+  CLI11_PARSE(app, argc, argv);
   try {
-    if (cmd == "run") return cmd_run(args, argv[0]);
-    if (cmd == "validate") return cmd_validate(args);
-    if (cmd == "render") return cmd_render(args);
-    if (cmd == "crd") {
-      std::cout << kubetune::op::crd_yaml();
-      return 0;
+    if (*run) {
+      run_options.progress_period = std::chrono::seconds(progress_seconds);
+      return cmd_run(run_file, run_options);
     }
-    std::cerr << "kubetune: unknown command " << cmd << "\n" << kUsage;
-    return 1;
+    if (*validate) return cmd_validate(validate_files);
+    if (*render) return cmd_render(render_file);
+    if (*crd) std::cout << kubetune::op::crd_yaml();
+    return 0;
   } catch (const std::exception& e) {
     std::cerr << "kubetune: " << e.what() << "\n";
     return 1;

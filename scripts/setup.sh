@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sets up this machine for kubetune and builds it. Idempotent: a second run only rebuilds what changed.
 #
-#   scripts/setup.sh           Debian packages, torch==2.11.0 (its LibTorch is what we link), build
-#   scripts/setup.sh --test    the same, plus the Python reference libraries the tests compare against
+#   scripts/setup.sh           Debian packages, torch==2.11.0 (its LibTorch is what we link), and
+#                              the binaries (kubetune-trainer, kubetune, kubetune-operator)
+#   scripts/setup.sh --test    the same, plus the Python reference libraries the tests compare
+#                              against, and every test
 #
 # Downloads and builds are cached outside the clone, under $KUBETUNE_CACHE (default ~/.cache/kubetune).
 set -euo pipefail
@@ -82,8 +84,11 @@ build() {
       -DCMAKE_PREFIX_PATH="$torch_prefix" -DKUBETUNE_PYTHON="$PYTHON" >"$CACHE/configure.log" 2>&1 ||
       { cat "$CACHE/configure.log"; exit 1; }
   fi
-  log "building (2 cores: the first build takes a while, later ones are incremental)"
-  cmake --build "$BUILD_DIR" -j "$(nproc)"
+  # Without --test only the product's binaries: the test binaries are most of the compile time.
+  local targets=()
+  [[ $WITH_TEST_DEPS -eq 1 ]] || targets=(--target kubetune-trainer kubetune kubetune-operator)
+  log "building ${targets[*]:-everything} (2 cores: the first build takes a while, later ones are incremental)"
+  cmake --build "$BUILD_DIR" -j "$(nproc)" "${targets[@]}"
 }
 
 mkdir -p "$CACHE/build"

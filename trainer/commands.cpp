@@ -2,13 +2,12 @@
 
 #include <torch/torch.h>
 
-#include <spdlog/spdlog.h>
-
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "common/contracts.h"
 #include "common/log.h"
 #include "common/train_config.h"
 #include "trainer/data/dataset.h"
@@ -29,8 +28,8 @@ int train_command(const std::string& config_path) {
   try {
     config = load_train_config(config_path);
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-    return train::kExitUserError;
+    log::error() << e.what();
+    return kExitUserError;
   }
   return train::run_training(config);
 }
@@ -123,8 +122,8 @@ int init_model_command(const std::string& config_path, const std::string& tokeni
   model::CausalLM model(config);
   io::save_hf_model(model, out_dir, torch::kFloat32);
   io::copy_tokenizer_files(tokenizer_dir, out_dir);
-  spdlog::info("wrote a randomly initialised {} model ({} parameters) to {}", config.model_type,
-               config.num_parameters(), out_dir);
+  log::info() << "wrote a randomly initialised " << config.model_type << " model ("
+              << config.num_parameters() << " parameters) to " << out_dir;
   return 0;
 }
 
@@ -187,7 +186,7 @@ int dispatch(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : train::kExitUserError;
+    return app.exit(e) == 0 ? 0 : kExitUserError;
   }
   if (*train) return train_command(config);
   if (*eval) return eval_command(model_dir, adapter_dir, data_path, batch_size, max_length, json);
@@ -203,27 +202,27 @@ int run_cli(int argc, char** argv) {
     log::setup(take_log_format(argc, argv), "trainer");
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;  // no logger yet
-    return train::kExitUserError;
+    return kExitUserError;
   }
   try {
     return dispatch(argc, argv);
   } catch (const ConfigError& e) {
-    spdlog::error("{}", e.what());
-    return train::kExitUserError;
+    log::error() << e.what();
+    return kExitUserError;
   } catch (const train::UserInputError& e) {
-    spdlog::error("{}", e.what());
-    return train::kExitUserError;
+    log::error() << e.what();
+    return kExitUserError;
   } catch (const dist::CollectiveError& e) {
-    spdlog::error("{}", e.what());
-    return dist::kExitCollectiveFailure;
+    log::error() << e.what();
+    return kExitRetryable;
   } catch (const c10::DistError& e) {
-    spdlog::error("collective failed: {}", e.what_without_backtrace());
-    return dist::kExitCollectiveFailure;
+    log::error() << "collective failed: " << e.what_without_backtrace();
+    return kExitRetryable;
   } catch (const c10::Error& e) {
-    spdlog::error("{}", e.what_without_backtrace());
+    log::error() << e.what_without_backtrace();
     return 1;
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
+    log::error() << e.what();
     return 1;
   }
 }

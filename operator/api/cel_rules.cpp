@@ -48,14 +48,12 @@ struct ImmutableField {
 
 std::vector<ImmutableField> immutable_spec_fields() {
   std::vector<ImmutableField> out;
-  for (const json* schema : {&train_config_schema(), &operator_spec_schema()}) {
-    const json required = schema->value("required", json::array());
-    for (auto it = (*schema)["properties"].begin(); it != (*schema)["properties"].end(); ++it) {
-      if (it.key() == "runPolicy") continue;
-      const bool is_required =
-          std::find(required.begin(), required.end(), it.key()) != required.end();
-      out.push_back({it.key(), is_required || it.value().contains("default")});
-    }
+  const json& spec = finetunejob_schema()["spec"];
+  const json required = spec.value("required", json::array());
+  for (const auto& [name, property] : spec["properties"].items()) {
+    if (name == "runPolicy") continue;
+    const bool is_required = std::find(required.begin(), required.end(), name) != required.end();
+    out.push_back({name, is_required || property.contains("default")});
   }
   return out;
 }

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "operator/api/schema_validator.h"
+#include "common/schema_validator.h"
 
 namespace kubetune::op {
 

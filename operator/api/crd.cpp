@@ -2,251 +2,13 @@
 
 #include "common/train_config.h"
 #include "operator/api/cel_rules.h"
-#include "operator/api/names.h"
+#include "common/contracts.h"
 #include "operator/api/yaml_emit.h"
 
 namespace kubetune::op {
 namespace {
 
 using nlohmann::json;
-
-// Kubernetes resource quantities ("500m", "16Gi", 4).
-const char* kQuantityPattern =
-    R"(^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$)";
-
-json quantity(const std::string& description) {
-  return {{"x-kubernetes-int-or-string", true},
-          {"pattern", kQuantityPattern},
-          {"description", description}};
-}
-
-json workers_schema() {
-  json tolerations = {
-      {"type", "array"},
-      {"maxItems", 64},
-      {"description", "Tolerations of the worker pods (as in a PodSpec)."},
-      {"items",
-       {{"type", "object"},
-        {"properties",
-         {{"key", {{"type", "string"}, {"maxLength", 316}}},
-          {"operator", {{"type", "string"}, {"enum", {"Exists", "Equal"}}}},
-          {"value", {{"type", "string"}, {"maxLength", 63}}},
-          {"effect",
-           {{"type", "string"}, {"enum", {"", "NoSchedule", "PreferNoSchedule", "NoExecute"}}}},
-          {"tolerationSeconds", {{"type", "integer"}}}}}}}};
-  json env = {
-      {"type", "array"},
-      {"maxItems", 256},
-      {"description", "Extra environment variables of the trainer container."},
-      {"items",
-       {{"type", "object"},
-        {"required", {"name"}},
-        {"properties",
-         {{"name",
-           {{"type", "string"}, {"maxLength", 256}, {"pattern", "^[A-Za-z_][A-Za-z0-9_]*$"}}},
-          {"value", {{"type", "string"}, {"maxLength", 32768}}}}}}}};
-  json security = {
-      {"type", "object"},
-      {"default", json::object()},
-      {"description",
-       "Who the trainer runs as. By default: not as root (the kubetune image runs as 65532), no "
-       "privilege escalation, every Linux capability dropped, the runtime's seccomp profile."},
-      {"properties",
-       {{"runAsNonRoot",
-         {{"type", "boolean"},
-          {"default", true},
-          {"description", "false allows images that run as root."}}},
-        {"runAsUser", {{"type", "integer"}, {"minimum", 0}}},
-        {"runAsGroup", {{"type", "integer"}, {"minimum", 0}}},
-        {"fsGroup",
-         {{"type", "integer"},
-          {"minimum", 0},
-          {"default", 65532},
-          {"description",
-           "Group given write access to mounted volumes (checkpoints and outputs on a PVC)."}}},
-        {"addCapabilities",
-         {{"type", "array"},
-          {"maxItems", 64},
-          {"items", {{"type", "string"}, {"maxLength", 64}, {"pattern", "^[A-Z_]+$"}}},
-          {"description", "Capabilities to keep, e.g. IPC_LOCK for RDMA (InfiniBand)."}}}}}};
-  return {{"type", "object"},
-          {"default", json::object()},
-          {"description", "The worker pods: one per node; pod i is node rank i of the gang."},
-          {"properties",
-           {{"replicas",
-             {{"type", "integer"},
-              {"minimum", 1},
-              {"maximum", 1024},
-              {"default", 1},
-              {"description", "Number of pods (nodes)."}}},
-            {"gpusPerWorker",
-             {{"type", "integer"},
-              {"minimum", 0},
-              {"maximum", 64},
-              {"default", 1},
-              {"description",
-               "nvidia.com/gpu limit of each pod and its number of trainer processes; 0 trains on "
-               "CPU with one process."}}},
-            {"image",
-             {{"type", "string"},
-              {"minLength", 1},
-              {"maxLength", 4096},
-              {"default", "ghcr.io/kubetune/kubetune:latest"},
-              {"description", "Image with kubetune-trainer on its PATH."}}},
-            {"imagePullPolicy",
-             {{"type", "string"},
-              {"enum", {"Always", "IfNotPresent", "Never"}},
-              {"default", "IfNotPresent"}}},
-            {"resources",
-             {{"type", "object"},
-              {"description", "CPU and memory of each pod (requests = limits)."},
-              {"properties",
-               {{"cpu", quantity("CPU cores, e.g. 8 or 7500m.")},
-                {"memory", quantity("Memory, e.g. 64Gi.")}}}}},
-            {"shmSize", quantity("Size of the memory-backed /dev/shm NCCL needs (default 8Gi).")},
-            {"nodeSelector",
-             {{"type", "object"},
-              {"maxProperties", 64},
-              {"additionalProperties", {{"type", "string"}, {"maxLength", 63}}}}},
-            {"tolerations", tolerations},
-            {"priorityClassName", {{"type", "string"}, {"maxLength", 253}}},
-            {"serviceAccountName", {{"type", "string"}, {"maxLength", 253}}},
-            {"securityContext", security},
-            {"env", env}}}};
-}
-
-json run_policy_schema() {
-  return {{"type", "object"},
-          {"default", json::object()},
-          {"description", "What to do about failures, time and suspension."},
-          {"properties",
-           {{"backoffLimit",
-             {{"type", "integer"},
-              {"minimum", 0},
-              {"maximum", 1000},
-              {"default", 3},
-              {"description",
-               "Gang restarts allowed after retryable failures before the job is Failed."}}},
-            {"activeDeadlineSeconds",
-             {{"type", "integer"},
-              {"minimum", 1},
-              {"description",
-               "Fail the job when it has been active this long (not counting "
-               "suspension)."}}},
-            {"ttlSecondsAfterFinished",
-             {{"type", "integer"},
-              {"minimum", 0},
-              {"description", "Delete the job (and its pods) this long after it finished."}}},
-            {"suspend",
-             {{"type", "boolean"},
-              {"default", false},
-              {"description",
-               "true deletes the pods; false again recreates them, resuming from the last "
-               "checkpoint."}}}}}};
-}
-
-json volumes_schema() {
-  return {
-      {"type", "array"},
-      {"maxItems", 16},
-      {"x-kubernetes-list-type", "map"},
-      {"x-kubernetes-list-map-keys", {"name"}},
-      {"description",
-       "Storage mounted into every worker: the model, data, output and checkpoint paths live "
-       "here."},
-      {"items",
-       {{"type", "object"},
-        {"required", {"name", "mountPath"}},
-        {"properties",
-         {{"name",
-           {{"type", "string"}, {"maxLength", 63}, {"pattern", "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}}},
-          {"mountPath",
-           {{"type", "string"},
-            {"maxLength", 4096},
-            {"pattern", "^(/[^/]+)+$"},
-            {"description", "Absolute path without a trailing slash."}}},
-          {"readOnly", {{"type", "boolean"}, {"default", false}}},
-          {"persistentVolumeClaim",
-           {{"type", "object"},
-            {"required", {"claimName"}},
-            {"properties",
-             {{"claimName", {{"type", "string"}, {"minLength", 1}, {"maxLength", 253}}}}}}},
-          {"hostPath",
-           {{"type", "object"},
-            {"required", {"path"}},
-            {"properties",
-             {{"path", {{"type", "string"}, {"maxLength", 4096}, {"pattern", "^/"}}},
-              {"type",
-               {{"type", "string"},
-                {"enum", {"", "Directory", "DirectoryOrCreate", "File", "FileOrCreate"}},
-                {"default", ""}}}}}}}}}}}};
-}
-
-json condition_schema() {
-  return {{"type", "object"},
-          {"required", {"type", "status", "lastTransitionTime", "reason", "message"}},
-          {"properties",
-           {{"type", {{"type", "string"}, {"maxLength", 316}}},
-            {"status", {{"type", "string"}, {"enum", {"True", "False", "Unknown"}}}},
-            {"observedGeneration", {{"type", "integer"}, {"minimum", 0}}},
-            {"lastTransitionTime", {{"type", "string"}, {"format", "date-time"}}},
-            {"reason", {{"type", "string"}, {"maxLength", 1024}}},
-            {"message", {{"type", "string"}, {"maxLength", 32768}}}}}};
-}
-
-json make_status_schema() {
-  json integer = {{"type", "integer"}};
-  json number = {{"type", "number"}};
-  json time = {{"type", "string"}, {"format", "date-time"}};
-  return {
-      {"type", "object"},
-      {"properties",
-       {{"phase",
-         {{"type", "string"},
-          {"enum",
-           {"Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed"}}}},
-        {"observedGeneration", integer},
-        {"conditions",
-         {{"type", "array"},
-          {"maxItems", 16},
-          {"x-kubernetes-list-type", "map"},
-          {"x-kubernetes-list-map-keys", {"type"}},
-          {"items", condition_schema()}}},
-        {"startTime", time},
-        {"completionTime", time},
-        {"restarts", {{"type", "integer"}, {"description", "Gang restarts so far."}}},
-        {"workers",
-         {{"type", "object"},
-          {"properties",
-           {{"active", integer},
-            {"succeeded", integer},
-            {"failed", integer},
-            {"created",
-             {{"type", "integer"},
-              {"description", "Pods created for the current gang (= status.restarts)."}}}}}}},
-        {"progress",
-         {{"type", "object"},
-          {"description", "Read from rank 0's metrics endpoint."},
-          {"properties",
-           {{"step", integer},
-            {"totalSteps", integer},
-            {"summary",
-             {{"type", "string"}, {"maxLength", 64}, {"description", "step/totalSteps"}}},
-            {"epoch", number},
-            {"loss", number},
-            {"tokensPerSecond", number},
-            {"etaSeconds", number},
-            {"updateTime", time}}}}},
-        {"lastCheckpoint",
-         {{"type", "object"},
-          {"description",
-           "count = kubetune_checkpoints_total of rank 0; step = the step seen when it grew."},
-          {"properties",
-           {{"count", integer},
-            {"step", integer},
-            {"path", {{"type", "string"}, {"maxLength", 4096}}},
-            {"time", time}}}}}}}};
-}
 
 // Attaches each CEL rule to the schema node named by its `where`.
 void attach_cel_rules(json& root) {
@@ -260,21 +22,13 @@ void attach_cel_rules(json& root) {
 }
 
 json make_job_schema() {
-  json spec = to_structural(train_config_schema());
-  spec["description"] =
-      "What to train (the trainer's config: model, data, method, training, output, checkpoint, "
-      "distributed, metrics) and how to run it (workers, runPolicy, volumes).";
-  for (auto it = operator_spec_schema()["properties"].begin();
-       it != operator_spec_schema()["properties"].end(); ++it) {
-    spec["properties"][it.key()] = it.value();
-  }
   json root = {{"type", "object"},
                {"required", {"spec"}},
                {"properties",
                 {{"apiVersion", {{"type", "string"}}},
                  {"kind", {{"type", "string"}}},
                  {"metadata", {{"type", "object"}}},
-                 {"spec", spec},
+                 {"spec", to_structural(finetunejob_schema()["spec"])},
                  {"status", status_schema()}}}};
   attach_cel_rules(root);
   return root;
@@ -301,6 +55,10 @@ json to_structural(json schema) {
     if (schema.contains("additionalProperties") && schema["additionalProperties"].is_boolean()) {
       schema.erase("additionalProperties");
     }
+    for (auto it = schema.begin(); it != schema.end();) {
+      // Our own markers are not OpenAPI: the API server would refuse them.
+      it = it.key().rfind("x-kubetune-", 0) == 0 ? schema.erase(it) : std::next(it);
+    }
     for (auto& [key, value] : schema.items()) value = to_structural(value);
   } else if (schema.is_array()) {
     for (auto& v : schema) v = to_structural(v);
@@ -309,16 +67,18 @@ json to_structural(json schema) {
 }
 
 const json& operator_spec_schema() {
-  static const json s = {{"type", "object"},
-                         {"properties",
-                          {{"workers", workers_schema()},
-                           {"runPolicy", run_policy_schema()},
-                           {"volumes", volumes_schema()}}}};
+  static const json s = [] {
+    json out = {{"type", "object"}, {"properties", json::object()}};
+    for (const auto& name : operator_spec_fields()) {
+      out["properties"][name] = to_structural(finetunejob_schema()["spec"]["properties"][name]);
+    }
+    return out;
+  }();
   return s;
 }
 
 const json& status_schema() {
-  static const json s = make_status_schema();
+  static const json s = to_structural(finetunejob_schema()["status"]);
   return s;
 }
 

@@ -1,6 +1,5 @@
-// The FineTuneJob CustomResourceDefinition, composed in C++ from the trainer's config schema
-// (common/train_config.h: model, data, method, training, output, checkpoint, distributed,
-// metrics) and the operator's own part (workers, runPolicy, volumes) and status. The checked-in
+// The FineTuneJob CustomResourceDefinition, made from the one FineTuneJob schema
+// (common/finetunejob_schema.json: spec and status) and the CEL rules (cel_rules.h). The checked-in
 // charts/kubetune/crds/finetunejobs.yaml is `kubetune-operator crd`; a test keeps them equal.
 #pragma once
 
@@ -20,8 +19,9 @@ const nlohmann::json& job_schema();
 nlohmann::json crd();
 std::string crd_yaml();
 
-// Turns the trainer's JSON schema into a structural CRD schema: `additionalProperties: false`
-// is not allowed there (unknown fields are pruned or, with strict field validation, rejected).
+// Turns our JSON schema into a structural CRD schema: `additionalProperties: false` is not allowed
+// there (unknown fields are pruned or, with strict field validation, rejected), nor are our own
+// x-kubetune-* markers.
 nlohmann::json to_structural(nlohmann::json schema);
 
 }  // namespace kubetune::op

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "operator/api/names.h"
+#include "common/contracts.h"
 
 namespace kubetune::op {
 namespace {
@@ -130,8 +130,8 @@ json make_pod(const FineTuneJob& job, int rank, int attempt) {
                     {"resources", resources(job.workers)},
                     {"securityContext", container_security_context(job.workers)}};
   container["ports"] = json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}}});
-  if (job.metrics_port > 0) {
-    container["ports"].push_back({{"name", "metrics"}, {"containerPort", job.metrics_port}});
+  if (job.config.metrics_port > 0) {
+    container["ports"].push_back({{"name", "metrics"}, {"containerPort", job.config.metrics_port}});
   }
   json spec = {{"restartPolicy", "Never"},  // the operator restarts the whole gang instead
                {"hostname", pod_name(job.name, rank)},

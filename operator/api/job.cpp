@@ -3,8 +3,8 @@
 #include "common/train_config.h"
 #include "operator/api/cel_rules.h"
 #include "operator/api/crd.h"
-#include "operator/api/names.h"
-#include "operator/api/schema_validator.h"
+#include "common/contracts.h"
+#include "common/schema_validator.h"
 
 namespace kubetune::op {
 namespace {
@@ -20,7 +20,7 @@ std::string join_lines(const std::vector<std::string>& lines) {
 // The trainer's part of the spec: everything but the operator's keys.
 json training_part(const json& spec) {
   json out = spec;
-  for (const char* key : kOperatorSpecKeys) out.erase(key);
+  for (const auto& key : operator_spec_fields()) out.erase(key);
   return out;
 }
 
@@ -127,10 +127,10 @@ FineTuneJob parse_job(const json& object) {
   if (job.train_config["metrics"].value("jobName", "").empty()) {
     job.train_config["metrics"]["jobName"] = job.name;  // the `job` label of every series
   }
+  job.config = TrainConfig::from_json(job.train_config);
   job.workers = parse_workers(job.spec["workers"]);
   job.run_policy = parse_run_policy(job.spec["runPolicy"]);
   job.volumes = parse_volumes(job.spec.value("volumes", json::array()));
-  job.metrics_port = job.train_config["metrics"].value("port", 0);
   return job;
 }
 

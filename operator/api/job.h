@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/train_config.h"
+
 namespace kubetune::op {
 
 // Every problem of a manifest, one per line, each starting with the field's path.
@@ -60,10 +62,10 @@ struct FineTuneJob {
   long generation = 0;
   nlohmann::json spec;          // defaulted
   nlohmann::json train_config;  // the trainer's part of spec, defaulted by its own validator
+  TrainConfig config;           // the same, typed
   Workers workers;
   RunPolicy run_policy;
   std::vector<Volume> volumes;
-  int metrics_port = 0;
 };
 
 // Defaults and validates a whole FineTuneJob object; throws SpecError listing every problem.

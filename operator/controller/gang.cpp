@@ -1,6 +1,6 @@
 #include "operator/controller/gang.h"
 
-#include "operator/api/names.h"
+#include "common/contracts.h"
 
 namespace kubetune::op {
 namespace {
@@ -54,7 +54,7 @@ std::optional<WorkerFailure> pod_failure(const json& pod, int rank) {
     }
     const int code = term.value("exitCode", 1);
     const std::string why = term.value("reason", "");
-    f.permanent = code == kPermanentExitCode && why != "OOMKilled";
+    f.permanent = code == kExitUserError && why != "OOMKilled";
     f.reason = f.permanent ? "ConfigError" : (why == "OOMKilled" ? "OOMKilled" : "WorkerFailed");
     f.message = "worker " + std::to_string(rank) + " (pod " + name + ") exited with code " +
                 std::to_string(code) + (why.empty() ? "" : " (" + why + ")") +

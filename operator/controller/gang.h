@@ -11,9 +11,6 @@
 
 namespace kubetune::op {
 
-// `kubetune-trainer` exits with this for configuration and data errors.
-inline constexpr int kPermanentExitCode = 2;
-
 struct WorkerFailure {
   int rank = -1;
   std::string reason;   // condition reason: WorkerFailed, Evicted, NodeLost, WorkerDeleted...

@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/metrics/http_endpoint.h"
-#include "operator/api/names.h"
+#include "common/contracts.h"
 
 namespace kubetune::op {
 

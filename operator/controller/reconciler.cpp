@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "operator/api/desired_objects.h"
-#include "operator/api/names.h"
+#include "common/contracts.h"
 #include "operator/controller/conditions.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/progress.h"
@@ -192,7 +192,7 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
       set_condition(p.status, kCondRestarting, false, "GangRunning",
                     "the restarted gang is running", p.generation, p.now);
     }
-    if (p.job.metrics_port > 0) {
+    if (p.job.config.metrics_port > 0) {
       update_progress(p, *g.pods[0]);
       result.requeue_after = options_.progress_period;
     }
@@ -392,7 +392,7 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   }
   const std::string ip = pod0.value("status", json::object()).value("podIP", "");
   if (ip.empty()) return;
-  const std::string url = "http://" + ip + ":" + std::to_string(p.job.metrics_port) + "/metrics";
+  const std::string url = "http://" + ip + ":" + std::to_string(p.job.config.metrics_port) + "/metrics";
   Progress pr;
   try {
     pr = scrape_progress(url, options_.scrape_timeout_ms);
@@ -418,11 +418,7 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   p.status["progress"] = progress;
   if (pr.checkpoints &&
       *pr.checkpoints > p.status.value("lastCheckpoint", json::object()).value("count", 0.0)) {
-    const json& ck = p.job.train_config["checkpoint"];
-    const std::string dir =
-        ck.value("dir", "").empty()
-            ? p.job.train_config["output"]["dir"].get<std::string>() + "/checkpoints"
-            : ck["dir"].get<std::string>();
+    const std::string& dir = p.job.config.checkpoint_dir;
     p.status["lastCheckpoint"] = {{"count", static_cast<long>(*pr.checkpoints)},
                                   {"step", progress.value("step", 0L)},
                                   {"path", dir},

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <regex>
 
+#include "common/contracts.h"
 #include "common/metrics/free_port.h"
 #include "operator/api/desired_objects.h"
 #include "operator/controller/gang.h"
@@ -111,10 +112,10 @@ ProcessSpec to_process(const json& pod, const FineTuneJob& job, const LocalRunOp
 }
 
 void print_progress(const FineTuneJob& job, std::ostream& out) {
-  if (job.metrics_port <= 0) return;
+  if (job.config.metrics_port <= 0) return;
   try {
     const Progress p =
-        scrape_progress("http://127.0.0.1:" + std::to_string(job.metrics_port) + "/metrics", 1000);
+        scrape_progress("http://127.0.0.1:" + std::to_string(job.config.metrics_port) + "/metrics", 1000);
     if (!p.step) return;
     out << "[kubetune] progress: step " << static_cast<long>(*p.step) << "/"
         << static_cast<long>(p.total_steps.value_or(0));
@@ -175,7 +176,7 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
 
 int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& out) {
   const std::string dir =
-      o.work_dir.empty() ? job.train_config["output"]["dir"].get<std::string>() + "/.kubetune-local"
+      o.work_dir.empty() ? job.config.output_dir + "/.kubetune-local"
                          : o.work_dir;
   fs::create_directories(dir);
   const auto start = std::chrono::steady_clock::now();
@@ -200,7 +201,7 @@ int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& ou
     }
     const std::string what = "worker " + std::to_string(r.exit.index) + " exited with code " +
                              std::to_string(r.exit.code);
-    if (!r.exit.signaled && r.exit.code == kPermanentExitCode) {
+    if (!r.exit.signaled && r.exit.code == kExitUserError) {
       out << "[kubetune] " << job.name << " failed: " << what
           << " (configuration or data error, not retried)\n";
       return 2;

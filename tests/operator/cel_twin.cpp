@@ -13,7 +13,7 @@
 int main() {
   using nlohmann::json;
   using namespace kubetune::op;
-  const CelEvaluators twins = cel_evaluators();
+  const kubetune::CelEvaluators twins = cel_evaluators();
   std::string line;
   while (std::getline(std::cin, line)) {
     const json req = json::parse(line);

@@ -10,7 +10,7 @@
 #include "common/train_config.h"
 #include "kubetune/kubefake/fake_api_server.h"
 #include "operator/api/crd.h"
-#include "operator/api/schema_validator.h"
+#include "common/schema_validator.h"
 #include "operator/controller/manager.h"
 #include "test_support.h"
 

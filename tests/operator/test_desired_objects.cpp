@@ -3,7 +3,7 @@
 
 #include "common/train_config.h"
 #include "operator/api/desired_objects.h"
-#include "operator/api/names.h"
+#include "common/contracts.h"
 #include "test_support.h"
 
 namespace kubetune::op {

@@ -1,7 +1,7 @@
 // Exit-code and pod-state classification of the gang policy.
 #include <gtest/gtest.h>
 
-#include "operator/api/names.h"
+#include "common/contracts.h"
 #include "operator/controller/gang.h"
 
 namespace kubetune::op {

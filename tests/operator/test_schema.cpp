@@ -9,7 +9,7 @@
 #include "operator/api/cel_rules.h"
 #include "operator/api/crd.h"
 #include "operator/api/job.h"
-#include "operator/api/schema_validator.h"
+#include "common/schema_validator.h"
 #include "test_support.h"
 
 namespace kubetune::op {

@@ -1,5 +1,7 @@
 #include "trainer/dist/communicator.h"
 
+#include "common/contracts.h"
+
 #include <torch/torch.h>
 
 #include <atomic>
@@ -146,7 +148,7 @@ class Watchdog {
                      "timeoutSeconds); a peer probably died or stopped participating. Aborting.\n",
                      rank_, what_.load(), timeout_);
         std::fflush(stderr);
-        std::_Exit(kExitCollectiveFailure);
+        std::_Exit(kExitRetryable);
       }
     }
   }

@@ -18,10 +18,6 @@
 
 namespace kubetune::dist {
 
-// Exit status of a process that gave up on a collective: retryable (the operator restarts the
-// gang).
-constexpr int kExitCollectiveFailure = 3;
-
 // A collective that failed or timed out: a peer died, hung or lost its connection.
 class CollectiveError : public std::runtime_error {
  public:
@@ -88,7 +84,7 @@ class Communicator {
 
  protected:
   explicit Communicator(const DistEnv& env) : env_(env) {}
-  virtual void watch_begin(const char* what) {}
+  virtual void watch_begin(const char* /*what*/) {}
   virtual void watch_end() {}
   DistEnv env_;
 };

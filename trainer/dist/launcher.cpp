@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <torch/cuda.h>
 #include <unistd.h>
@@ -155,8 +154,8 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
   std::vector<Child> children;
   for (int i = 0; i < local_world; ++i)
     children.push_back(spawn(o.node_rank * local_world + i, i, o, world, local_world, child_args));
-  spdlog::info("started {} process(es), world size {}, master {}:{}", local_world, world,
-               o.master_addr, o.master_port);
+  log::info() << "started " << local_world << " process(es), world size " << world << ", master "
+              << o.master_addr << ":" << o.master_port;
 
   std::map<pid_t, int> finished;
   int result = 0;
@@ -166,7 +165,7 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     reap(finished);
     if (int sig = g_forward_signal.exchange(0); sig != 0) {
-      spdlog::warn("received signal {}, forwarding to all ranks", sig);
+      log::warn() << "received signal " << sig << ", forwarding to all ranks";
       signal_all(children, finished, sig);
       if (!stopping) {
         stopping = true;
@@ -178,8 +177,8 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
     for (const auto& c : children) {
       auto it = finished.find(c.pid);
       if (stopping || it == finished.end() || it->second == 0) continue;
-      spdlog::error("rank {} (pid {}) {}; stopping the other ranks", c.rank, c.pid,
-                    describe(it->second));
+      log::error() << "rank " << c.rank << " (pid " << c.pid << ") " << describe(it->second)
+                   << "; stopping the other ranks";
       result = exit_code_for(it->second);
       stopping = true;
       signal_all(children, finished, SIGTERM);
@@ -192,7 +191,7 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
     }
   }
   for (auto& c : children) c.reader.join();
-  if (result == 0) spdlog::info("all {} rank(s) finished", children.size());
+  if (result == 0) log::info() << "all " << children.size() << " rank(s) finished";
   return result;
 }
 
@@ -200,27 +199,33 @@ int launch_main(const std::vector<std::string>& args) {
   // Everything after "--" is the command each rank runs, passed on untouched.
   const auto split = std::find(args.begin(), args.end(), std::string("--"));
   std::vector<std::string> own(args.begin(), split);
-  const std::vector<std::string> child =
-      split == args.end() ? std::vector<std::string>{} : std::vector<std::string>(split + 1, args.end());
+  const std::vector<std::string> child = split == args.end()
+                                             ? std::vector<std::string>{}
+                                             : std::vector<std::string>(split + 1, args.end());
 
   LaunchOptions o;
   std::string nproc = "auto";
-  CLI::App app{"kubetune-trainer launch: start one process per GPU (or one CPU worker) of this "
-               "node, torchrun-compatible; stops every rank when one fails",
-               "kubetune-trainer launch"};
-  app.footer("usage: kubetune-trainer launch --nproc-per-node N|auto [--nnodes M --node-rank R "
-             "--master-addr A --master-port P] -- train --config FILE");
+  CLI::App app{
+      "kubetune-trainer launch: start one process per GPU (or one CPU worker) of this "
+      "node, torchrun-compatible; stops every rank when one fails",
+      "kubetune-trainer launch"};
+  app.footer(
+      "usage: kubetune-trainer launch --nproc-per-node N|auto [--nnodes M --node-rank R "
+      "--master-addr A --master-port P] -- train --config FILE");
   app.add_option("--nproc-per-node,--nproc_per_node", nproc,
                  "processes on this node: a number, or auto (one per visible GPU, else 1)")
       ->capture_default_str();
-  app.add_option("--nnodes", o.nnodes, "nodes (pods) in the job")->capture_default_str()
+  app.add_option("--nnodes", o.nnodes, "nodes (pods) in the job")
+      ->capture_default_str()
       ->check(CLI::Range(1, 65536));
   app.add_option("--node-rank,--node_rank", o.node_rank, "this node's rank, 0..nnodes-1")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--master-addr,--master_addr", o.master_addr, "rank 0's node")
       ->capture_default_str();
   app.add_option("--master-port,--master_port", o.master_port, "rendezvous port on it")
-      ->capture_default_str()->check(CLI::Range(1, 65535));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
   std::reverse(own.begin(), own.end());  // CLI11 parses a reversed vector
   try {
     app.parse(own);

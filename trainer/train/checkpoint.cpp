@@ -1,7 +1,5 @@
 #include "trainer/train/checkpoint.h"
 
-#include <spdlog/spdlog.h>
-
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -11,6 +9,7 @@
 #include <fstream>
 #include <regex>
 
+#include "common/log.h"
 #include "trainer/io/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -131,7 +130,7 @@ std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir)
     try {
       return load_checkpoint(path);
     } catch (const std::exception& e) {
-      spdlog::warn("skipping damaged checkpoint {}: {}", path, e.what());
+      log::warn() << "skipping damaged checkpoint " << path << ": " << e.what();
     }
   }
   return std::nullopt;

@@ -4,9 +4,7 @@
 #include "trainer/train/device.h"
 #include "trainer/train/history.h"
 #include "trainer/train/progress.h"
-#ifdef KUBETUNE_HAVE_METRICS
 #include "trainer/metrics/prometheus_observer.h"
-#endif
 
 namespace kubetune::train {
 
@@ -19,7 +17,6 @@ std::vector<std::unique_ptr<TrainingObserver>> make_observers(const TrainConfig&
     observers.push_back(std::make_unique<HistoryWriter>(config.output_dir));
     observers.push_back(std::make_unique<metrics::TensorBoardWriter>(config.output_dir));
   }
-#ifdef KUBETUNE_HAVE_METRICS
   if (config.metrics_port > 0) {  // every rank, each on metrics.port + local rank
     PrometheusObserver::Options o;
     o.job = config.job_name;
@@ -33,8 +30,6 @@ std::vector<std::unique_ptr<TrainingObserver>> make_observers(const TrainConfig&
     }
     observers.push_back(std::make_unique<PrometheusObserver>(std::move(o)));
   }
-#endif
-  (void)device;
   return observers;
 }
 

@@ -1,13 +1,13 @@
 #include "trainer/train/profiler.h"
 
-#include <spdlog/spdlog.h>
-
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <stdexcept>
+
+#include "common/log.h"
 
 namespace kubetune::train {
 namespace {
@@ -46,7 +46,7 @@ void StepProfiler::after_step(int64_t step) {
   if (!active_ || step != last_) return;
   active_ = false;
   torch::autograd::profiler::disableProfiler()->save(path_);
-  spdlog::info("profile of steps {}-{} written to {}", first_, last_, path_);
+  log::info() << "profile of steps " << first_ << "-" << last_ << " written to " << path_;
 }
 
 }  // namespace kubetune::train

@@ -1,10 +1,10 @@
 #include "trainer/train/progress.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+
+#include "common/log.h"
 
 namespace kubetune::train {
 
@@ -20,24 +20,25 @@ std::string format_duration(double seconds) {
 
 void ProgressPrinter::on_step(const StepStats& s) {
   if (s.step % every_ != 0 && s.step != s.total_steps && s.step != 1) return;
-  spdlog::info(
-      "step={}/{} epoch={:.2f} loss={:.4f} lr={:.3g} grad_norm={:.3f} tokens_per_second={:.0f} "
-      "elapsed={} eta={}",
-      s.step, s.total_steps, s.epoch, s.loss, s.learning_rate, s.grad_norm, s.tokens_per_second,
-      format_duration(s.elapsed_seconds), format_duration(s.eta_seconds));
+  log::info() << "step=" << s.step << "/" << s.total_steps << " epoch=" << log::fixed(s.epoch, 2)
+              << " loss=" << log::fixed(s.loss, 4) << " lr=" << log::general(s.learning_rate, 3)
+              << " grad_norm=" << log::fixed(s.grad_norm, 3)
+              << " tokens_per_second=" << log::fixed(s.tokens_per_second, 0)
+              << " elapsed=" << format_duration(s.elapsed_seconds)
+              << " eta=" << format_duration(s.eta_seconds);
 }
 
 void ProgressPrinter::on_eval(int64_t step, double eval_loss) {
-  spdlog::info("eval step={} eval_loss={:.4f}", step, eval_loss);
+  log::info() << "eval step=" << step << " eval_loss=" << log::fixed(eval_loss, 4);
 }
 
 void ProgressPrinter::on_checkpoint(int64_t step, const std::string& path) {
-  spdlog::info("checkpoint step={} path={}", step, path);
+  log::info() << "checkpoint step=" << step << " path=" << path;
 }
 
 void ProgressPrinter::on_finish(const StepStats& last) {
-  spdlog::info("done steps={} elapsed={} final_loss={:.4f}", last.step,
-               format_duration(last.elapsed_seconds), last.loss);
+  log::info() << "done steps=" << last.step << " elapsed=" << format_duration(last.elapsed_seconds)
+              << " final_loss=" << log::fixed(last.loss, 4);
 }
 
 }  // namespace kubetune::train

@@ -43,9 +43,9 @@ class TrainingObserver {
  public:
   virtual ~TrainingObserver() = default;
   virtual void on_step(const StepStats& stats) = 0;
-  virtual void on_eval(int64_t step, double eval_loss) {}
-  virtual void on_checkpoint(int64_t step, const std::string& path) {}
-  virtual void on_finish(const StepStats& last) {}
+  virtual void on_eval(int64_t /*step*/, double /*eval_loss*/) {}
+  virtual void on_checkpoint(int64_t /*step*/, const std::string& /*path*/) {}
+  virtual void on_finish(const StepStats& /*last*/) {}
 };
 
 }  // namespace kubetune::train

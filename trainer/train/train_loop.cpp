@@ -12,8 +12,6 @@
 //   end: adapter or model folder, final checkpoint, final evaluation
 #include "trainer/train/train_loop.h"
 
-#include <spdlog/spdlog.h>
-
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -23,6 +21,7 @@
 #include <functional>
 #include <optional>
 
+#include "common/log.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/sampler.h"
 #include "trainer/dist/communicator.h"
@@ -461,7 +460,8 @@ void save_outputs(Run& run) {
     io::save_hf_model(run.model, c.output_dir, torch::kFloat32);
     io::copy_tokenizer_files(c.model_path, c.output_dir);
   }
-  spdlog::info("saved {} output={}", lora_config(c) ? "PEFT adapter" : "model", c.output_dir);
+  log::info() << "saved " << (lora_config(c) ? "PEFT adapter" : "model")
+              << " output=" << c.output_dir;
 }
 
 double run_validation(Run& run) {
@@ -549,23 +549,24 @@ int run_training(const TrainConfig& c) {
   if (checkpoint) {
     restore_optimizer(run, *checkpoint);
     if (lead) {
-      spdlog::info("resuming from {} at step={}/{}", checkpoint->path, run.state.step, total_steps);
+      log::info() << "resuming from " << checkpoint->path << " at step=" << run.state.step << "/"
+                  << total_steps;
     }
     checkpoint.reset();  // free the host copies
   }
   attach_gradient_probe(run);
 
   if (lead) {
-    spdlog::info(
-        "training {} on {} examples: {} steps, global batch {} ({} x {} accumulation x {} "
-        "processes), {} trainable tensors, device {}, backend {}{}",
-        c.method, run.train.size(), total_steps, shape.global_batch, c.micro_batch_size,
-        shape.accumulation, env.world_size, run.trainable.names.size(), device.str(),
-        run.comm.backend_name(),
-        run.shards ? ", optimizer sharded across processes (" +
-                         std::to_string(run.shards->sharded_buckets()) + " of " +
-                         std::to_string(run.shards->buckets()) + " buckets)"
-                   : "");
+    log::info() << "training " << c.method << " on " << run.train.size()
+                << " examples: " << total_steps << " steps, global batch " << shape.global_batch
+                << " (" << c.micro_batch_size << " x " << shape.accumulation << " accumulation x "
+                << env.world_size << " processes), " << run.trainable.names.size()
+                << " trainable tensors, device " << device.str() << ", backend "
+                << run.comm.backend_name()
+                << (run.shards ? ", optimizer sharded across processes (" +
+                                     std::to_string(run.shards->sharded_buckets()) + " of " +
+                                     std::to_string(run.shards->buckets()) + " buckets)"
+                               : "");
   }
 
   // Model FLOPs per trained token (PaLM's MFU convention): 6N for full fine-tuning, 4N for LoRA

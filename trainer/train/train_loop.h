@@ -7,10 +7,6 @@
 
 namespace kubetune::train {
 
-// Exit status for errors in the user's config or data: the operator fails such a job at once
-// instead of retrying it.
-constexpr int kExitUserError = 2;
-
 // A problem in what the user gave us (model folder, data, config): retrying cannot fix it.
 class UserInputError : public std::runtime_error {
  public:

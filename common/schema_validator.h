@@ -1,4 +1,4 @@
-// A validator for the structural OpenAPI v3 schemas of CustomResourceDefinitions: it does what
+// The one validator of kubetune's schemas (the trainer's config, the FineTuneJob): it does what
 // the API server does to a FineTuneJob before storing it (apply defaults, check types, enums,
 // required fields, ranges, lengths, patterns, list-map keys, unknown fields as with kubectl's
 // strict field validation) so that the operator, `kubetune validate` and the tests agree with it
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace kubetune::op {
+namespace kubetune {
 
 // C++ twin of a CEL rule: returns true when `self` satisfies it. `old_self` is the stored
 // object on an update (CEL's oldSelf), null on a create.
@@ -35,4 +35,4 @@ void validate_against_schema(const nlohmann::json& schema, nlohmann::json& value
                              std::vector<std::string>& problems,
                              const nlohmann::json* old_value = nullptr);
 
-}  // namespace kubetune::op
+}  // namespace kubetune

@@ -1,5 +1,24 @@
-// Names shared by the CRD, the objects the operator creates and the local runner.
+// What the components agree on, written once: the trainer's exit statuses (read by the operator
+// and the local runner), default paths, and the names and labels of the FineTuneJob API and of the
+// objects the operator creates (read by the chart's monitors and the dashboards too).
 #pragma once
+
+#include <string>
+
+namespace kubetune {
+
+// Exit statuses of kubetune-trainer.
+// A problem in the user's config or data: retrying cannot help, the job fails at once.
+inline constexpr int kExitUserError = 2;
+// A collective timed out or a peer died: the gang is restarted from the last checkpoint.
+inline constexpr int kExitRetryable = 3;
+
+// Where checkpoints go unless checkpoint.dir says otherwise.
+inline std::string default_checkpoint_dir(const std::string& output_dir) {
+  return output_dir + "/checkpoints";
+}
+
+}  // namespace kubetune
 
 namespace kubetune::op {
 
@@ -26,8 +45,5 @@ inline constexpr const char* kTrainerContainer = "trainer";
 inline constexpr const char* kConfigMountDir = "/etc/kubetune";
 inline constexpr const char* kConfigFile = "config.json";
 inline constexpr int kMasterPort = 29500;
-
-// Training keys of the spec that are the operator's, not the trainer's.
-inline constexpr const char* kOperatorSpecKeys[] = {"workers", "runPolicy", "volumes"};
 
 }  // namespace kubetune::op

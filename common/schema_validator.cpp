@@ -1,9 +1,9 @@
-#include "operator/api/schema_validator.h"
+#include "common/schema_validator.h"
 
 #include <regex>
 #include <set>
 
-namespace kubetune::op {
+namespace kubetune {
 namespace {
 
 using nlohmann::json;
@@ -110,7 +110,11 @@ struct Checker {
       } else if (s.contains("additionalProperties") && s["additionalProperties"].is_object()) {
         check(s["additionalProperties"], it.value(), nullptr, p);
       } else if (props && !s.value("x-kubernetes-preserve-unknown-fields", false)) {
-        fail(p, "unknown field");
+        std::string allowed;
+        for (auto k = props->begin(); k != props->end(); ++k) {
+          allowed += (allowed.empty() ? "" : ", ") + k.key();
+        }
+        fail(p, "unknown field (allowed: " + allowed + ")");
       }
     }
   }
@@ -193,4 +197,4 @@ void validate_against_schema(const json& schema, json& value, const std::string&
   Checker{cel, problems}.check(schema, value, old_value, path);
 }
 
-}  // namespace kubetune::op
+}  // namespace kubetune
