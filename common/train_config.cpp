@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "common/contracts.h"
-#include "common/schema_validator.h"
 #include "common/finetunejob_schema_json.h"  // generated: kFineTuneJobSchemaJson
+#include "common/schema_validator.h"
 
 namespace kubetune {
 namespace {

@@ -16,7 +16,7 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
 # and an unprivileged user.
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libcpprest2.10 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libcivetweb1 libssl3 \
+ && apt-get install -y --no-install-recommends libcpprest2.10 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libssl3 \
       ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /build/bin/kubetune-operator /usr/local/bin/kubetune-operator

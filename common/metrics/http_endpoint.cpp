@@ -1,180 +1,158 @@
 #include "common/metrics/http_endpoint.h"
 
-#include <CivetServer.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
+#include <cpprest/http_listener.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <chrono>
+#include <map>
 #include <mutex>
 #include <stdexcept>
-#include <thread>
 #include <vector>
+
+#include "common/metrics/free_port.h"
 
 namespace kubetune::metrics {
 namespace {
 
-const char* status_text(int code) {
-  switch (code) {
-    case 200:
-      return "OK";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 503:
-      return "Service Unavailable";
-    default:
-      return code >= 500 ? "Internal Server Error" : "Error";
+using web::http::http_request;
+using web::http::methods;
+using web::http::experimental::listener::http_listener;
+
+constexpr const char* kMetricsPath = "/metrics";
+constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
+constexpr const char* kTextContentType = "text/plain; charset=utf-8";
+// With port 0 we pick a free port and bind it; another process can win the race in between.
+constexpr int kBindAttempts = 10;
+
+// Opens a listener on http://address:port/ or throws std::runtime_error saying where and why.
+std::unique_ptr<http_listener> open_listener(const std::string& address, int port,
+                                             const std::function<void(http_request)>& handle) {
+  const std::string where = address + ":" + std::to_string(port);
+  try {
+    auto listener = std::make_unique<http_listener>("http://" + where + "/");
+    listener->support(handle);
+    listener->open().wait();
+    return listener;
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot listen on " + where + ": " + e.what());
   }
 }
 
-void reply(mg_connection* conn, int code, const std::string& content_type,
-           const std::string& body) {
-  mg_printf(
-      conn,
-      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-      code, status_text(code), content_type.c_str(), body.size());
-  mg_write(conn, body.data(), body.size());
-}
-
-// GET only; every other method of a known path is 405 (civetweb answers 404 for unknown paths).
-class GetOnlyHandler : public CivetHandler {
- public:
-  bool handlePost(CivetServer*, mg_connection* conn) override { return not_allowed(conn); }
-  bool handlePut(CivetServer*, mg_connection* conn) override { return not_allowed(conn); }
-  bool handleDelete(CivetServer*, mg_connection* conn) override { return not_allowed(conn); }
-  bool handlePatch(CivetServer*, mg_connection* conn) override { return not_allowed(conn); }
-
- private:
-  static bool not_allowed(mg_connection* conn) {
-    reply(conn, 405, "text/plain; charset=utf-8", "method not allowed\n");
-    return true;
-  }
-};
-
-class MetricsHandler : public GetOnlyHandler {
- public:
-  void add(std::shared_ptr<prometheus::Registry> registry) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    registries_.push_back(std::move(registry));
-  }
-  bool handleGet(CivetServer*, mg_connection* conn) override {
-    std::vector<prometheus::MetricFamily> families;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (const auto& r : registries_) {
-        auto f = r->Collect();
-        families.insert(families.end(), std::make_move_iterator(f.begin()),
-                        std::make_move_iterator(f.end()));
-      }
-    }
-    reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
-          prometheus::TextSerializer().Serialize(families));
-    return true;
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::shared_ptr<prometheus::Registry>> registries_;
-};
-
-class FunctionHandler : public GetOnlyHandler {
- public:
-  explicit FunctionHandler(HttpEndpoint::Handler f) : f_(std::move(f)) {}
-  bool handleGet(CivetServer*, mg_connection* conn) override {
-    std::pair<int, std::string> r;
-    try {
-      r = f_();
-    } catch (const std::exception& e) {
-      r = {500, std::string("error: ") + e.what()};
-    }
-    reply(conn, r.first, "text/plain; charset=utf-8", r.second);
-    return true;
-  }
-
- private:
-  HttpEndpoint::Handler f_;
-};
-
-// Opens and closes a TCP connection to address:port (IPv4), ignoring failure.
-void poke(const std::string& address, int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const std::string host = address == "0.0.0.0" ? "127.0.0.1" : address;
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1) {
-    connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-  }
-  close(fd);
+// Sends a reply and swallows failures of the send (client went away): an unobserved pplx task
+// exception would otherwise surface later on some unrelated thread.
+void reply(http_request& request, int status, std::string body, const char* content_type) {
+  request.reply(static_cast<web::http::status_code>(status), std::move(body), content_type)
+      .then([](pplx::task<void> sent) {
+        try {
+          sent.get();
+        } catch (const std::exception&) {
+        }
+      });
 }
 
 }  // namespace
 
 struct HttpEndpoint::Impl {
   std::string address;
-  std::unique_ptr<CivetServer> server;
-  MetricsHandler metrics;
-  std::mutex mutex;
-  std::vector<std::unique_ptr<FunctionHandler>> handlers;
+  int port = 0;
+  std::unique_ptr<http_listener> listener;
+
+  std::mutex mutex;  // guards registries and handlers, which may be added while serving
+  std::vector<std::shared_ptr<prometheus::Registry>> registries;
+  std::map<std::string, Handler> handlers;
+
+  void start(int requested_port) {
+    // The Impl outlives the listener: ~HttpEndpoint closes it before the Impl goes away.
+    const auto handle_request = [this](http_request request) { handle(std::move(request)); };
+    if (requested_port != 0) {
+      listener = open_listener(address, requested_port, handle_request);
+      port = requested_port;
+      return;
+    }
+    for (int attempt = 1;; ++attempt) {
+      const int candidate = pick_free_port(address);
+      try {
+        listener = open_listener(address, candidate, handle_request);
+        port = candidate;
+        return;
+      } catch (const std::runtime_error&) {
+        if (attempt == kBindAttempts) throw;
+      }
+    }
+  }
+
+  std::string render_metrics() {
+    std::vector<prometheus::MetricFamily> families;
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& registry : registries) {
+      auto collected = registry->Collect();
+      families.insert(families.end(), std::make_move_iterator(collected.begin()),
+                      std::make_move_iterator(collected.end()));
+    }
+    return prometheus::TextSerializer().Serialize(families);
+  }
+
+  void handle(http_request request) {
+    const std::string path = request.relative_uri().path();
+    if (request.method() != methods::GET) {
+      reply(request, 405, "only GET is supported\n", kTextContentType);
+      return;
+    }
+    if (path == kMetricsPath) {
+      reply(request, 200, render_metrics(), kMetricsContentType);
+      return;
+    }
+    Handler handler;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = handlers.find(path);
+      if (it != handlers.end()) handler = it->second;
+    }
+    if (!handler) {
+      reply(request, 404, "not found: " + path + "\n", kTextContentType);
+      return;
+    }
+    try {
+      auto [status, body] = handler();
+      reply(request, status, std::move(body), kTextContentType);
+    } catch (const std::exception& e) {
+      reply(request, 500, std::string("handler failed: ") + e.what() + "\n", kTextContentType);
+    }
+  }
 };
 
 HttpEndpoint::HttpEndpoint(std::string address, int port) : impl_(std::make_unique<Impl>()) {
-  impl_->address = address;
   if (port < 0 || port > 65535) {
     throw std::invalid_argument("port " + std::to_string(port) + " is outside 0..65535");
   }
-  const std::string where = address + ":" + std::to_string(port);
-  try {
-    impl_->server = std::make_unique<CivetServer>(
-        std::vector<std::string>{"listening_ports", where, "num_threads", "2"});
-  } catch (const CivetException& e) {
-    throw std::runtime_error("cannot listen on " + where + ": " + e.what());
-  }
-  impl_->server->addHandler("/metrics$", impl_->metrics);
+  impl_->address = std::move(address);
+  impl_->start(port);
 }
 
 HttpEndpoint::~HttpEndpoint() {
-  if (!impl_->server) return;
-  // close() joins civetweb's threads before the handlers go. Its listener sees the stop request
-  // only when poll() returns, after up to 2 s without traffic: connections of our own wake it.
-  const int port = this->port();
-  std::atomic<bool> closed{false};
-  std::thread closer([&] {
-    impl_->server->close();
-    closed = true;
-  });
-  while (!closed) {
-    poke(impl_->address, port);
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  try {
+    impl_->listener->close().wait();  // waits for in-flight requests
+  } catch (const std::exception&) {
+    // Nothing sensible to do while shutting down.
   }
-  closer.join();
 }
 
 void HttpEndpoint::add_registry(std::shared_ptr<prometheus::Registry> registry) {
   if (!registry) throw std::invalid_argument("add_registry: null registry");
-  impl_->metrics.add(std::move(registry));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->registries.push_back(std::move(registry));
 }
 
 void HttpEndpoint::add_handler(const std::string& path, Handler handler) {
-  if (path.empty() || path[0] != '/' || path == "/metrics") {
+  if (path.empty() || path[0] != '/' || path == kMetricsPath) {
     throw std::invalid_argument("handler path \"" + path +
                                 "\" must start with '/' and not be /metrics");
   }
+  if (!handler) throw std::invalid_argument("empty handler for " + path);
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->handlers.push_back(std::make_unique<FunctionHandler>(std::move(handler)));
-  impl_->server->addHandler(path + "$", *impl_->handlers.back());
+  impl_->handlers[path] = std::move(handler);
 }
 
-int HttpEndpoint::port() const {
-  const auto ports = impl_->server->getListeningPorts();
-  return ports.empty() ? -1 : ports.front();
-}
+int HttpEndpoint::port() const { return impl_->port; }
 
 }  // namespace kubetune::metrics

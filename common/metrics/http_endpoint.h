@@ -1,8 +1,12 @@
-// The HTTP side of a kubetune process, on civetweb (the server prometheus-cpp itself uses):
+// The HTTP side of a kubetune process, on cpprestsdk's listener:
 //   GET /metrics  every added prometheus-cpp registry, in the text format 0.0.4
 //                 (prometheus::TextSerializer), and
 //   GET <path>    the handlers added with add_handler() (the operator's /healthz and /readyz).
 // Other paths answer 404, other methods 405. It serves from construction until destruction.
+//
+// Why not prometheus-cpp's own Exposer: it serves through civetweb, whose Debian build starts
+// every thread with a 100 KB stack, smaller than LibTorch's static TLS, so pthread_create fails
+// ("Cannot create threads") in any process that links LibTorch, the trainer's included.
 #pragma once
 
 #include <functional>

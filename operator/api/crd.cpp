@@ -1,8 +1,8 @@
 #include "operator/api/crd.h"
 
+#include "common/contracts.h"
 #include "common/train_config.h"
 #include "operator/api/cel_rules.h"
-#include "common/contracts.h"
 #include "operator/api/yaml_emit.h"
 
 namespace kubetune::op {

@@ -1,10 +1,10 @@
 #include "operator/api/job.h"
 
+#include "common/contracts.h"
+#include "common/schema_validator.h"
 #include "common/train_config.h"
 #include "operator/api/cel_rules.h"
 #include "operator/api/crd.h"
-#include "common/contracts.h"
-#include "common/schema_validator.h"
 
 namespace kubetune::op {
 namespace {

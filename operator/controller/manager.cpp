@@ -2,8 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/metrics/http_endpoint.h"
 #include "common/contracts.h"
+#include "common/metrics/http_endpoint.h"
 
 namespace kubetune::op {
 

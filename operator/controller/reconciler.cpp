@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "operator/api/desired_objects.h"
 #include "common/contracts.h"
+#include "operator/api/desired_objects.h"
 #include "operator/controller/conditions.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/progress.h"
@@ -71,7 +71,7 @@ struct JobReconciler::Pass {
 
   std::string item() const { return kube::resources::kFineTuneJobs.item(ns, name); }
   std::string uid() const { return obj["metadata"].value("uid", ""); }
-  std::string phase() const { return status.value("phase", ""); }
+  Phase phase() const { return parse_phase(status.value("phase", "")); }
 };
 
 JobReconciler::JobReconciler(kube::KubeClient& client, kube::Informer& jobs, kube::Informer& pods,
@@ -108,15 +108,15 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
     return invalid_spec(p, e.problems());
   }
   const json failed = find_condition(p.status, kCondFailed);
-  if (p.phase() == "Failed" && failed.value("reason", "") == "InvalidSpec" &&
+  if (p.phase() == Phase::kFailed && failed.value("reason", "") == "InvalidSpec" &&
       failed.value("observedGeneration", 0L) < p.generation) {
     p.status = json::object();  // the spec was fixed: start over
     p.events.push_back({"Normal", "SpecAccepted", "the corrected spec is valid; starting the job"});
   }
-  if (p.phase() == "Succeeded" || p.phase() == "Failed") return finished(p);
+  if (is_finished(p.phase())) return finished(p);
   if (p.job.run_policy.suspend) return suspend(p);
   if (condition_is_true(p.status, kCondSuspended)) resume(p);
-  if (p.phase().empty()) p.status["phase"] = "Pending";
+  if (p.phase() == Phase::kNone) p.status["phase"] = to_string(Phase::kPending);
   if (!p.status.contains("startTime")) p.status["startTime"] = format_time(p.now);
   if (!p.status.contains("restarts")) p.status["restarts"] = 0;
   if (!p.status.contains("workers")) p.status["workers"] = json::object();
@@ -186,7 +186,7 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
   if (!g.missing.empty()) create_gang(p, g.missing);
   ReconcileResult result;
   if (g.all_running()) {
-    transition(p, "Running", kCondRunning, "AllWorkersRunning",
+    transition(p, Phase::kRunning, kCondRunning, "AllWorkersRunning",
                "all " + std::to_string(g.replicas) + " workers are running", false);
     if (condition_is_true(p.status, kCondRestarting)) {
       set_condition(p.status, kCondRestarting, false, "GangRunning",
@@ -221,8 +221,8 @@ void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
     throw;
   }
   p.status["workers"]["created"] = p.job.workers.replicas;
-  if (p.phase() != "Running") {
-    transition(p, "Created", kCondCreated, "GangCreated",
+  if (p.phase() != Phase::kRunning) {
+    transition(p, Phase::kCreated, kCondCreated, "GangCreated",
                "created " + std::to_string(p.job.workers.replicas) + " worker pods (gang " +
                    std::to_string(attempt) + ")",
                false);
@@ -294,7 +294,7 @@ ReconcileResult JobReconciler::handle_failure(Pass& p, const WorkerFailure& f) {
   const std::string message = f.message + "; restarting all workers (restart " +
                               std::to_string(restarts + 1) + " of " + std::to_string(limit) +
                               "), resuming from the last checkpoint";
-  transition(p, "Restarting", kCondRestarting, f.reason, message, true);
+  transition(p, Phase::kRestarting, kCondRestarting, f.reason, message, true);
   set_condition(p.status, kCondRunning, false, f.reason, f.message, p.generation, p.now);
   // The status goes first: if this pass is based on a stale job, the write fails with 409 and
   // nothing is deleted, so the failure is counted once.
@@ -307,7 +307,7 @@ ReconcileResult JobReconciler::handle_failure(Pass& p, const WorkerFailure& f) {
 ReconcileResult JobReconciler::fail(Pass& p, const std::string& reason,
                                     const std::string& message) {
   p.status["completionTime"] = format_time(p.now);
-  transition(p, "Failed", kCondFailed, reason, message, true);
+  transition(p, Phase::kFailed, kCondFailed, reason, message, true);
   set_condition(p.status, kCondRunning, false, reason, message, p.generation, p.now);
   write_status(p);
   delete_pods(p, false);  // frees the GPUs; finished pods stay for their logs
@@ -318,7 +318,7 @@ ReconcileResult JobReconciler::succeed(Pass& p) {
   p.status["completionTime"] = format_time(p.now);
   const std::string message =
       "all " + std::to_string(p.job.workers.replicas) + " workers completed successfully";
-  transition(p, "Succeeded", kCondSucceeded, "Completed", message, false);
+  transition(p, Phase::kSucceeded, kCondSucceeded, "Completed", message, false);
   set_condition(p.status, kCondRunning, false, "Completed", message, p.generation, p.now);
   write_status(p);
   return {ttl_requeue(p)};
@@ -327,13 +327,13 @@ ReconcileResult JobReconciler::succeed(Pass& p) {
 ReconcileResult JobReconciler::invalid_spec(Pass& p, const std::vector<std::string>& problems) {
   const std::string message = "invalid spec: " + join(problems, "; ");
   const json failed = find_condition(p.status, kCondFailed);
-  if (p.phase() == "Failed" && failed.value("reason", "") == "InvalidSpec" &&
+  if (p.phase() == Phase::kFailed && failed.value("reason", "") == "InvalidSpec" &&
       failed.value("message", "") == message) {
     return {};
   }
   if (!p.status.contains("completionTime")) p.status["completionTime"] = format_time(p.now);
-  transition(p, "Failed", kCondFailed, "InvalidSpec", message, true);
-  if (p.status["phase"] == "Failed" && p.old_status.value("phase", "") == "Failed") {
+  transition(p, Phase::kFailed, kCondFailed, "InvalidSpec", message, true);
+  if (parse_phase(p.old_status.value("phase", "")) == Phase::kFailed) {
     p.events.push_back({"Warning", "InvalidSpec", message});  // same phase, new problems
   }
   write_status(p);
@@ -364,7 +364,7 @@ ReconcileResult JobReconciler::suspend(Pass& p) {
     p.status["workers"]["created"] = 0;
     // Like a Kubernetes Job, the deadline clock restarts when the job resumes.
     p.status.erase("startTime");
-    transition(p, "Suspended", kCondSuspended, "Suspended",
+    transition(p, Phase::kSuspended, kCondSuspended, "Suspended",
                "runPolicy.suspend is true: worker pods deleted", false);
     set_condition(p.status, kCondRunning, false, "Suspended", "the job is suspended", p.generation,
                   p.now);
@@ -378,7 +378,7 @@ void JobReconciler::resume(Pass& p) {
                 "runPolicy.suspend is false: recreating the workers, which resume from the last "
                 "checkpoint",
                 p.generation, p.now);
-  p.status["phase"] = "Pending";
+  p.status["phase"] = to_string(Phase::kPending);
   p.events.push_back({"Normal", "Resumed", "recreating the workers from the last checkpoint"});
 }
 
@@ -392,7 +392,8 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   }
   const std::string ip = pod0.value("status", json::object()).value("podIP", "");
   if (ip.empty()) return;
-  const std::string url = "http://" + ip + ":" + std::to_string(p.job.config.metrics_port) + "/metrics";
+  const std::string url =
+      "http://" + ip + ":" + std::to_string(p.job.config.metrics_port) + "/metrics";
   Progress pr;
   try {
     pr = scrape_progress(url, options_.scrape_timeout_ms);
@@ -431,11 +432,11 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   }
 }
 
-void JobReconciler::transition(Pass& p, const std::string& phase, const std::string& condition,
+void JobReconciler::transition(Pass& p, Phase phase, const std::string& condition,
                                const std::string& reason, const std::string& message,
                                bool warning) {
   if (p.phase() != phase) {
-    p.status["phase"] = phase;
+    p.status["phase"] = to_string(phase);
     p.events.push_back({warning ? "Warning" : "Normal", reason, message});
   }
   set_condition(p.status, condition, true, reason, message, p.generation, p.now);

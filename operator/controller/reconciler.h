@@ -23,6 +23,7 @@
 #include "operator/controller/events.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/operator_metrics.h"
+#include "operator/controller/phase.h"
 #include "operator/controller/time_util.h"
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
@@ -65,8 +66,8 @@ class JobReconciler {
   void update_progress(Pass& p, const nlohmann::json& pod0);
   bool confirm_lost(Pass& p, int rank);
 
-  void transition(Pass& p, const std::string& phase, const std::string& condition,
-                  const std::string& reason, const std::string& message, bool warning);
+  void transition(Pass& p, Phase phase, const std::string& condition, const std::string& reason,
+                  const std::string& message, bool warning);
   void write_status(Pass& p);
   // Deletes the job's pods that are still running (all = also finished ones); returns how many
   // are left (deleting or not).

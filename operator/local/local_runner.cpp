@@ -114,8 +114,8 @@ ProcessSpec to_process(const json& pod, const FineTuneJob& job, const LocalRunOp
 void print_progress(const FineTuneJob& job, std::ostream& out) {
   if (job.config.metrics_port <= 0) return;
   try {
-    const Progress p =
-        scrape_progress("http://127.0.0.1:" + std::to_string(job.config.metrics_port) + "/metrics", 1000);
+    const Progress p = scrape_progress(
+        "http://127.0.0.1:" + std::to_string(job.config.metrics_port) + "/metrics", 1000);
     if (!p.step) return;
     out << "[kubetune] progress: step " << static_cast<long>(*p.step) << "/"
         << static_cast<long>(p.total_steps.value_or(0));
@@ -176,8 +176,7 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
 
 int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& out) {
   const std::string dir =
-      o.work_dir.empty() ? job.config.output_dir + "/.kubetune-local"
-                         : o.work_dir;
+      o.work_dir.empty() ? job.config.output_dir + "/.kubetune-local" : o.work_dir;
   fs::create_directories(dir);
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = job.run_policy.active_deadline_seconds

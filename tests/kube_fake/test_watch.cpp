@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "kubetune/kubefake/fake_api_server.h"
 #include "test_client.h"
@@ -163,6 +165,11 @@ TEST_F(WatchTest, DropWatchesEndsEveryStream) {
   server.drop_watches();
   EXPECT_TRUE(a.wait_ended(milliseconds(3000)));
   EXPECT_TRUE(b.wait_ended(milliseconds(3000)));
+  // The server counts a stream closed once its handler returns, just after the client saw the end.
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(3000);
+  while (server.open_watch_count() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
   EXPECT_EQ(server.open_watch_count(), 0u);
 }
 

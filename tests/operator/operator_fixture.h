@@ -7,10 +7,10 @@
 #include <memory>
 #include <string>
 
+#include "common/schema_validator.h"
 #include "common/train_config.h"
 #include "kubetune/kubefake/fake_api_server.h"
 #include "operator/api/crd.h"
-#include "common/schema_validator.h"
 #include "operator/controller/manager.h"
 #include "test_support.h"
 

@@ -1,9 +1,9 @@
 // desired_objects(): what a FineTuneJob becomes, checked without any API server.
 #include <gtest/gtest.h>
 
+#include "common/contracts.h"
 #include "common/train_config.h"
 #include "operator/api/desired_objects.h"
-#include "common/contracts.h"
 #include "test_support.h"
 
 namespace kubetune::op {

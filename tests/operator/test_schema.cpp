@@ -5,11 +5,13 @@
 #include <filesystem>
 #include <regex>
 
+#include "common/metrics/operator_series.h"
+#include "common/schema_validator.h"
 #include "common/train_config.h"
 #include "operator/api/cel_rules.h"
 #include "operator/api/crd.h"
 #include "operator/api/job.h"
-#include "common/schema_validator.h"
+#include "operator/controller/phase.h"
 #include "test_support.h"
 
 namespace kubetune::op {
@@ -203,6 +205,20 @@ TEST_F(SpecTransition, CreatesSkipTransitionRules) {
   json fresh = stored;
   fresh["spec"]["workers"]["replicas"] = 3;
   EXPECT_EQ(joined(validate_with_checked_in_crd(fresh)), "");
+}
+
+// One list of phases: the schema's enum, the operator's Phase and the metrics' state set.
+TEST(Crd, PhasesAgreeWithTheOperatorAndItsMetrics) {
+  std::vector<std::string> ours, metric_values;
+  for (Phase p : kAllPhases) {
+    ours.emplace_back(to_string(p));
+    EXPECT_EQ(parse_phase(to_string(p)), p);
+  }
+  for (auto v : metrics::operator_series::kJobPhases) metric_values.emplace_back(v);
+  const json schema = checked_in_schema()["properties"]["status"]["properties"]["phase"]["enum"];
+  EXPECT_EQ(schema.get<std::vector<std::string>>(), ours);
+  EXPECT_EQ(metric_values, ours);
+  EXPECT_EQ(parse_phase("Bogus"), Phase::kNone);
 }
 
 TEST(Crd, RuleWithoutEvaluatorIsReported) {

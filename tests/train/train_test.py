@@ -202,16 +202,19 @@ def logs_are_structured_and_options_checked():
 
     p = h.run(["--log-format", "json", "launch", "--nproc-per-node", "2", "--master-port", "29731",
                "--", "train", "--config", cfg], timeout=300)
-    records = [json.loads(l) for l in p.stderr.splitlines() if l.strip()]  # every line parses
+    # The launcher's own logs on stderr, its ranks' relayed on stdout: every line is JSON.
+    records = [json.loads(l) for l in (p.stderr + p.stdout).splitlines() if l.strip()]
     assert {"time", "level", "component", "msg"} <= records[0].keys(), records[0]
     components = {r["component"] for r in records}
     assert components == {"launcher", "trainer"}, components
+    assert not any(l.startswith("[rank") for l in p.stdout.splitlines()), "prefixed JSON lines"
     assert {r.get("rank") for r in records if r["component"] == "trainer"} >= {0}, records
     assert any(r["msg"].startswith("step=2/2") for r in records), [r["msg"] for r in records]
 
     help_text = h.run(["launch", "--help"]).stdout
     assert "--nproc-per-node" in help_text and "--master-port" in help_text, help_text
-    for args in (["launch", "--bogus", "--", "train"], ["train", "--bogus"], ["eval", "--bogus"]):
+    for args in (["launch", "--bogus", "--", "train"], ["train", "--config", cfg, "--bogus"],
+                 ["eval", "--model", model, "--data", data, "--bogus"]):
         p = h.run(args, check=False)
         assert p.returncode != 0 and "--bogus" in p.stdout + p.stderr, (args, p.returncode, p.stderr)
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -135,14 +136,19 @@ TEST(PrometheusObserver, ExportsEveryCpuSeriesWithItsLabelsAndNoGpuSeries) {
   EXPECT_EQ(value(page, ts::kSamplesTotal, labels), samples);
   EXPECT_EQ(value(page, ts::kStep, labels), 3.0);
   EXPECT_EQ(value(page, ts::kTotalSteps, labels), 10.0);
-  EXPECT_EQ(value(page, ts::kTrainLoss, labels), last.loss);
-  EXPECT_EQ(value(page, ts::kLearningRate, labels), last.learning_rate);
-  EXPECT_EQ(value(page, ts::kGradNorm, labels), last.grad_norm);
-  EXPECT_EQ(value(page, ts::kEpoch, labels), last.epoch);
-  EXPECT_EQ(value(page, ts::kEtaSeconds, labels), last.eta_seconds);
-  EXPECT_EQ(value(page, ts::kTokensPerSecond, labels), last.tokens_per_second);
-  EXPECT_EQ(value(page, ts::kSamplesPerSecond, labels),
-            static_cast<double>(last.local_samples) / last.step_seconds);
+  // prometheus-cpp's text format carries 16 significant digits: equal to the last bit but one.
+  const auto same = [](std::optional<double> got, double want) {
+    ASSERT_TRUE(got.has_value());
+    EXPECT_NEAR(*got, want, 1e-15 * std::fabs(want));
+  };
+  same(value(page, ts::kTrainLoss, labels), last.loss);
+  same(value(page, ts::kLearningRate, labels), last.learning_rate);
+  same(value(page, ts::kGradNorm, labels), last.grad_norm);
+  same(value(page, ts::kEpoch, labels), last.epoch);
+  same(value(page, ts::kEtaSeconds, labels), last.eta_seconds);
+  same(value(page, ts::kTokensPerSecond, labels), last.tokens_per_second);
+  same(value(page, ts::kSamplesPerSecond, labels),
+       static_cast<double>(last.local_samples) / last.step_seconds);
   EXPECT_EQ(value(page, ts::kEvalLoss, labels), 1.75);
   EXPECT_EQ(value(page, ts::kCheckpointsTotal, labels), 2.0);
   EXPECT_EQ(value(page, std::string(ts::kStepSeconds) + "_count", labels), 3.0);

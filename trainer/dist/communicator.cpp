@@ -1,7 +1,5 @@
 #include "trainer/dist/communicator.h"
 
-#include "common/contracts.h"
-
 #include <torch/torch.h>
 
 #include <atomic>
@@ -15,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
+#include "common/contracts.h"
 #include "trainer/dist/gradient_buckets.h"
 #include "trainer/dist/nccl_backend.h"
 

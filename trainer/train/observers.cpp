@@ -1,10 +1,10 @@
 #include "trainer/train/observers.h"
 
+#include "trainer/metrics/prometheus_observer.h"
 #include "trainer/metrics/tensorboard_writer.h"
 #include "trainer/train/device.h"
 #include "trainer/train/history.h"
 #include "trainer/train/progress.h"
-#include "trainer/metrics/prometheus_observer.h"
 
 namespace kubetune::train {
 
