@@ -32,35 +32,31 @@ const SeriesSpec& spec_of(const Table& table, std::string_view name, MetricType 
   return *spec;
 }
 
+// Registers (or finds) the family of spec `name` with `builder` (prometheus::BuildCounter() ...).
+template <class Builder, class Table>
+auto& spec_family(Builder builder, prometheus::Registry& registry, const Table& table,
+                  std::string_view name, MetricType type) {
+  const SeriesSpec& spec = spec_of(table, name, type);
+  return builder.Name(std::string(spec.name)).Help(std::string(spec.help)).Register(registry);
+}
+
 template <class Table>
 prometheus::Family<prometheus::Counter>& counter_family(prometheus::Registry& registry,
                                                         const Table& table, std::string_view name) {
-  const SeriesSpec& spec = spec_of(table, name, MetricType::kCounter);
-  return prometheus::BuildCounter()
-      .Name(std::string(spec.name))
-      .Help(std::string(spec.help))
-      .Register(registry);
+  return spec_family(prometheus::BuildCounter(), registry, table, name, MetricType::kCounter);
 }
 
 template <class Table>
 prometheus::Family<prometheus::Gauge>& gauge_family(prometheus::Registry& registry,
                                                     const Table& table, std::string_view name) {
-  const SeriesSpec& spec = spec_of(table, name, MetricType::kGauge);
-  return prometheus::BuildGauge()
-      .Name(std::string(spec.name))
-      .Help(std::string(spec.help))
-      .Register(registry);
+  return spec_family(prometheus::BuildGauge(), registry, table, name, MetricType::kGauge);
 }
 
 template <class Table>
 prometheus::Family<prometheus::Histogram>& histogram_family(prometheus::Registry& registry,
                                                             const Table& table,
                                                             std::string_view name) {
-  const SeriesSpec& spec = spec_of(table, name, MetricType::kHistogram);
-  return prometheus::BuildHistogram()
-      .Name(std::string(spec.name))
-      .Help(std::string(spec.help))
-      .Register(registry);
+  return spec_family(prometheus::BuildHistogram(), registry, table, name, MetricType::kHistogram);
 }
 
 // Removes the series with `labels` from `family`, if it has one.

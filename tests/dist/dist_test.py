@@ -148,9 +148,11 @@ def resume_after_kill_matches():
     """Kill the whole job after a checkpoint, launch again: same final weights as uninterrupted."""
     w, model, data = setup("ddp-resume", 48)
     def cfg_for(out, ckpt):
-        # Enough steps after the kill point that the run cannot finish before SIGTERM lands.
-        c = h.config(model, data, out, microBatchSize=2, gradientAccumulationSteps=1, maxSteps=24)
-        c["checkpoint"] = {"resume": "auto", "dir": str(ckpt), "everySteps": 3}
+        # Enough steps after the kill point that the run cannot finish before SIGTERM lands (a
+        # step of this model takes a few ms), and every checkpoint kept, so that the one at step 6
+        # is still there when the test looks.
+        c = h.config(model, data, out, microBatchSize=2, gradientAccumulationSteps=1, maxSteps=240)
+        c["checkpoint"] = {"resume": "auto", "dir": str(ckpt), "everySteps": 3, "keepLast": 1000}
         return c
     h.run(launch(2, h.write_config(w / "a.json", cfg_for(w / "straight", w / "ck-a"))))
     path = h.write_config(w / "b.json", cfg_for(w / "resumed", w / "ck-b"))
@@ -159,7 +161,11 @@ def resume_after_kill_matches():
     try:
         deadline = time.time() + 240
         while not (w / "ck-b" / "step-00000006" / "trainer_state.json").exists():
-            assert time.time() < deadline and launcher.poll() is None, "no checkpoint at step 6"
+            if launcher.poll() is not None:
+                out, err = launcher.communicate()
+                raise AssertionError(f"the launcher exited {launcher.returncode} before the step-6 "
+                                     f"checkpoint:\n{out[-3000:]}\n{err[-2000:]}")
+            assert time.time() < deadline, "no checkpoint at step 6"
             time.sleep(0.1)
         launcher.send_signal(signal.SIGTERM)
         out, err = launcher.communicate(timeout=60)

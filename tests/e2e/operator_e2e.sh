@@ -128,6 +128,10 @@ eventually 30 bash -c "[[ -n \"\$(kubectl get lease -n $opns kubetune-operator -
 leader_a=$(lease_holder)
 start_operator op-b
 ok "op-a leads ($leader_a); op-b stands by"
+first=$(head -1 "$work/op-a.log")
+[[ "$first" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z\ info\ +operator:\ .*\ http\ 127\.0\.0\.1: ]] ||
+  fail "operator log line without timestamp/level, or not on 127.0.0.1 by default: $first"
+ok "log lines have a timestamp and a level; the endpoint listens on 127.0.0.1 unless told"
 
 echo "== a job runs, loses a worker, restarts as a gang"
 job=e2e-lora
