@@ -148,8 +148,11 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
       // Pods of a newer gang than our job says: our job object is stale. Come back later.
       return {kShortRequeue};
     }
-    const json annotations = pod["metadata"].value("annotations", json::object());
-    if (a < attempt || annotations.value(kAnnotationSpecHash, "") != hash) {
+    // Pods made before pods carried a spec hash (an older operator) are left alone: an operator
+    // upgrade must not restart every running job.
+    const std::string pod_hash =
+        pod["metadata"].value("annotations", json::object()).value(kAnnotationSpecHash, "");
+    if (a < attempt || (!pod_hash.empty() && pod_hash != hash)) {
       ++older;
       // Made from another spec: the gang is replaced, which is not a failure to count.
       if (a == attempt) p.status["workers"]["created"] = 0;
