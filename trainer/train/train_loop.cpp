@@ -10,6 +10,8 @@
 //        were reduce-scattered instead, each rank updates its slice and the slices are all-gathered
 //     4. report; checkpoint
 //   end: adapter or model folder, final checkpoint, final evaluation
+// run_training() is the set-up, then train_steps() (queue_step/finish_step per step) and
+// finish_training().
 #include "trainer/train/train_loop.h"
 
 #include <torch/torch.h>
@@ -495,6 +497,97 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
   }
 }
 
+// Model FLOPs per trained token (PaLM's MFU convention): 6N for full fine-tuning, 4N for LoRA
+// (no weight gradients for the frozen matrices), plus attention's 12 x layers x width x length.
+double model_flops_per_token(const TrainConfig& c, const model::ModelConfig& mc) {
+  return (c.method == "full" ? 6.0 : 4.0) * static_cast<double>(mc.num_parameters()) +
+         12.0 * mc.num_hidden_layers * mc.num_attention_heads * mc.head_dim * c.max_length;
+}
+
+// What is trained, how and where, in one line of the log.
+void log_start(const Run& run, const BatchShape& shape, int64_t total_steps) {
+  const TrainConfig& c = run.config;
+  log::info() << "training " << c.method << " on " << run.train.size()
+              << " examples: " << total_steps << " steps, global batch " << shape.global_batch
+              << " (" << c.micro_batch_size << " x " << shape.accumulation << " accumulation x "
+              << run.comm.world_size() << " processes), " << run.trainable.names.size()
+              << " trainable tensors, device " << run.device.str() << ", backend "
+              << run.comm.backend_name()
+              << (run.shards ? ", optimizer sharded across processes (" +
+                                   std::to_string(run.shards->sharded_buckets()) + " of " +
+                                   std::to_string(run.shards->buckets()) + " buckets)"
+                             : "");
+}
+
+// The optimizer steps from where the run stands to total_steps, with evaluations and checkpoints
+// on their schedule; returns the last step's stats.
+StepStats train_steps(Run& run, int64_t total_steps) {
+  const TrainConfig& c = run.config;
+  const double flops_per_token = model_flops_per_token(c, run.model->config());
+  const auto start = Clock::now();
+  const int64_t first_step = run.state.step;
+  StepStats last;
+  double smoothed_tps = 0;
+  StepProfiler profiler(c.output_dir, run.comm.rank());
+  auto evaluates_after = [&](int64_t step) {
+    return c.eval_every_steps > 0 && !run.validation.empty() && step < total_steps &&
+           step % c.eval_every_steps == 0;
+  };
+  auto checkpoints_after = [&](int64_t step) {
+    return c.checkpoint_every_steps > 0 && step < total_steps &&
+           step % c.checkpoint_every_steps == 0;
+  };
+  // A step that ends in an evaluation, a checkpoint or the end of training must be read back
+  // before the next one changes the weights; any other step is read back while the next one runs.
+  auto needs_weights = [&](int64_t step) {
+    return step == total_steps || evaluates_after(step) || checkpoints_after(step);
+  };
+  std::optional<PendingStep> pending;
+  std::optional<DeviceTimeline> previous;  // of the step read back last
+  while (run.state.step < total_steps || pending) {
+    std::optional<PendingStep> next;
+    if (run.state.step < total_steps && !(pending && needs_weights(pending->stats.step))) {
+      profiler.before_step(run.state.step + 1);
+      next = queue_step(run);
+    }
+    if (pending) {
+      last = finish_step(run, *pending);
+      profiler.after_step(last.step);
+      // The pace steps complete at on the device: with steps overlapping, host clocks around a
+      // read-back would mostly measure when the host got round to it.
+      // After a pause (start, evaluation, checkpoint) it is the step's own span.
+      last.step_seconds =
+          previous ? pending->timeline.seconds_since(*previous, kResultsCopied, kResultsCopied)
+                   : last.data_seconds + pending->timeline.seconds_between(kStart, kResultsCopied);
+      previous = std::move(pending->timeline);
+      report_step(run, last, start, first_step, total_steps, flops_per_token, smoothed_tps);
+      if (evaluates_after(last.step)) {
+        double eval_loss = run_validation(run);
+        for (auto& o : run.observers) o->on_eval(last.step, eval_loss);
+        previous.reset();
+      }
+      if (checkpoints_after(last.step)) {
+        write_checkpoint(run);
+        previous.reset();
+      }
+    }
+    pending = std::move(next);
+  }
+  return last;
+}
+
+// The final checkpoint, the outputs, the last evaluation; every observer hears of the end.
+void finish_training(Run& run, StepStats last) {
+  write_checkpoint(run);
+  save_outputs(run);
+  if (!run.validation.empty()) {
+    last.eval_loss = run_validation(run);
+    for (auto& o : run.observers) o->on_eval(run.state.step, *last.eval_loss);
+  }
+  for (auto& o : run.observers) o->on_finish(last);
+  run.comm.barrier("end of training");
+}
+
 }  // namespace
 
 int run_training(const TrainConfig& c) {
@@ -556,82 +649,8 @@ int run_training(const TrainConfig& c) {
   }
   attach_gradient_probe(run);
 
-  if (lead) {
-    log::info() << "training " << c.method << " on " << run.train.size()
-                << " examples: " << total_steps << " steps, global batch " << shape.global_batch
-                << " (" << c.micro_batch_size << " x " << shape.accumulation << " accumulation x "
-                << env.world_size << " processes), " << run.trainable.names.size()
-                << " trainable tensors, device " << device.str() << ", backend "
-                << run.comm.backend_name()
-                << (run.shards ? ", optimizer sharded across processes (" +
-                                     std::to_string(run.shards->sharded_buckets()) + " of " +
-                                     std::to_string(run.shards->buckets()) + " buckets)"
-                               : "");
-  }
-
-  // Model FLOPs per trained token (PaLM's MFU convention): 6N for full fine-tuning, 4N for LoRA
-  // (no weight gradients for the frozen matrices), plus attention's 12 x layers x width x length.
-  const auto& mc = run.model->config();
-  const double flops_per_token =
-      (c.method == "full" ? 6.0 : 4.0) * static_cast<double>(mc.num_parameters()) +
-      12.0 * mc.num_hidden_layers * mc.num_attention_heads * mc.head_dim * c.max_length;
-  const auto start = Clock::now();
-  const int64_t first_step = run.state.step;
-  StepStats last;
-  double smoothed_tps = 0;
-  StepProfiler profiler(c.output_dir, env.rank);
-  auto evaluates_after = [&](int64_t step) {
-    return c.eval_every_steps > 0 && !run.validation.empty() && step < total_steps &&
-           step % c.eval_every_steps == 0;
-  };
-  auto checkpoints_after = [&](int64_t step) {
-    return c.checkpoint_every_steps > 0 && step < total_steps &&
-           step % c.checkpoint_every_steps == 0;
-  };
-  // A step that ends in an evaluation, a checkpoint or the end of training must be read back
-  // before the next one changes the weights; any other step is read back while the next one runs.
-  auto needs_weights = [&](int64_t step) {
-    return step == total_steps || evaluates_after(step) || checkpoints_after(step);
-  };
-  std::optional<PendingStep> pending;
-  std::optional<DeviceTimeline> previous;  // of the step read back last
-  while (run.state.step < total_steps || pending) {
-    std::optional<PendingStep> next;
-    if (run.state.step < total_steps && !(pending && needs_weights(pending->stats.step))) {
-      profiler.before_step(run.state.step + 1);
-      next = queue_step(run);
-    }
-    if (pending) {
-      last = finish_step(run, *pending);
-      profiler.after_step(last.step);
-      // The pace steps complete at on the device: with steps overlapping, host clocks around a
-      // read-back would mostly measure when the host got round to it.
-      // After a pause (start, evaluation, checkpoint) it is the step's own span.
-      last.step_seconds =
-          previous ? pending->timeline.seconds_since(*previous, kResultsCopied, kResultsCopied)
-                   : last.data_seconds + pending->timeline.seconds_between(kStart, kResultsCopied);
-      previous = std::move(pending->timeline);
-      report_step(run, last, start, first_step, total_steps, flops_per_token, smoothed_tps);
-      if (evaluates_after(last.step)) {
-        double eval_loss = run_validation(run);
-        for (auto& o : run.observers) o->on_eval(last.step, eval_loss);
-        previous.reset();
-      }
-      if (checkpoints_after(last.step)) {
-        write_checkpoint(run);
-        previous.reset();
-      }
-    }
-    pending = std::move(next);
-  }
-  write_checkpoint(run);
-  save_outputs(run);
-  if (!run.validation.empty()) {
-    last.eval_loss = run_validation(run);
-    for (auto& o : run.observers) o->on_eval(run.state.step, *last.eval_loss);
-  }
-  for (auto& o : run.observers) o->on_finish(last);
-  run.comm.barrier("end of training");
+  if (lead) log_start(run, shape, total_steps);
+  finish_training(run, train_steps(run, total_steps));
   return 0;
 }
 
