@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The embedded default: sets up this machine, makes a tiny Llama with random weights, fine-tunes it
 # on the shipped upper-casing chat task with two CPU worker processes, and evaluates it before and
-# after on held-out examples. No cluster, no GPU, no downloads. Takes a few minutes on 2 cores.
+# after on held-out examples. No cluster, no GPU, no model downloads. On a fresh 2-core machine the
+# first run (torch download, build of the three binaries, training) took 11 minutes; later runs 1.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${KUBETUNE_CACHE:-$HOME/.cache/kubetune}
