@@ -163,6 +163,47 @@ TEST(Crd, EveryStringListAndMapIsBounded) {
   EXPECT_EQ(joined(unbounded), "");
 }
 
+// Every number a user writes has a maximum, so the CRD, `kubetune validate` and the trainer
+// refuse 2^32 with the field's name instead of the trainer storing it in an int.
+TEST(Crd, EveryNumberOfTheSpecHasAMaximum) {
+  std::vector<std::string> unbounded;
+  std::function<void(const json&, const std::string&)> walk = [&](const json& s,
+                                                                  const std::string& path) {
+    const std::string type = s.value("type", "");
+    if ((type == "integer" || type == "number") && !s.contains("maximum") && !s.contains("enum")) {
+      unbounded.push_back(path);
+    }
+    const json properties = s.value("properties", json::object());
+    for (const auto& [k, v] : properties.items()) walk(v, path + "." + k);
+    if (s.contains("items")) walk(s["items"], path + "[]");
+  };
+  walk(checked_in_schema()["properties"]["spec"], "spec");
+  EXPECT_EQ(joined(unbounded), "");
+}
+
+TEST(Validation, HugeNumbersAreRefusedWithTheirField) {
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"spec.training.microBatchSize", 4294967296LL},
+      {"spec.training.epochs", 2147483648LL},
+      {"spec.checkpoint.keepLast", 4294967296LL},
+      {"spec.training.gradientAccumulationSteps", 2147483648LL},
+      {"spec.training.globalBatchSize", 4294967296LL},
+      {"spec.runPolicy.activeDeadlineSeconds", 10000000000LL},
+      {"spec.training.learningRate", 1e308},
+  };
+  for (const auto& [field, value] : cases) {
+    json obj = load_yaml_or_json_file(source_dir() + "/examples/jobs/lora-single-gpu.yaml");
+    json* node = &obj;
+    for (size_t start = 0, dot; start != std::string::npos;
+         start = dot == std::string::npos ? dot : dot + 1) {
+      dot = field.find('.', start);
+      node = &(*node)[field.substr(start, dot == std::string::npos ? dot : dot - start)];
+    }
+    *node = value;
+    EXPECT_NE(joined(validate_job(obj)).find(field + ": must be <= "), std::string::npos) << field;
+  }
+}
+
 // Spec edits: only runPolicy changes while a job runs; anything while it is suspended.
 class SpecTransition : public ::testing::Test {
  protected:
