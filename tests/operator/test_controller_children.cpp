@@ -62,6 +62,41 @@ TEST_F(OperatorTest, PodsOfAnEarlierJobWithTheSameNameAreNotItsOwn) {
   EXPECT_EQ(job("again")["status"].value("restarts", 0), 0);
 }
 
+TEST_F(OperatorTest, ReCreatedJobWaitsForTheOldPodsToGo) {
+  start_operator();
+  create_job("again2");
+  ASSERT_TRUE(wait_pods("again2", 2, "0"));
+  // A finalizer keeps worker 0 terminating after the job is deleted (as a kubelet would while the
+  // container stops).
+  ASSERT_EQ(
+      server
+          ->call("PATCH", pod_path("again2-worker-0"),
+                 {{"metadata", {{"finalizers", {"test/hold"}}}}}, "application/merge-patch+json")
+          .code,
+      200);
+  ASSERT_EQ(server->call("DELETE", jobs_path("again2")).code, 200);
+  ASSERT_TRUE(eventually([&] {
+    const auto ps = pods("again2");
+    return ps.size() == 1 && ps[0]["metadata"].contains("deletionTimestamp");
+  }));
+  create_job("again2");
+  ASSERT_TRUE(eventually([&] {
+    const json c = condition("again2", "Created");
+    return !c.is_null() && c["reason"] == "WaitingForOldObjects";
+  }));
+  // The old pod is not taken for a lost worker of the new job: no restart is counted.
+  EXPECT_NE(phase("again2"), "Restarting");
+  EXPECT_EQ(job("again2")["status"].value("restarts", 0), 0);
+  server->call("PATCH", pod_path("again2-worker-0"), {{"metadata", {{"finalizers", nullptr}}}},
+               "application/merge-patch+json");
+  ASSERT_TRUE(eventually([&] {
+    auto ps = pods("again2");
+    return ps.size() == 2 && !ps[0]["metadata"].contains("deletionTimestamp") &&
+           ps[0]["metadata"]["ownerReferences"][0]["uid"] == job("again2")["metadata"]["uid"];
+  }));
+  EXPECT_EQ(job("again2")["status"].value("restarts", 0), 0);
+}
+
 TEST_F(OperatorTest, SpecEditedWhileSuspendedRunsOnResume) {
   start_operator();
   create_job("edit");
