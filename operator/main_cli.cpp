@@ -15,6 +15,12 @@ namespace {
 
 kubetune::op::FineTuneJob load_job(const std::string& path) {
   nlohmann::json obj = kubetune::load_yaml_or_json_file(path);
+  // The API server refuses a manifest without them; so do we (a stored object always has them).
+  for (const char* field : {"apiVersion", "kind"}) {
+    if (obj.is_object() && !obj.contains(field)) {
+      throw std::runtime_error(path + ": " + field + ": required field is missing");
+    }
+  }
   if (obj.is_object() && !obj["metadata"].contains("namespace")) {
     obj["metadata"]["namespace"] = "default";
   }

@@ -1,6 +1,7 @@
 #include "operator/api/cel_rules.h"
 
 #include <regex>
+#include <set>
 
 #include "common/train_config.h"
 #include "operator/api/crd.h"
@@ -124,6 +125,17 @@ std::vector<CelRule> make_rules() {
                             int_at(self, "workers", "gpusPerWorker", 1) > 0;
                    }});
   rules.push_back(spec_immutable_unless_suspended());
+  rules.push_back({"spec",
+                   "!has(self.volumes) || self.volumes.all(v, self.volumes.filter(w, w.mountPath "
+                   "== v.mountPath).size() == 1)",
+                   "two of spec.volumes have the same mountPath: a pod cannot mount both there",
+                   [](const json& self, const json*) {
+                     std::set<std::string> seen;
+                     for (const auto& v : self.value("volumes", json::array())) {
+                       if (!seen.insert(v.value("mountPath", "")).second) return false;
+                     }
+                     return true;
+                   }});
   rules.push_back({"spec.volumes[]", "has(self.persistentVolumeClaim) != has(self.hostPath)",
                    "exactly one of persistentVolumeClaim or hostPath must be set",
                    [](const json& self, const json*) {

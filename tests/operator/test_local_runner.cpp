@@ -122,5 +122,12 @@ TEST_F(LocalRunnerTest, InvalidManifestIsRejectedBeforeStarting) {
   EXPECT_EQ(attempts(0), "");
 }
 
+// The CLI reads manifests as the API server would: without apiVersion or kind, it refuses them.
+TEST_F(LocalRunnerTest, ManifestWithoutApiVersionOrKindIsRefused) {
+  const RunResult r = run("succeed", [](json& job) { job.erase("apiVersion"); });
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("apiVersion: required field is missing"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace kubetune::op

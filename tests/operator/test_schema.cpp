@@ -204,6 +204,15 @@ TEST(Validation, HugeNumbersAreRefusedWithTheirField) {
   }
 }
 
+// An empty target list is not "every linear layer".
+TEST(Validation, EmptyLoraTargetsAreRefused) {
+  json obj = load_yaml_or_json_file(source_dir() + "/examples/jobs/lora-single-gpu.yaml");
+  obj["spec"]["method"]["lora"]["targetModules"] = json::array();
+  EXPECT_NE(joined(validate_job(obj)).find("spec.method.lora.targetModules: must have at least 1"),
+            std::string::npos)
+      << joined(validate_job(obj));
+}
+
 // Spec edits: only runPolicy changes while a job runs; anything while it is suspended.
 class SpecTransition : public ::testing::Test {
  protected:
