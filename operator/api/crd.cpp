@@ -66,17 +66,6 @@ json to_structural(json schema) {
   return schema;
 }
 
-const json& operator_spec_schema() {
-  static const json s = [] {
-    json out = {{"type", "object"}, {"properties", json::object()}};
-    for (const auto& name : operator_spec_fields()) {
-      out["properties"][name] = to_structural(finetunejob_schema()["spec"]["properties"][name]);
-    }
-    return out;
-  }();
-  return s;
-}
-
 const json& status_schema() {
   static const json s = to_structural(finetunejob_schema()["status"]);
   return s;

@@ -8,8 +8,7 @@
 
 namespace kubetune::op {
 
-// Schemas of the operator's spec keys (workers, runPolicy, volumes) and of status.
-const nlohmann::json& operator_spec_schema();
+// The schema of status (structural, as in the CRD).
 const nlohmann::json& status_schema();
 
 // openAPIV3Schema of a whole FineTuneJob object (apiVersion, kind, metadata, spec, status).

@@ -62,6 +62,19 @@ jp() { kubectl get -n "$ns" "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
 phase_is() { [[ "$(jp ftj "$1" '{.status.phase}')" == "$2" ]]; }
 pod_count() { kubectl get pods -n "$ns" -l "kubetune.io/job-name=$1" -o name | wc -l; }
 pods_are() { [[ "$(pod_count "$1")" -eq "$2" ]]; }
+created_reason_is() {  # created_reason_is JOB REASON: the reason of the job's Created condition
+  [[ "$(jp ftj "$1" '{.status.conditions[?(@.type=="Created")].reason}')" == "$2" ]]
+}
+restarts_are() { [[ "$(jp ftj "$1" '{.status.restarts}')" == "$2" ]]; }
+gang_has() {  # gang_has JOB ATTEMPT N: N pods of that attempt
+  [[ "$(kubectl get pods -n "$ns" -l "kubetune.io/job-name=$1,kubetune.io/attempt=$2" -o name | wc -l)" -eq "$3" ]]
+}
+owner_uid_is() { [[ "$(jp pod "$1" '{.metadata.ownerReferences[0].uid}')" == "$2" ]]; }
+has_event() { kubectl get events -n "$ns" --field-selector "involvedObject.name=$1,reason=$2" -o name | grep -q .; }
+leftovers() {
+  kubectl get pods,configmaps,services -n "$ns" -l app.kubernetes.io/managed-by=kubetune-operator -o name
+}
+no_leftovers() { [[ -z "$(leftovers)" ]]; }
 # The kubelet's part: a pod's phase (and the trainer's exit code when it ended).
 set_pod() {
   local pod=$1 phase=$2 code=${3:-}
@@ -122,9 +135,10 @@ start_operator() {  # start_operator NAME
   op_pids+=($!)
 }
 lease_holder() { kubectl get lease -n "$opns" kubetune-operator -o 'jsonpath={.spec.holderIdentity}'; }
+lease_held() { [[ -n "$(lease_holder)" ]]; }
+lease_not_held_by() { [[ "$(lease_holder)" != "$1" ]]; }
 start_operator op-a
-eventually 30 bash -c "[[ -n \"\$(kubectl get lease -n $opns kubetune-operator -o 'jsonpath={.spec.holderIdentity}')\" ]]" ||
-  fail "no leader (log: $work/op-a.log)"
+eventually 30 lease_held || fail "no leader (log: $work/op-a.log)"
 leader_a=$(lease_holder)
 start_operator op-b
 ok "op-a leads ($leader_a); op-b stands by"
@@ -154,10 +168,8 @@ fi
 [[ "$out" == *"only spec.runPolicy can change while a job runs"* ]] || fail "edit refused with: $out"
 ok "editing a running job's spec is refused by the server: ${out:0:90}..."
 set_pod $job-worker-1 Failed 137
-eventually 30 bash -c "[[ \$(kubectl get ftj -n $ns $job -o 'jsonpath={.status.restarts}') == 1 ]]" ||
-  fail "no gang restart: $(jp ftj $job '{.status}')"
-eventually 30 bash -c "[[ \$(kubectl get pods -n $ns -l kubetune.io/job-name=$job,kubetune.io/attempt=1 -o name | wc -l) == 2 ]]" ||
-  fail "no new gang"
+eventually 30 restarts_are $job 1 || fail "no gang restart: $(jp ftj $job '{.status}')"
+eventually 30 gang_has $job 1 2 || fail "no new gang"
 ok "worker 1 exited 137: the whole gang was restarted (attempt 1)"
 
 echo "== suspend, edit, resume: the new gang runs the new spec"
@@ -185,13 +197,11 @@ bad=e2e-bad-priority
 example "$root/examples/jobs/lora-single-gpu.yaml" $bad \
   '{"spec":{"workers":{"gpusPerWorker":0,"priorityClassName":"no-such-class"},"metrics":{"port":0}}}' |
   kubectl apply -n "$ns" -f - >/dev/null
-cond_reason() { kubectl get ftj -n "$ns" "$1" -o "jsonpath={.status.conditions[?(@.type==\"Created\")].reason}"; }
-eventually 30 bash -c "[[ \$(kubectl get ftj -n $ns $bad -o 'jsonpath={.status.conditions[?(@.type==\"Created\")].reason}') == FailedCreate ]]" ||
+eventually 30 created_reason_is $bad FailedCreate ||
   fail "no FailedCreate condition: $(jp ftj $bad '{.status}')"
 msg=$(kubectl get ftj -n "$ns" $bad -o 'jsonpath={.status.conditions[?(@.type=="Created")].message}')
 [[ "$msg" == *"no PriorityClass with name no-such-class"* ]] || fail "condition message: $msg"
-eventually 10 bash -c "kubectl get events -n $ns --field-selector involvedObject.name=$bad,reason=FailedCreate -o name | grep -q ."  ||
-  fail "no FailedCreate event"
+eventually 10 has_event $bad FailedCreate || fail "no FailedCreate event"
 ok "Created=False FailedCreate: ${msg:0:100}..."
 
 echo "== children are found by owner UID: an orphaned pod of the same name is not adopted"
@@ -202,21 +212,19 @@ kubectl apply -n "$ns" -f "$work/orphan.yaml" >/dev/null
 eventually 30 pods_are $orph 1 || fail "no pod"
 kubectl delete ftj -n "$ns" $orph --cascade=orphan >/dev/null
 kubectl apply -n "$ns" -f "$work/orphan.yaml" >/dev/null
-eventually 30 bash -c "[[ \$(kubectl get ftj -n $ns $orph -o 'jsonpath={.status.conditions[?(@.type==\"Created\")].reason}') == NameConflict ]]" ||
+eventually 30 created_reason_is $orph NameConflict ||
   fail "no NameConflict: $(jp ftj $orph '{.status}')"
 [[ "$(jp ftj $orph '{.status.phase}')" != Succeeded ]] || fail "Succeeded without a pod of its own"
 ok "the new job reports NameConflict instead of taking the old pod"
 kubectl delete pod -n "$ns" $orph-worker-0 --wait=true >/dev/null
 new_uid=$(jp ftj $orph '{.metadata.uid}')
-eventually 60 bash -c "[[ \$(kubectl get pod -n $ns $orph-worker-0 -o 'jsonpath={.metadata.ownerReferences[0].uid}') == $new_uid ]]" ||
+eventually 60 owner_uid_is $orph-worker-0 "$new_uid" ||
   fail "the job did not create its own pod after the orphan went"
 ok "once the orphan is deleted, the job creates its own pod"
 
 echo "== deletion leaves nothing behind (garbage collector)"
 for j in $job $bad $orph; do kubectl delete ftj -n "$ns" $j --wait=true --timeout=60s >/dev/null; done
-leftovers() { kubectl get pods,configmaps,services -n "$ns" -l app.kubernetes.io/managed-by=kubetune-operator -o name; }
-eventually 60 bash -c "[[ -z \"\$(kubectl get pods,configmaps,services -n $ns -l app.kubernetes.io/managed-by=kubetune-operator -o name)\" ]]" ||
-  fail "left behind: $(leftovers)"
+eventually 60 no_leftovers || fail "left behind: $(leftovers)"
 ok "no pod, ConfigMap or Service left"
 
 echo "== SIGTERM: the leader exits 0 and releases the Lease; the standby takes over"
@@ -229,10 +237,8 @@ wait "${op_pids[$victim]}"
 code=$?
 set -e
 [[ $code -eq 0 ]] || fail "the operator exited $code on SIGTERM: $(tail -5 "$work/op-$([[ $victim == 0 ]] && echo a || echo b).log")"
-eventually 10 bash -c "h=\$(kubectl get lease -n $opns kubetune-operator -o 'jsonpath={.spec.holderIdentity}'); [[ \$h != '$leader' ]]" ||
-  fail "the Lease still names $leader"
-eventually 15 bash -c "[[ -n \"\$(kubectl get lease -n $opns kubetune-operator -o 'jsonpath={.spec.holderIdentity}')\" ]]" ||
-  fail "the standby did not take over"
+eventually 10 lease_not_held_by "$leader" || fail "the Lease still names $leader"
+eventually 15 lease_held || fail "the standby did not take over"
 ok "exit 0, Lease released; new leader $(lease_holder) after $((SECONDS - t0)) s"
 
 echo "== the operator's command line and a Lease it may not touch"
