@@ -44,6 +44,7 @@ json printer_columns() {
           col("Progress", "string", ".status.progress.summary"),
           col("Loss", "number", ".status.progress.loss"),
           col("Tokens/s", "number", ".status.progress.tokensPerSecond"),
+          col("ETA", "string", ".status.progress.eta"),
           restarts,
           col("Age", "date", ".metadata.creationTimestamp")};
 }

@@ -136,6 +136,8 @@ json make_pod(const FineTuneJob& job, int rank, int attempt) {
   json spec = {{"restartPolicy", "Never"},  // the operator restarts the whole gang instead
                {"hostname", pod_name(job.name, rank)},
                {"subdomain", service_name(job.name)},
+               // Time to finish the step and write a checkpoint after SIGTERM (a drain).
+               {"terminationGracePeriodSeconds", job.run_policy.termination_grace_period_seconds},
                {"securityContext", pod_security_context(job.workers)}};
   json mounts;
   add_volumes(job, spec, mounts);

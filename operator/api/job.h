@@ -53,6 +53,8 @@ struct RunPolicy {
   std::optional<long> active_deadline_seconds;
   std::optional<long> ttl_seconds_after_finished;
   bool suspend = false;
+  long stall_timeout_seconds = 1800;            // 0: no stall watchdog
+  long termination_grace_period_seconds = 600;  // SIGTERM -> SIGKILL of a worker pod
 };
 
 struct FineTuneJob {

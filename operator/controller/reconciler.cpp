@@ -197,6 +197,7 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
     }
     if (p.job.config.metrics_port > 0) {
       update_progress(p, *g.pods[0]);
+      if (auto stall = stalled(p)) return handle_failure(p, *stall);
       result.requeue_after = options_.progress_period;
     }
   }
@@ -410,12 +411,16 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   auto put = [&](const char* field, const std::optional<double>& v, double scale = 1) {
     if (v && std::isfinite(*v)) progress[field] = *v * scale;
   };
+  if (pr.step && (!progress.contains("stepTime") || progress.value("step", -1L) != *pr.step)) {
+    progress["stepTime"] = format_time(p.now);  // the stall watchdog's clock
+  }
   if (pr.step) progress["step"] = static_cast<long>(*pr.step);
   if (pr.total_steps) progress["totalSteps"] = static_cast<long>(*pr.total_steps);
   put("epoch", pr.epoch);
   put("loss", pr.loss);
   put("tokensPerSecond", pr.tokens_per_second, world);  // rank 0's rate times the world size
   put("etaSeconds", pr.eta_seconds);
+  if (progress.contains("etaSeconds")) progress["eta"] = format_duration(progress["etaSeconds"]);
   progress["summary"] = std::to_string(progress.value("step", 0L)) + "/" +
                         std::to_string(progress.value("totalSteps", 0L));
   if (progress != before) progress["updateTime"] = format_time(p.now);
@@ -433,6 +438,25 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
                            progress.value("totalSteps", 0.0), progress.value("loss", 0.0),
                            progress.value("tokensPerSecond", 0.0));
   }
+}
+
+std::optional<WorkerFailure> JobReconciler::stalled(const Pass& p) const {
+  const long timeout = p.job.run_policy.stall_timeout_seconds;
+  if (timeout <= 0) return std::nullopt;
+  // The clock starts when the gang last became Running or when the step last advanced, whichever
+  // is later: loading the model counts, a restarted gang starts afresh.
+  const json running = find_condition(p.status, kCondRunning);
+  if (running.value("status", "") != "True") return std::nullopt;
+  SystemTime since = parse_time(running.value("lastTransitionTime", format_time(p.now)));
+  const json progress = p.status.value("progress", json::object());
+  if (progress.contains("stepTime")) since = std::max(since, parse_time(progress["stepTime"]));
+  if (p.now - since < std::chrono::seconds(timeout)) return std::nullopt;
+  const std::string step =
+      progress.contains("step") ? "step " + std::to_string(progress.value("step", 0L)) : "no step";
+  return WorkerFailure{0, "Stalled",
+                       "rank 0 has not finished a step for " + std::to_string(timeout) +
+                           " s (runPolicy.stallTimeoutSeconds; last seen: " + step + ")",
+                       false};
 }
 
 void JobReconciler::transition(Pass& p, Phase phase, const std::string& condition,

@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,8 @@ class JobReconciler {
   // throws ChildNotCreated when the server refuses or the name is taken.
   void ensure_child(Pass& p, const kube::Resource& kind, const nlohmann::json& object);
   void update_progress(Pass& p, const nlohmann::json& pod0);
+  // A Stalled failure when rank 0's step has not advanced for runPolicy.stallTimeoutSeconds.
+  std::optional<WorkerFailure> stalled(const Pass& p) const;
   bool confirm_lost(Pass& p, int rank);
 
   void transition(Pass& p, Phase phase, const std::string& condition, const std::string& reason,

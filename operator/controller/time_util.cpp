@@ -1,5 +1,6 @@
 #include "operator/controller/time_util.h"
 
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <stdexcept>
@@ -46,6 +47,23 @@ SystemTime parse_time(const std::string& text) {
     if (frac_digits > 0) t += std::chrono::microseconds(std::stoll(digits));
   }
   return t;
+}
+
+std::string format_duration(double seconds) {
+  const long total = seconds > 0 ? std::lround(seconds) : 0;
+  const long days = total / 86400, hours = total / 3600 % 24, minutes = total / 60 % 60,
+             secs = total % 60;
+  char text[32];
+  if (days > 0) {
+    std::snprintf(text, sizeof text, "%ldd%02ldh", days, hours);
+  } else if (hours > 0) {
+    std::snprintf(text, sizeof text, "%ldh%02ldm", hours, minutes);
+  } else if (minutes > 0) {
+    std::snprintf(text, sizeof text, "%ldm%02lds", minutes, secs);
+  } else {
+    std::snprintf(text, sizeof text, "%lds", secs);
+  }
+  return text;
 }
 
 }  // namespace kubetune::op

@@ -11,6 +11,7 @@
 #include "operator/api/desired_objects.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/progress.h"
+#include "operator/controller/time_util.h"
 #include "operator/local/process_gang.h"
 
 extern char** environ;
@@ -111,28 +112,62 @@ ProcessSpec to_process(const json& pod, const FineTuneJob& job, const LocalRunOp
   return spec;
 }
 
-void print_progress(const FineTuneJob& job, std::ostream& out) {
-  if (job.config.metrics_port <= 0) return;
+// Rank 0's progress, or nothing when it is not serving yet (loading) or between steps.
+std::optional<Progress> read_progress(const FineTuneJob& job) {
+  if (job.config.metrics_port <= 0) return std::nullopt;
   try {
     const Progress p = scrape_progress(
         "http://127.0.0.1:" + std::to_string(job.config.metrics_port) + "/metrics", 1000);
-    if (!p.step) return;
-    out << "[kubetune] progress: step " << static_cast<long>(*p.step) << "/"
-        << static_cast<long>(p.total_steps.value_or(0));
-    if (p.loss) out << "  loss " << *p.loss;
-    if (p.tokens_per_second) out << "  tokens/s (rank 0) " << *p.tokens_per_second;
-    if (p.eta_seconds) out << "  eta " << static_cast<long>(*p.eta_seconds) << " s";
-    out << "\n" << std::flush;
+    if (p.step) return p;
   } catch (const std::exception&) {
-    // Not up yet, or between steps: the next period will tell.
   }
+  return std::nullopt;
 }
 
-enum class GangEnd { kSucceeded, kFailed, kDeadline };
+void print_progress(const Progress& p, std::ostream& out) {
+  out << "[kubetune] progress: step " << static_cast<long>(*p.step) << "/"
+      << static_cast<long>(p.total_steps.value_or(0));
+  if (p.loss) out << "  loss " << *p.loss;
+  if (p.tokens_per_second) out << "  tokens/s (rank 0) " << *p.tokens_per_second;
+  if (p.eta_seconds) out << "  eta " << format_duration(*p.eta_seconds);
+  out << "\n" << std::flush;
+}
+
+// The operator's stall watchdog on this machine: the clock starts with the gang and restarts
+// whenever rank 0's step advances.
+class StallWatch {
+ public:
+  explicit StallWatch(long timeout_seconds)
+      : timeout_(timeout_seconds), since_(std::chrono::steady_clock::now()) {}
+  void saw(const std::optional<Progress>& p) {
+    if (!p || *p->step == step_) return;
+    step_ = *p->step;
+    since_ = std::chrono::steady_clock::now();
+  }
+  bool stalled() const {
+    return timeout_ > 0 &&
+           std::chrono::steady_clock::now() - since_ >= std::chrono::seconds(timeout_);
+  }
+  std::string describe() const {
+    return "rank 0 has not finished a step for " + std::to_string(timeout_) +
+           " s (runPolicy.stallTimeoutSeconds; last seen: " +
+           (step_ >= 0 ? "step " + std::to_string(static_cast<long>(step_))
+                       : std::string("no step")) +
+           ")";
+  }
+
+ private:
+  long timeout_;
+  double step_ = -1;  // -1: none seen yet
+  std::chrono::steady_clock::time_point since_;
+};
+
+enum class GangEnd { kSucceeded, kFailed, kStalled, kDeadline };
 
 struct AttemptResult {
   GangEnd end = GangEnd::kSucceeded;
   Exit exit;
+  std::string stall;  // kStalled: what the watchdog saw
 };
 
 // Runs one gang until all succeed, one fails, or the deadline passes.
@@ -147,7 +182,10 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
     const std::string config = write_config(job, dir, rank, nproc);
     gang.spawn(to_process(want.pods[rank], job, o, pl, rank, config));
   }
+  const auto stall_check_period = std::chrono::seconds(1);
   auto next_progress = std::chrono::steady_clock::now() + o.progress_period;
+  auto next_stall_check = std::chrono::steady_clock::now() + stall_check_period;
+  StallWatch stall(job.config.metrics_port > 0 ? job.run_policy.stall_timeout_seconds : 0);
   AttemptResult result;
   while (gang.running() > 0) {
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -163,9 +201,19 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
         return result;
       }
     }
-    if (std::chrono::steady_clock::now() >= next_progress) {
-      print_progress(job, out);
-      next_progress += o.progress_period;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_progress || now >= next_stall_check) {
+      const auto progress = read_progress(job);
+      stall.saw(progress);
+      if (now >= next_progress && progress) print_progress(*progress, out);
+      if (now >= next_progress) next_progress += o.progress_period;
+      next_stall_check = now + stall_check_period;
+    }
+    if (stall.stalled()) {
+      gang.terminate(o.grace);
+      result.end = GangEnd::kStalled;
+      result.stall = stall.describe();
+      return result;
     }
   }
   gang.terminate(o.grace);
@@ -198,9 +246,11 @@ int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& ou
           << " exceeded\n";
       return 1;
     }
-    const std::string what = "worker " + std::to_string(r.exit.index) + " exited with code " +
-                             std::to_string(r.exit.code);
-    if (!r.exit.signaled && r.exit.code == kExitUserError) {
+    const std::string what = r.end == GangEnd::kStalled
+                                 ? "stalled: " + r.stall
+                                 : "worker " + std::to_string(r.exit.index) + " exited with code " +
+                                       std::to_string(r.exit.code);
+    if (r.end == GangEnd::kFailed && !r.exit.signaled && r.exit.code == kExitUserError) {
       out << "[kubetune] " << job.name << " failed: " << what
           << " (configuration or data error, not retried)\n";
       return 2;

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Distributed training on CPU (Gloo) through `kubetune-trainer launch`; each a ctest entry."""
 import os
+import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,14 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "train"))
 import harness as h  # noqa: E402
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(nproc, cfg_path, **kw):
-    return ["launch", "--nproc-per-node", nproc, "--master-port", free_port(), "--", "train", "--config", cfg_path]
+    return ["launch", "--nproc-per-node", nproc, "--master-port", h.free_port(), "--", "train", "--config", cfg_path]
 
 
 def setup(name, n_examples=48, **model_config):
@@ -30,38 +24,15 @@ def setup(name, n_examples=48, **model_config):
     return w, model, data
 
 
-def children_of(pid: int):
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
-                if int(fields[1]) == pid:
-                    out.append(int(p.name))
-            except (OSError, IndexError):
-                pass
-    return out
-
-
 def rank_pids(launcher: subprocess.Popen, n: int, timeout=60):
     """Child pids in rank order (the launcher starts rank 0 first, so pid order is rank order)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        kids = sorted(children_of(launcher.pid))
+        kids = sorted(h.children_of(launcher.pid))
         if len(kids) == n:
             return kids
         time.sleep(0.2)
     raise AssertionError("ranks did not start")
-
-
-def wait_for_step(out_dir: Path, step: int, timeout=240):
-    history = out_dir / "metrics_history.jsonl"
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if history.exists() and f'"step":{step},' in history.read_text():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"step {step} not reached")
 
 
 def same_weights_as_one_process():
@@ -110,7 +81,7 @@ def killed_rank_stops_the_job():
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         pids = rank_pids(launcher, 2)
-        wait_for_step(w / "out", 2)
+        h.wait_for_step(w / "out", 2)
         killed_at = time.time()
         os.kill(pids[1], signal.SIGKILL)
         out, err = launcher.communicate(timeout=30)
@@ -133,7 +104,7 @@ def stalled_rank_times_out():
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         pids = rank_pids(launcher, 2)
-        wait_for_step(w / "out", 2)
+        h.wait_for_step(w / "out", 2)
         os.kill(pids[1], signal.SIGSTOP)
         out, err = launcher.communicate(timeout=60)
     finally:
@@ -144,40 +115,40 @@ def stalled_rank_times_out():
     assert re.search(r"rank 0 \(pid \d+\) exited with status 3", err), err[-2000:]
 
 
-def resume_after_kill_matches():
-    """Kill the whole job after a checkpoint, launch again: same final weights as uninterrupted."""
+def sigterm_checkpoints_and_resume_matches():
+    """SIGTERM (a node drain, an eviction) at an arbitrary step: every rank stops after the same
+    step, rank 0 writes a checkpoint of it, the launcher exits 3 (retryable); launched again, the
+    run resumes there and ends with the same weights as an uninterrupted run."""
     w, model, data = setup("ddp-resume", 48)
     def cfg_for(out, ckpt):
-        # Enough steps after the kill point that the run cannot finish before SIGTERM lands (a
-        # step of this model takes a few ms), and every checkpoint kept, so that the one at step 6
-        # is still there when the test looks.
+        # Enough steps that the run cannot finish before SIGTERM lands (a step of this model takes
+        # a few ms); no periodic checkpoint, so the one found must be the one SIGTERM asked for.
         c = h.config(model, data, out, microBatchSize=2, gradientAccumulationSteps=1, maxSteps=240)
-        c["checkpoint"] = {"resume": "auto", "dir": str(ckpt), "everySteps": 3, "keepLast": 1000}
+        c["checkpoint"] = {"resume": "auto", "dir": str(ckpt), "everySteps": 0}
         return c
     h.run(launch(2, h.write_config(w / "a.json", cfg_for(w / "straight", w / "ck-a"))))
     path = h.write_config(w / "b.json", cfg_for(w / "resumed", w / "ck-b"))
     launcher = subprocess.Popen([h.TRAINER, *map(str, launch(2, path))], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 240
-        while not (w / "ck-b" / "step-00000006" / "trainer_state.json").exists():
-            if launcher.poll() is not None:
-                out, err = launcher.communicate()
-                raise AssertionError(f"the launcher exited {launcher.returncode} before the step-6 "
-                                     f"checkpoint:\n{out[-3000:]}\n{err[-2000:]}")
-            assert time.time() < deadline, "no checkpoint at step 6"
-            time.sleep(0.1)
+        h.wait_for_step(w / "resumed", random.Random().randint(3, 12))
         launcher.send_signal(signal.SIGTERM)
         out, err = launcher.communicate(timeout=60)
     finally:
         if launcher.poll() is None:
             launcher.kill()
-    assert launcher.returncode != 0, "the run ended before it was stopped:\n" + out[-2000:] + err[-2000:]
+    assert launcher.returncode == 3, (launcher.returncode, out[-2000:], err[-2000:])
+    stopped = re.search(r"stopping at step=(\d+)/240 on request", out)
+    assert stopped, out[-3000:]
+    step = int(stopped.group(1))
+    checkpoints = sorted(p.name for p in (w / "ck-b").iterdir())
+    assert checkpoints == [f"step-{step:08d}"], checkpoints
+    assert not list((w / "resumed").glob("*.safetensors")), "a stopped run wrote its output"
     p = h.run(launch(2, path))
     # The launcher relays its ranks' output (logs included) on its stdout.
-    assert "resuming from" in p.stdout, p.stdout[-2000:]
+    assert f"resuming from {w / 'ck-b'}/step-{step:08d} at step={step}/240" in p.stdout, p.stdout[-2000:]
     diff = h.max_abs_diff(h.weights(w / "straight"), h.weights(w / "resumed"))
-    print(f"max |uninterrupted - resumed| = {diff:.3g}")
+    print(f"stopped at step {step}; max |uninterrupted - resumed| = {diff:.3g}")
     assert diff <= 1e-6, diff
 
 
@@ -206,5 +177,5 @@ def resume_on_another_world_size_keeps_the_global_batch():
 
 if __name__ == "__main__":
     h.main({f.__name__: f for f in [same_weights_as_one_process, killed_rank_stops_the_job,
-                                     stalled_rank_times_out, resume_after_kill_matches,
+                                     stalled_rank_times_out, sigterm_checkpoints_and_resume_matches,
                                      resume_on_another_world_size_keeps_the_global_batch]})

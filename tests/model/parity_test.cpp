@@ -3,6 +3,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <map>
+
 #include "test_util.h"
 #include "trainer/io/peft_adapter.h"
 
@@ -376,6 +378,60 @@ TEST(Cuda, Bf16AutocastTracksTheFp32Reference) {
     const double cosine = (g.dot(r) / (g.norm() * r.norm() + 1e-30)).item<double>();
     EXPECT_GT(cosine, 0.99) << p.key();
   }
+}
+
+// Loss and gradients of one bf16-autocast step (fp32 master weights), as training runs it.
+struct AutocastStep {
+  double loss = 0;
+  std::map<std::string, at::Tensor> grads;
+};
+
+AutocastStep autocast_step(CausalLM& m, const Ref& ref) {
+  m->train();
+  m->zero_grad();
+  at::Tensor mean;
+  {
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::Tensor hidden = m->hidden_states(ref["input_ids"].cuda(), ref["position_ids"].cuda());
+    auto [loss, n] = model::next_token_loss_sum(*m, hidden, ref["labels"]);
+    mean = loss / static_cast<double>(n);
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+  }
+  mean.backward();  // outside autocast, as in training: the recompute must bring its own
+  AutocastStep step{mean.item<double>(), {}};
+  for (const auto& p : m->named_parameters())
+    if (p.value().requires_grad()) step.grads[p.key()] = p.value().grad().cpu().clone();
+  return step;
+}
+
+// Recomputing a layer in backward must replay the forward's autocast: the same bf16 GEMMs, so
+// the same loss and gradients as the run that kept its activations. (Recomputed in fp32, the
+// LoRA run failed with "self and mat2 must have the same dtype" and full fine-tuning ran 8x
+// slower with gradients off by bf16 rounding.)
+void expect_checkpointing_changes_nothing(CausalLM& m, const Ref& ref, const std::string& what) {
+  m->to(torch::kCUDA, torch::kFloat32);
+  const AutocastStep kept = autocast_step(m, ref);
+  m->set_gradient_checkpointing(true);
+  const AutocastStep recomputed = autocast_step(m, ref);
+  EXPECT_NEAR(recomputed.loss, kept.loss, 1e-5 * kept.loss) << what;
+  ASSERT_EQ(recomputed.grads.size(), kept.grads.size()) << what;
+  for (const auto& [name, grad] : kept.grads)
+    EXPECT_LT(rel_err(recomputed.grads.at(name), grad), 1e-3) << what << ": " << name;
+}
+
+TEST(Cuda, CheckpointingUnderAutocastGivesTheSameStepFullFineTuning) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU path not exercised";
+  CausalLM m = load_model(fixture("llama32"));
+  expect_checkpointing_changes_nothing(m, Ref("llama32"), "full");
+}
+
+TEST(Cuda, CheckpointingUnderAutocastGivesTheSameStepLora) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU path not exercised";
+  CausalLM m = load_model(fixture("llama32"));
+  io::load_peft_adapter(m, fixture("llama32_lora"));
+  expect_checkpointing_changes_nothing(m, Ref("llama32_lora"), "LoRA");
 }
 
 }  // namespace

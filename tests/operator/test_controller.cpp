@@ -301,12 +301,44 @@ TEST_F(OperatorTest, ProgressIsReadFromRankZero) {
   EXPECT_DOUBLE_EQ(st["progress"]["loss"].get<double>(), 1.25);
   EXPECT_DOUBLE_EQ(st["progress"]["tokensPerSecond"].get<double>(), 1000);  // 2 ranks x 500
   EXPECT_DOUBLE_EQ(st["progress"]["etaSeconds"].get<double>(), 60);
+  EXPECT_EQ(st["progress"]["eta"], "1m00s");  // kubectl get's ETA column
+  EXPECT_TRUE(st["progress"].contains("stepTime"));
   EXPECT_EQ(st["lastCheckpoint"]["count"], 1);
   EXPECT_EQ(st["lastCheckpoint"]["path"], "/data/runs/llama-lora-chat/checkpoints");
   expect_status_matches_schema("prog");
   // Later steps show up on the next period.
   gauge(ts::kStep).Set(41);
   EXPECT_TRUE(eventually([&] { return job("prog")["status"]["progress"]["step"] == 41; }));
+}
+
+// Rank 0 serves its metrics but its step stops advancing (a hung filesystem, a deadlocked data
+// loader; the collective timeout cannot see these): after runPolicy.stallTimeoutSeconds the
+// gang is restarted with reason Stalled, counted against backoffLimit.
+TEST_F(OperatorTest, StalledStepRestartsTheGang) {
+  auto reg = std::make_shared<prometheus::Registry>();
+  namespace ts = metrics::trainer_series;
+  const prometheus::Labels l = {{"job", "stuck"}, {"rank", "0"}, {"local_rank", "0"}};
+  metrics::gauge_family(*reg, ts::kAll, ts::kStep).Add(l).Set(7);
+  metrics::gauge_family(*reg, ts::kAll, ts::kTotalSteps).Add(l).Set(100);
+  metrics::HttpEndpoint exporter("127.0.0.1", 0);
+  exporter.add_registry(reg);
+
+  start_operator();
+  create_job("stuck", [&](json& j) {
+    j["spec"]["metrics"]["port"] = exporter.port();
+    j["spec"]["runPolicy"]["stallTimeoutSeconds"] = 2;
+  });
+  ASSERT_TRUE(wait_pods("stuck", 2));
+  run_all("stuck", 2);
+  ASSERT_TRUE(eventually([&] { return job("stuck")["status"].value("restarts", 0) == 1; },
+                         milliseconds(10000)));
+  const json restarting = condition("stuck", "Restarting");
+  EXPECT_EQ(restarting["reason"], "Stalled");
+  EXPECT_NE(restarting["message"].get<std::string>().find(
+                "rank 0 has not finished a step for 2 s (runPolicy.stallTimeoutSeconds; last seen: "
+                "step 7)"),
+            std::string::npos)
+      << restarting.dump();
 }
 
 TEST_F(OperatorTest, TransientApiErrorsAreRetriedWithBackOff) {

@@ -44,6 +44,8 @@ TEST(DesiredObjects, OnePodPerNodeWithTheTorchrunEnvironment) {
     EXPECT_EQ(pod["metadata"]["labels"][kLabelAttempt], "3");
     EXPECT_EQ(pod["metadata"]["labels"][kLabelJob], "llama-full-sft");
     EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+    // The schema's default: time to finish the step and checkpoint after a drain's SIGTERM.
+    EXPECT_EQ(pod["spec"]["terminationGracePeriodSeconds"], 600);
     EXPECT_EQ(pod["spec"]["subdomain"], "llama-full-sft");
     EXPECT_EQ(pod["spec"]["hostname"], pod["metadata"]["name"]);
     const json& c = pod["spec"]["containers"][0];

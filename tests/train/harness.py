@@ -2,9 +2,12 @@
 trainer binary, read weights back. The references are transformers, PEFT and safetensors."""
 import json
 import os
+import random
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -13,6 +16,45 @@ from safetensors.torch import load_file
 TRAINER = os.environ["KUBETUNE_TRAINER"]
 REPO = Path(os.environ["KUBETUNE_REPO"])
 EXAMPLE = REPO / "examples" / "default"
+
+
+def free_port() -> int:
+    """A free port below the kernel's ephemeral range: no outgoing connection (a Gloo peer, a
+    scrape) is given it as its source port between the test picking it and a process binding it,
+    as bind(0)'s port could be (that once failed CI with EADDRINUSE)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(10000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise AssertionError("no free port below the ephemeral range")
+
+
+def children_of(pid: int):
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out.append(int(p.name))
+            except (OSError, IndexError):
+                pass
+    return out
+
+
+def wait_for_step(out_dir: Path, step: int, timeout=240):
+    history = out_dir / "metrics_history.jsonl"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if history.exists() and f'"step":{step},' in history.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"step {step} not reached")
 
 
 def workdir(name: str) -> Path:

@@ -3,6 +3,10 @@
 References: transformers (eval loss), tokenizers (token ids), PEFT (adapter logits)."""
 import json
 import math
+import os
+import random
+import re
+import signal
 import shutil
 import subprocess
 
@@ -190,7 +194,6 @@ def logs_are_structured_and_options_checked():
     """Text logs carry a UTC timestamp, the level and key=value fields; --log-format json gives one
     JSON object per line, in the launcher and in its ranks alike. `launch --help` answers, and every
     command names an unknown option instead of guessing."""
-    import re
     w = h.workdir("logs")
     model = h.tiny_model(w / "model")
     data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 8)
@@ -224,7 +227,6 @@ def quickstart_events_read_by_tensorboard():
     two CPU workers; cut to 24 steps) leaves TensorBoard event files that TensorBoard's own reader
     loads, with every number of metrics_history.jsonl under its tag at its step."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    import os
     w = h.workdir("tensorboard")
     h.run(["init-model", "--config", h.EXAMPLE / "model_config.json", "--tokenizer",
            h.EXAMPLE / "tokenizer", "--out", w / "runs/default/base-model", "--seed", "0"])
@@ -265,9 +267,102 @@ def quickstart_events_read_by_tensorboard():
           f"({len(tags)} tags, {events[0].name})")
 
 
+def local_job(w, name, training, run_policy, metrics_port=0):
+    """A FineTuneJob for `kubetune run`: two CPU workers on a tiny model, the volume at `w`."""
+    model = w / "model"
+    if not model.exists():
+        h.tiny_model(model)
+        h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 48)
+    spec = h.config(model, w / "data.jsonl", w / name, **training)
+    spec.update(checkpoint={"resume": "auto", "everySteps": 0},
+                distributed={"timeoutSeconds": 120},
+                metrics={"port": metrics_port, "lingerSeconds": 0},
+                workers={"replicas": 2, "gpusPerWorker": 0}, runPolicy=run_policy,
+                volumes=[{"name": "work", "mountPath": str(w), "hostPath": {"path": str(w)}}])
+    job = {"apiVersion": "kubetune.io/v1alpha1", "kind": "FineTuneJob", "metadata": {"name": name},
+           "spec": spec}
+    path = w / f"{name}.yaml"
+    path.write_text(json.dumps(job))  # JSON is YAML
+    return path
+
+
+def start_local(path):
+    return subprocess.Popen([os.environ["KUBETUNE_CLI"], "run", str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "KUBETUNE_TRAINER": h.TRAINER})
+
+
+def worker_launchers(runner, n=2, timeout=60):
+    """The workers' processes (each a `kubetune-trainer launch`, as a pod's PID 1), worker 0 first."""
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        kids = sorted(h.children_of(runner.pid))
+        if len(kids) == n:
+            return kids
+        time.sleep(0.1)
+    raise AssertionError("the workers did not start")
+
+
+def preempted_worker_resumes_under_kubetune_run():
+    """SIGTERM to one worker at an arbitrary step, as a node drain sends its pod: both workers stop
+    after the same step with a checkpoint, the gang restarts from it, and the final weights equal
+    those of a run nobody interrupted."""
+    w = h.workdir("preempt")
+    training = dict(microBatchSize=2, maxSteps=200)
+    straight = start_local(local_job(w, "straight", training, {"backoffLimit": 0}))
+    out, _ = straight.communicate(timeout=300)
+    assert straight.returncode == 0, out[-3000:]
+    runner = start_local(local_job(w, "preempted", training, {"backoffLimit": 1}))
+    try:
+        victim = worker_launchers(runner)[1]
+        stop_at = random.Random().randint(3, 12)
+        h.wait_for_step(w / "preempted", stop_at)
+        os.kill(victim, signal.SIGTERM)
+        out, _ = runner.communicate(timeout=300)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 0, out[-4000:]
+    stopped = re.search(r"stopping at step=(\d+)/200 on request", out)
+    assert stopped, out[-4000:]
+    step = int(stopped.group(1))
+    assert "worker 1 exited with code 3; restarting the gang (restart 1 of 1)" in out, out[-4000:]
+    assert f"step-{step:08d} at step={step}/200" in out, out[-4000:]  # the restart resumed there
+    diff = h.max_abs_diff(h.weights(w / "straight"), h.weights(w / "preempted"))
+    print(f"SIGTERM after step {stop_at}, stopped at step {step}; |uninterrupted - resumed| = {diff:.3g}")
+    assert diff <= 1e-6, diff
+
+
+def stalled_gang_is_restarted_by_kubetune_run():
+    """A worker frozen with SIGSTOP (a hung filesystem, a deadlocked loader) while the collective
+    timeout is long: the stall watchdog (runPolicy.stallTimeoutSeconds) restarts the gang, which
+    then finishes."""
+    w = h.workdir("stall")
+    port = h.free_port()
+    runner = start_local(local_job(w, "stalled", dict(microBatchSize=2, maxSteps=60),
+                                   {"backoffLimit": 1, "stallTimeoutSeconds": 3}, metrics_port=port))
+    try:
+        victim = worker_launchers(runner)[1]
+        h.wait_for_step(w / "stalled", 3)
+        ranks = h.children_of(victim)
+        assert len(ranks) == 1, ranks
+        os.kill(ranks[0], signal.SIGSTOP)
+        out, _ = runner.communicate(timeout=300)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 0, out[-4000:]
+    assert re.search(r"stalled: rank 0 has not finished a step for 3 s \(runPolicy.stallTimeoutSeconds; "
+                     r"last seen: step \d+\); restarting the gang \(restart 1 of 1\)", out), out[-4000:]
+    assert "stalled succeeded" in out, out[-4000:]
+
+
 if __name__ == "__main__":
     h.main({f.__name__: f for f in [accumulation_equals_big_batch, resume_equals_uninterrupted,
                                      damaged_checkpoint_is_skipped, eval_matches_transformers,
                                      tokenize_matches_tokenizers, lora_adapter_loads_in_peft,
                                      bad_inputs_are_named, quickstart_events_read_by_tensorboard,
-                                     logs_are_structured_and_options_checked]})
+                                     logs_are_structured_and_options_checked,
+                                     preempted_worker_resumes_under_kubetune_run,
+                                     stalled_gang_is_restarted_by_kubetune_run]})

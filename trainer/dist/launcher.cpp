@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <torch/cuda.h>
 #include <unistd.h>
@@ -97,10 +98,17 @@ Child spawn(int rank, int local_rank, const LaunchOptions& o, int world, int loc
   if (!getenv("OMP_NUM_THREADS") && !torch::cuda::is_available())
     env["OMP_NUM_THREADS"] =
         std::to_string(std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN) / local_world));
+  const pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
   if (pid == 0) {
     setpgid(0, 0);  // its own group: stopping a rank stops everything it started
+    // A rank never outlives its launcher: killed with SIGKILL (the kubelet after the grace
+    // period, `kubetune run` stopping a gang), the launcher cannot forward anything, and an
+    // orphaned rank would hold its GPU and port. The check after prctl covers a launcher that
+    // died before it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(127);
     dup2(pipe_fds[1], STDOUT_FILENO);
     dup2(pipe_fds[1], STDERR_FILENO);
     close(pipe_fds[0]);
@@ -159,35 +167,39 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
 
   std::map<pid_t, int> finished;
   int result = 0;
-  bool stopping = false;
-  auto stop_deadline = std::chrono::steady_clock::now();
+  // Stopping because a rank failed: the others get SIGTERM, then SIGKILL after the grace time.
+  // Stopping because we were signalled (pod deletion, Ctrl-C): the ranks checkpoint and exit on
+  // their own, their status is ours, and the pod's grace period is the only deadline.
+  bool stopping = false, signalled = false;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point kill_at = Clock::time_point::max();  // max: nobody to kill
   while (finished.size() < children.size()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     reap(finished);
     if (int sig = g_forward_signal.exchange(0); sig != 0) {
-      log::warn() << "received signal " << sig << ", forwarding to all ranks";
+      log::warn() << "received signal " << sig << " (" << strsignal(sig)
+                  << "), forwarding to all ranks: they stop after the current step";
       signal_all(children, finished, sig);
-      if (!stopping) {
-        stopping = true;
-        result = 128 + sig;
-        stop_deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int>(o.grace_seconds * 1000));
-      }
+      if (!stopping) stopping = signalled = true;
     }
     for (const auto& c : children) {
       auto it = finished.find(c.pid);
-      if (stopping || it == finished.end() || it->second == 0) continue;
+      if (it == finished.end() || it->second == 0) continue;
+      if (signalled) {
+        if (result == 0) result = exit_code_for(it->second);
+        continue;
+      }
+      if (stopping) continue;
       log::error() << "rank " << c.rank << " (pid " << c.pid << ") " << describe(it->second)
                    << "; stopping the other ranks";
       result = exit_code_for(it->second);
       stopping = true;
       signal_all(children, finished, SIGTERM);
-      stop_deadline = std::chrono::steady_clock::now() +
-                      std::chrono::milliseconds(static_cast<int>(o.grace_seconds * 1000));
+      kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int>(o.grace_seconds * 1000));
     }
-    if (stopping && std::chrono::steady_clock::now() > stop_deadline) {
+    if (Clock::now() > kill_at) {
       signal_all(children, finished, SIGKILL);
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+      kill_at = Clock::time_point::max();
     }
   }
   for (auto& c : children) c.reader.join();

@@ -1,6 +1,7 @@
 #include "trainer/model/causal_lm.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 #include <torch/utils.h>
 
@@ -69,6 +70,34 @@ torch::Tensor swap_rng_state(at::Generator& gen, const torch::Tensor& state) {
   return previous;
 }
 
+// Backward runs on autograd's own thread, where the caller's autocast (thread-local) is off. The
+// recompute must run in the dtype the forward ran in: in fp32 it would be slower (fp32 GEMMs)
+// and, with fp32 LoRA weights meeting bf16 activations, fail. So the forward's autocast state
+// is saved with the layer and re-entered around the recompute, as torch.utils.checkpoint does.
+class ReplayedAutocast {
+ public:
+  ReplayedAutocast(at::DeviceType device, bool enabled, at::ScalarType dtype)
+      : device_(device),
+        was_enabled_(at::autocast::is_autocast_enabled(device)),
+        previous_dtype_(at::autocast::get_autocast_dtype(device)) {
+    at::autocast::set_autocast_enabled(device_, enabled);
+    at::autocast::set_autocast_dtype(device_, dtype);
+  }
+  ~ReplayedAutocast() {
+    at::autocast::set_autocast_enabled(device_, was_enabled_);
+    at::autocast::set_autocast_dtype(device_, previous_dtype_);
+    // The cast weights of this layer are not needed once its gradients are computed.
+    if (!was_enabled_) at::autocast::clear_cache();
+  }
+  ReplayedAutocast(const ReplayedAutocast&) = delete;
+  ReplayedAutocast& operator=(const ReplayedAutocast&) = delete;
+
+ private:
+  at::DeviceType device_;
+  bool was_enabled_;
+  at::ScalarType previous_dtype_;
+};
+
 // Runs one decoder layer without keeping its activations and recomputes it during backward.
 // The layer's trainable parameters are explicit inputs so that gradients flow to them even
 // when `x` itself needs none (LoRA on a frozen embedding). The RNG state is replayed so that
@@ -85,6 +114,10 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["has_mask"] = in.mask.defined();
     if (in.mask.defined()) ctx->saved_data["mask"] = in.mask;
     ctx->saved_data["n_params"] = static_cast<int64_t>(params.size());
+    const at::DeviceType device = x.device().type();
+    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device);
+    ctx->saved_data["autocast_dtype"] =
+        static_cast<int64_t>(at::autocast::get_autocast_dtype(device));
     at::Generator gen = at::globalContext().defaultGenerator(x.device());
     {
       std::lock_guard<std::mutex> lock(gen.mutex());
@@ -109,6 +142,9 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       at::Generator gen = at::globalContext().defaultGenerator(x.device());
       torch::Tensor current = swap_rng_state(gen, ctx->saved_data["rng"].toTensor());
       torch::AutoGradMode grad_on(true);
+      ReplayedAutocast autocast(
+          x.device().type(), ctx->saved_data["autocast"].toBool(),
+          static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt()));
       out = layer->forward(xd, in);
       swap_rng_state(gen, current);
     }

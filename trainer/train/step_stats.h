@@ -19,6 +19,7 @@ struct StepStats {
   double loss = 0;   // global: summed over ranks and micro-batches, / global target tokens
   double learning_rate = 0;
   double grad_norm = 0;
+  bool stop_requested = false;  // some rank was asked to stop (SIGTERM/SIGINT) before this step
   int64_t global_targets = 0;
   int64_t local_tokens = 0;   // non-padding tokens this rank processed this step
   int64_t global_tokens = 0;  // the same over all ranks

@@ -10,6 +10,8 @@
 //        were reduce-scattered instead, each rank updates its slice and the slices are all-gathered
 //     4. report; checkpoint
 //   end: adapter or model folder, final checkpoint, final evaluation
+//   SIGTERM/SIGINT on any rank: every rank stops after the same step, a checkpoint is written and
+//   the run exits with kExitRetryable, to be resumed (stop_signal.h)
 // run_training() is the set-up, then train_steps() (queue_step/finish_step per step) and
 // finish_training().
 #include "trainer/train/train_loop.h"
@@ -23,6 +25,7 @@
 #include <functional>
 #include <optional>
 
+#include "common/contracts.h"
 #include "common/log.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/sampler.h"
@@ -41,6 +44,7 @@
 #include "trainer/train/model_setup.h"
 #include "trainer/train/observers.h"
 #include "trainer/train/profiler.h"
+#include "trainer/train/stop_signal.h"
 #include "trainer/train/weight_shards.h"
 
 namespace fs = std::filesystem;
@@ -129,6 +133,7 @@ struct Run {
   std::shared_ptr<std::function<void()>> on_gradient = std::make_shared<std::function<void()>>();
   std::unique_ptr<EmbeddingGradientSync> embedding_sync = nullptr;  // null: autograd + buckets
   std::unique_ptr<WeightShards> shards = nullptr;  // null: every rank updates everything
+  int64_t checkpointed_step = -1;                  // the step the last checkpoint holds
 };
 
 void attach_gradient_probe(Run& run) {
@@ -203,8 +208,11 @@ PendingStep queue_step(Run& run) {
   if (run.embedding_sync)
     run.embedding_sync->begin_step(token_ids_in(
         run.train, run.sampler.global_batch_indices(epoch, step_in_epoch), run.text.pad_id));
+  // The third count is how many ranks were asked to stop (stop_signal.h): every rank learns it
+  // with this step's results, so all of them stop after the same step.
+  const int64_t stop_vote = stop_requested() ? 1 : 0;
   auto counts = model::to_device_async(
-      torch::tensor({local_targets, s.local_tokens}, torch::kInt64), run.device);
+      torch::tensor({local_targets, s.local_tokens, stop_vote}, torch::kInt64), run.device);
   run.comm.all_reduce_sum(counts, "target-token count");
   s.data_seconds = seconds_since(step_start);
   p.timeline.mark();  // kStart
@@ -263,9 +271,9 @@ PendingStep queue_step(Run& run) {
   p.timeline.mark();  // kWeightsUpdated
 
   run.comm.all_reduce_sum(loss_sum, "loss");
-  p.results = model::to_host_async(
-      torch::stack({loss_sum, counts[0].to(torch::kFloat64), counts[1].to(torch::kFloat64),
-                    grad_norm.to(loss_sum.device(), torch::kFloat64)}));
+  p.results = model::to_host_async(torch::stack(
+      {loss_sum, counts[0].to(torch::kFloat64), counts[1].to(torch::kFloat64),
+       grad_norm.to(loss_sum.device(), torch::kFloat64), counts[2].to(torch::kFloat64)}));
   p.timeline.mark();  // kResultsCopied
 
   run.state.step += 1;
@@ -284,6 +292,7 @@ StepStats finish_step(Run& run, PendingStep& p) {
   s.global_tokens = static_cast<int64_t>(values[2]);
   s.loss = values[0] / std::max<int64_t>(1, s.global_targets);
   s.grad_norm = values[3];
+  s.stop_requested = values[4] > 0;
   s.forward_backward_seconds = p.timeline.seconds_between(kStart, kLastGradient);
   s.allreduce_wait_seconds = p.timeline.seconds_between(kLastGradient, kGradientsSynced);
   s.optimizer_seconds = p.timeline.seconds_between(kGradientsSynced, kWeightsUpdated);
@@ -407,6 +416,7 @@ void write_checkpoint(Run& run) {
     for (auto& o : run.observers) o->on_checkpoint(run.state.step, path);
   }
   run.comm.barrier("checkpoint written");
+  run.checkpointed_step = run.state.step;
 }
 
 void restore_weights(Run& run, const CheckpointContents& c) {
@@ -544,9 +554,11 @@ StepStats train_steps(Run& run, int64_t total_steps) {
   };
   std::optional<PendingStep> pending;
   std::optional<DeviceTimeline> previous;  // of the step read back last
-  while (run.state.step < total_steps || pending) {
+  bool stopping = false;  // a rank was asked to stop: finish what is queued, queue nothing more
+  while ((run.state.step < total_steps && !stopping) || pending) {
     std::optional<PendingStep> next;
-    if (run.state.step < total_steps && !(pending && needs_weights(pending->stats.step))) {
+    if (run.state.step < total_steps && !stopping &&
+        !(pending && needs_weights(pending->stats.step))) {
       profiler.before_step(run.state.step + 1);
       next = queue_step(run);
     }
@@ -561,6 +573,7 @@ StepStats train_steps(Run& run, int64_t total_steps) {
                    : last.data_seconds + pending->timeline.seconds_between(kStart, kResultsCopied);
       previous = std::move(pending->timeline);
       report_step(run, last, start, first_step, total_steps, flops_per_token, smoothed_tps);
+      stopping = stopping || last.stop_requested;
       if (evaluates_after(last.step)) {
         double eval_loss = run_validation(run);
         for (auto& o : run.observers) o->on_eval(last.step, eval_loss);
@@ -574,6 +587,17 @@ StepStats train_steps(Run& run, int64_t total_steps) {
     pending = std::move(next);
   }
   return last;
+}
+
+// Asked to stop before the end: the checkpoint to resume from, then the retryable exit.
+int stop_early(Run& run, int64_t total_steps) {
+  if (run.checkpointed_step != run.state.step) write_checkpoint(run);
+  if (run.comm.rank() == 0) {
+    log::warn() << "stopping at step=" << run.state.step << "/" << total_steps
+                << " on request (SIGTERM/SIGINT): checkpoint written to "
+                << run.config.checkpoint_dir << "; a restart resumes from it";
+  }
+  return kExitRetryable;
 }
 
 // The final checkpoint, the outputs, the last evaluation; every observer hears of the end.
@@ -591,6 +615,7 @@ void finish_training(Run& run, StepStats last) {
 }  // namespace
 
 int run_training(const TrainConfig& c) {
+  install_stop_handlers();
   const auto env = dist::DistEnv::from_environment();
   const auto device = pick_device(env.local_rank);
   if (device.is_cuda()) torch::cuda::synchronize(device.index());  // fail early on a bad device
@@ -650,7 +675,9 @@ int run_training(const TrainConfig& c) {
   attach_gradient_probe(run);
 
   if (lead) log_start(run, shape, total_steps);
-  finish_training(run, train_steps(run, total_steps));
+  const StepStats last = train_steps(run, total_steps);
+  if (run.state.step < total_steps) return stop_early(run, total_steps);
+  finish_training(run, last);
   return 0;
 }
 
