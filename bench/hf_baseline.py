@@ -1,9 +1,20 @@
 #!/usr/bin/env python3
-"""The baseline: Hugging Face transformers + PEFT + torch DDP doing the same work as our trainer
-(same model folder, tokenizer, records, sequence length, micro-batch, LoRA rank/targets, bf16
-autocast with fp32 trainable weights, AdamW). Run under torchrun; rank 0 prints one JSON line.
+"""The baselines: our trainer's competitors doing the same work as it (same model folder, tokenizer,
+records, sequence length, micro-batch, LoRA r16/alpha 32 on all linear layers, bf16 autocast with fp32
+trainable weights, fused AdamW lr 1e-4, clipping at 1.0, loss on every token), under torch DDP.
+Run under torchrun; rank 0 prints one JSON line.
+
+  --impl hf       Hugging Face transformers + PEFT.
+  --impl liger    the same with Liger's kernels (apply_liger_kernel_to_llama() with its defaults: RoPE,
+                  RMSNorm, SwiGLU and the fused linear cross-entropy).
+  --impl unsloth  Unsloth's FastLanguageModel (16-bit LoRA, or full_finetuning with float32 mixed
+                  precision). Unsloth must be imported before transformers and peft, so those are
+                  imported only once the implementation is chosen.
+  --recompute     gradient checkpointing: off, on (non-reentrant), or unsloth (Unsloth's own, which
+                  offloads the checkpoints to CPU memory; --impl unsloth only).
 
 Usage: torchrun --nproc-per-node N hf_baseline.py --model DIR --data FILE --method lora|full
+                [--impl hf|liger|unsloth] [--recompute off|on|unsloth]
                 --seq 2048 --micro-batch 4 --steps 20 --warmup-steps 5
 """
 import argparse
@@ -13,8 +24,48 @@ import time
 
 import torch
 import torch.distributed as dist
-from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def load_hf(args, liger: bool) -> torch.nn.Module:
+    if liger:  # patches transformers' Llama classes, so before the model is built
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+        apply_liger_kernel_to_llama()
+    from transformers import AutoModelForCausalLM
+
+    frozen_dtype = torch.bfloat16 if args.method == "lora" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=frozen_dtype, attn_implementation="sdpa")
+    if args.recompute == "on":
+        # Non-reentrant: the frozen embedding's output needs no requires_grad hook for LoRA.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.method == "lora":
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
+                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+        for p in model.parameters():  # PEFT keeps adapters in fp32 under autocast, as we do
+            if p.requires_grad:
+                p.data = p.data.float()
+    return model
+
+
+def load_unsloth(args, local_rank: int) -> torch.nn.Module:
+    from unsloth import FastLanguageModel  # first: it patches transformers and peft as they load
+
+    recompute = {"off": False, "on": True, "unsloth": "unsloth"}[args.recompute]
+    full = args.method == "full"
+    # float32_mixed_precision: fp32 trainable weights (the full model, or the adapters) under bf16
+    # autocast, as we and the HF baseline train; Unsloth's default for full fine-tuning is pure bf16.
+    model, _ = FastLanguageModel.from_pretrained(
+        model_name=args.model, max_seq_length=args.seq, dtype=torch.bfloat16, load_in_4bit=False,
+        full_finetuning=full, float32_mixed_precision=True, use_gradient_checkpointing=recompute,
+        device_map={"": f"cuda:{local_rank}"})
+    if not full:
+        model = FastLanguageModel.get_peft_model(
+            model, r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0, target_modules=LORA_TARGETS,
+            bias="none", use_gradient_checkpointing=recompute)
+    FastLanguageModel.for_training(model)
+    return model
 
 
 def main() -> None:
@@ -22,6 +73,8 @@ def main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--data", required=True)
     ap.add_argument("--method", choices=["lora", "full"], default="lora")
+    ap.add_argument("--impl", choices=["hf", "liger", "unsloth"], default="hf")
+    ap.add_argument("--recompute", choices=["off", "on", "unsloth"], default="off")
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--steps", type=int, default=20)
@@ -29,6 +82,11 @@ def main() -> None:
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--profile", help="write a Chrome trace of the last two warm-up steps (rank 0) here")
     args = ap.parse_args()
+    if args.recompute == "unsloth" and args.impl != "unsloth":
+        ap.error("--recompute unsloth needs --impl unsloth")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder; never look on the hub
+    os.environ.setdefault("UNSLOTH_DISABLE_STATISTICS", "1")
+    os.environ.setdefault("UNSLOTH_COMPILE_LOCATION", "/tmp/unsloth_compiled_cache")
 
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -36,19 +94,15 @@ def main() -> None:
     torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank)
 
+    model = load_unsloth(args, local_rank) if args.impl == "unsloth" else load_hf(args, args.impl == "liger")
+    from transformers import AutoTokenizer  # after Unsloth, if any
+
     tok = AutoTokenizer.from_pretrained(args.model)
     texts = [json.loads(l)["text"] for l in open(args.data)]
     ids = [tok(t, add_special_tokens=True)["input_ids"][: args.seq] for t in texts]
 
-    frozen_dtype = torch.bfloat16 if args.method == "lora" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=frozen_dtype, attn_implementation="sdpa")
-    if args.method == "lora":
-        model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
-        for p in model.parameters():  # PEFT keeps adapters in fp32 under autocast, as we do
-            if p.requires_grad:
-                p.data = p.data.float()
     model.to(device)
+    model.train()  # from_pretrained returns eval mode, where transformers skips gradient checkpointing
     model.config.use_cache = False
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
     params = [p for p in model.parameters() if p.requires_grad]
@@ -73,7 +127,7 @@ def main() -> None:
         out.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         if step == 0:  # the first update's loss and gradient norm, to check that we compute the same
-            loss = out.loss.detach().clone()
+            loss = out.loss.detach().float().clone()
             dist.all_reduce(loss)
             first_loss, first_grad_norm = loss.item() / world, grad_norm.item()
         opt.step()
@@ -92,7 +146,7 @@ def main() -> None:
     dist.all_gather(gathered, stats)
     if rank == 0:
         per_gpu = sum(g[0].item() for g in gathered) / world
-        print(json.dumps({"impl": "hf", "method": args.method, "gpus": world,
+        print(json.dumps({"impl": args.impl, "method": args.method, "gpus": world, "recompute": args.recompute,
                           "tokens_per_s_per_gpu": per_gpu,
                           "peak_gib": max(g[1].item() for g in gathered) / 2**30,
                           "first_loss": first_loss, "first_grad_norm": first_grad_norm}), flush=True)

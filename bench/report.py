@@ -1,33 +1,77 @@
 #!/usr/bin/env python3
-"""Turns bench/run_bench.sh's results.jsonl into the comparison table."""
+"""Turns bench/run_bench.sh's results.jsonl into the comparison tables: one row per (method, GPUs,
+recompute), our tokens/s per GPU and peak memory, then each competitor's and our ratio to it, and the
+scaling efficiency (tokens/s per GPU at N GPUs / at 1 GPU) of ours and HF's; then the first step's loss
+and gradient norm of each. Rows without "recompute" (older results) count as recompute off.
+
+Usage: report.py results.jsonl
+"""
 import json
 import sys
 
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-by = {(r["impl"], r["method"], r["gpus"]): r for r in rows}
-print(f"{'method':6} {'GPUs':>4} | {'ours tok/s/GPU':>14} {'HF tok/s/GPU':>13} {'ratio':>6} | "
-      f"{'ours peak GiB':>13} {'HF peak GiB':>11} | {'ours scaling':>12} {'HF scaling':>10}")
-for method in sorted({r["method"] for r in rows}):
-    for gpus in sorted({r["gpus"] for r in rows if r["method"] == method}):
-        o, h = by.get(("ours", method, gpus)), by.get(("hf", method, gpus))
-        o1, h1 = by.get(("ours", method, 1)), by.get(("hf", method, 1))
-        def fmt(x, spec):
-            return format(x, spec) if x is not None else "-"
-        ratio = o["tokens_per_s_per_gpu"] / h["tokens_per_s_per_gpu"] if o and h else None
-        so = o["tokens_per_s_per_gpu"] / o1["tokens_per_s_per_gpu"] if o and o1 else None
-        sh = h["tokens_per_s_per_gpu"] / h1["tokens_per_s_per_gpu"] if h and h1 else None
-        print(f"{method:6} {gpus:>4} | {fmt(o and o['tokens_per_s_per_gpu'], '14.0f')} "
-              f"{fmt(h and h['tokens_per_s_per_gpu'], '13.0f')} {fmt(ratio, '6.2f')} | "
-              f"{fmt(o and o['peak_gib'], '13.1f')} {fmt(h and h['peak_gib'], '11.1f')} | "
-              f"{fmt(so and 100 * so, '11.1f')}% {fmt(sh and 100 * sh, '9.1f')}%")
+ORDER = ["hf", "liger", "unsloth", "unsloth-offload"]
 
-# Same model, same first batch: the first step's loss and gradient norm should agree to bf16
-# precision. A gap here means the two are not doing the same work.
+
+def name(r: dict) -> str:
+    # Unsloth's offloaded checkpointing is its own column beside its plain one, in the "on" rows.
+    return "unsloth-offload" if r["impl"] == "unsloth" and r.get("recompute") == "unsloth" else r["impl"]
+
+
+def fmt(x, spec: str, width: int) -> str:
+    return format(x, spec) if x is not None else format("-", f">{width}")
+
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r in rows:
+    recompute = "off" if r.get("recompute", "off") == "off" else "on"
+    by[(name(r), r["method"], r["gpus"], recompute)] = r
+keys = sorted({(m, g, rc) for _, m, g, rc in by}, key=lambda k: (k[0], k[2], k[1]))
+comps = [c for c in ORDER if any(k[0] == c for k in by)] + sorted({k[0] for k in by} - set(ORDER) - {"ours"})
+
+
+def get(impl, method, gpus, rc, field):
+    r = by.get((impl, method, gpus, rc))
+    return None if r is None or r.get("failed") else r.get(field)
+
+
+def cell(impl, method, gpus, rc, field, spec, width):
+    r = by.get((impl, method, gpus, rc))
+    if r is not None and r.get("failed"):
+        return format("failed" if width >= 6 else "-", f">{width}")
+    return fmt(get(impl, method, gpus, rc, field), spec, width)
+
+
+head = f"{'method':6} {'GPUs':>4} {'recompute':>9} | {'ours tok/s/GPU':>14} {'GiB':>5}"
+for c in comps:
+    head += f" | {c + ' tok/s':>{max(len(c) + 6, 8)}} {'GiB':>5} {'ratio':>5}"
+head += f" | {'ours scaling':>12} {'hf scaling':>10}"
+print(head)
+for method, gpus, rc in keys:
+    ours = get("ours", method, gpus, rc, "tokens_per_s_per_gpu")
+    line = (f"{method:6} {gpus:>4} {rc:>9} | {cell('ours', method, gpus, rc, 'tokens_per_s_per_gpu', '14.0f', 14)} "
+            f"{cell('ours', method, gpus, rc, 'peak_gib', '5.1f', 5)}")
+    for c in comps:
+        w = max(len(c) + 6, 8)
+        theirs = get(c, method, gpus, rc, "tokens_per_s_per_gpu")
+        ratio = ours / theirs if ours and theirs else None
+        line += (f" | {cell(c, method, gpus, rc, 'tokens_per_s_per_gpu', f'{w}.0f', w)} "
+                 f"{cell(c, method, gpus, rc, 'peak_gib', '5.1f', 5)} {fmt(ratio, '5.2f', 5)}")
+    for impl, width in (("ours", 12), ("hf", 10)):
+        now, one = get(impl, method, gpus, rc, "tokens_per_s_per_gpu"), get(impl, method, 1, rc, "tokens_per_s_per_gpu")
+        line += (" | " if impl == "ours" else " ") + fmt(now / one * 100 if now and one else None, f"{width - 1}.1f", width - 1) + "%"
+    print(line)
+print("tok/s: tokens/s per GPU; ratio: ours / theirs; GiB: peak GPU memory allocated; failed: see run_bench's log")
+
+# Same model, same first batch: the first step's loss should agree to bf16 precision (a gap means the
+# work differs). LoRA gradient norms differ by design: the adapters' A matrices are random.
 print()
-print(f"{'method':6} {'GPUs':>4} | {'ours loss@1':>11} {'HF loss@1':>10} | {'ours |g|@1':>10} {'HF |g|@1':>9}")
-for (impl, method, gpus), o in sorted(by.items()):
-    h = by.get(("hf", method, gpus))
-    if impl != "ours" or not h or o.get("first_loss") is None or h.get("first_loss") is None:
-        continue
-    print(f"{method:6} {gpus:>4} | {o['first_loss']:11.4f} {h['first_loss']:10.4f} | "
-          f"{o['first_grad_norm']:10.4f} {h['first_grad_norm']:9.4f}")
+impls = ["ours"] + comps
+head = f"{'method':6} {'GPUs':>4} {'recompute':>9} |" + "".join(f" {i + ' loss@1':>{max(len(i) + 7, 10)}}" for i in impls)
+head += " |" + "".join(f" {i + ' |g|@1':>{max(len(i) + 5, 10)}}" for i in impls)
+print(head)
+for method, gpus, rc in keys:
+    line = f"{method:6} {gpus:>4} {rc:>9} |"
+    line += "".join(" " + cell(i, method, gpus, rc, "first_loss", f"{max(len(i) + 7, 10)}.4f", max(len(i) + 7, 10)) for i in impls)
+    line += " |" + "".join(" " + cell(i, method, gpus, rc, "first_grad_norm", f"{max(len(i) + 5, 10)}.4f", max(len(i) + 5, 10)) for i in impls)
+    print(line)

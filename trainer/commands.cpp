@@ -18,6 +18,7 @@
 #include "trainer/train/device.h"
 #include "trainer/train/evaluate.h"
 #include "trainer/train/model_setup.h"
+#include "trainer/train/preflight.h"
 #include "trainer/train/train_loop.h"
 
 namespace kubetune {
@@ -32,6 +33,22 @@ int train_command(const std::string& config_path) {
     return kExitUserError;
   }
   return train::run_training(config);
+}
+
+// The report is one JSON object on stdout; exit 2 when the job would fail (invalid data, too big).
+int preflight_command(const std::string& config_path, const train::PreflightOptions& options) {
+  TrainConfig config;
+  try {
+    config = load_train_config(config_path);
+  } catch (const std::exception& e) {
+    log::error() << e.what();
+    return kExitUserError;
+  }
+  const auto result = train::preflight(config, options);
+  std::cout << result.report.dump(2) << std::endl;
+  if (result.verdict.empty()) return 0;
+  log::error() << result.verdict << ": " << result.report.value("message", "");
+  return kExitUserError;
 }
 
 int eval_command(const std::string& model_dir, const std::string& adapter_dir,
@@ -155,6 +172,22 @@ int dispatch(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "fine-tune from a YAML/JSON config");
   train->add_option("--config", config, "training config file")->required();
 
+  train::PreflightOptions preflight_options;
+  double gpu_memory_gib = 0;
+  auto* preflight = app.add_subcommand(
+      "preflight",
+      "read the model's config and the whole dataset on the CPU; print a JSON report (data, "
+      "steps, estimated GPU memory); exit 2 when the data is invalid or the job does not fit");
+  preflight->add_option("--config", config, "training config file")->required();
+  preflight
+      ->add_option("--world-size", preflight_options.world_size,
+                   "processes of the job (pods x GPUs per pod)")
+      ->check(CLI::PositiveNumber);
+  preflight
+      ->add_option("--gpu-memory-gib", gpu_memory_gib,
+                   "memory of one GPU: the job does not fit when the estimate exceeds it")
+      ->check(CLI::PositiveNumber);
+
   std::string model_dir, adapter_dir, data_path;
   int batch_size = 8, max_length = 1 << 20;
   bool json = false;
@@ -189,6 +222,10 @@ int dispatch(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitUserError;
   }
   if (*train) return train_command(config);
+  if (*preflight) {
+    if (gpu_memory_gib > 0) preflight_options.gpu_memory_gib = gpu_memory_gib;
+    return preflight_command(config, preflight_options);
+  }
   if (*eval) return eval_command(model_dir, adapter_dir, data_path, batch_size, max_length, json);
   if (*tokenize) return tokenize_command(tokenizer_dir, chat, json);
   if (*init) return init_model_command(model_config, tokenizer_dir, out_dir, seed);

@@ -123,7 +123,7 @@ def sigterm_checkpoints_and_resume_matches():
     def cfg_for(out, ckpt):
         # Enough steps that the run cannot finish before SIGTERM lands (a step of this model takes
         # a few ms); no periodic checkpoint, so the one found must be the one SIGTERM asked for.
-        c = h.config(model, data, out, microBatchSize=2, gradientAccumulationSteps=1, maxSteps=240)
+        c = h.config(model, data, out, microBatchSize=2, gradientAccumulationSteps=1, maxSteps=1500)
         c["checkpoint"] = {"resume": "auto", "dir": str(ckpt), "everySteps": 0}
         return c
     h.run(launch(2, h.write_config(w / "a.json", cfg_for(w / "straight", w / "ck-a"))))
@@ -138,7 +138,7 @@ def sigterm_checkpoints_and_resume_matches():
         if launcher.poll() is None:
             launcher.kill()
     assert launcher.returncode == 3, (launcher.returncode, out[-2000:], err[-2000:])
-    stopped = re.search(r"stopping at step=(\d+)/240 on request", out)
+    stopped = re.search(r"stopping at step=(\d+)/1500 on request", out)
     assert stopped, out[-3000:]
     step = int(stopped.group(1))
     checkpoints = sorted(p.name for p in (w / "ck-b").iterdir())
@@ -146,7 +146,7 @@ def sigterm_checkpoints_and_resume_matches():
     assert not list((w / "resumed").glob("*.safetensors")), "a stopped run wrote its output"
     p = h.run(launch(2, path))
     # The launcher relays its ranks' output (logs included) on its stdout.
-    assert f"resuming from {w / 'ck-b'}/step-{step:08d} at step={step}/240" in p.stdout, p.stdout[-2000:]
+    assert f"resuming from {w / 'ck-b'}/step-{step:08d} at step={step}/1500" in p.stdout, p.stdout[-2000:]
     diff = h.max_abs_diff(h.weights(w / "straight"), h.weights(w / "resumed"))
     print(f"stopped at step {step}; max |uninterrupted - resumed| = {diff:.3g}")
     assert diff <= 1e-6, diff

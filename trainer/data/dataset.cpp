@@ -88,8 +88,8 @@ const char* format_name(Format format) {
   return "?";
 }
 
-std::vector<Example> load_jsonl(const std::string& path, const text::Tokenizer& tokenizer,
-                                const text::ChatTemplate* chat, const DatasetOptions& options) {
+DatasetScan scan_jsonl(const std::string& path, const text::Tokenizer& tokenizer,
+                       const text::ChatTemplate* chat, const DatasetOptions& options) {
   if (options.max_length < 2) {
     throw std::runtime_error("data.maxLength: must be at least 2, got " +
                              std::to_string(options.max_length));
@@ -97,24 +97,48 @@ std::vector<Example> load_jsonl(const std::string& path, const text::Tokenizer& 
   const EncodeContext context{tokenizer, chat, options.loss_on};
   FormatChecker formats(options.format);
   JsonlReader reader(path);
-  std::vector<Example> examples;
+  DatasetScan scan;
   nlohmann::json record;
-  while (reader.next(record)) {
+  while (true) {
+    bool reading = true;  // in reader.next(): its errors name the line unless the file broke
     try {
+      if (!reader.next(record)) break;
+      reading = false;
       const Format format = formats.check(record, reader.line());
       Example example = encode_record(record, format, context);
       const size_t untruncated_length = example.input_ids.size();
       truncate(example, options.max_length);
       check_has_targets(example, untruncated_length, options.max_length);
       example.source_line = reader.line();
-      examples.push_back(std::move(example));
+      if (example.input_ids.size() < untruncated_length) scan.truncated.push_back(reader.line());
+      scan.tokens += static_cast<int64_t>(example.input_ids.size());
+      scan.targets += count_targets(example);
+      scan.examples.push_back(std::move(example));
     } catch (const std::exception& e) {
-      // Tokenizer and template errors get the location too: the record caused them.
-      throw std::runtime_error(reader.where() + ": " + e.what());
+      // The reader's own errors carry the location; tokenizer and template errors get it here:
+      // the record caused them.
+      const std::string what = e.what(), where = reader.where();
+      if (reading && what.rfind(where + ": ", 0) != 0) throw;  // unreadable file, not a bad line
+      scan.invalid.push_back(
+          {reader.line(), what.rfind(where + ": ", 0) == 0 ? what : where + ": " + what});
     }
   }
-  if (examples.empty()) throw std::runtime_error(path + ": no records");
-  return examples;
+  return scan;
+}
+
+std::vector<Example> load_jsonl(const std::string& path, const text::Tokenizer& tokenizer,
+                                const text::ChatTemplate* chat, const DatasetOptions& options) {
+  DatasetScan scan = scan_jsonl(path, tokenizer, chat, options);
+  if (!scan.invalid.empty()) {
+    const size_t more = scan.invalid.size() - 1;
+    throw std::runtime_error(scan.invalid.front().error +
+                             (more > 0 ? " (and " + std::to_string(more) +
+                                             " more invalid line(s); `kubetune-trainer preflight` "
+                                             "lists them)"
+                                       : ""));
+  }
+  if (scan.examples.empty()) throw std::runtime_error(path + ": no records");
+  return std::move(scan.examples);
 }
 
 }  // namespace kubetune::data

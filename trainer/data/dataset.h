@@ -39,4 +39,20 @@ const char* format_name(Format format);
 std::vector<Example> load_jsonl(const std::string& path, const text::Tokenizer& tokenizer,
                                 const text::ChatTemplate* chat, const DatasetOptions& options);
 
+// A whole file read without stopping at the first bad line: what the preflight reports.
+struct DatasetScan {
+  struct BadLine {
+    size_t line = 0;
+    std::string error;  // "path:LINE: what"
+  };
+  std::vector<Example> examples;    // the valid records
+  std::vector<BadLine> invalid;     // every invalid record, in file order
+  std::vector<size_t> truncated;    // lines of the records cut to maxLength
+  int64_t tokens = 0, targets = 0;  // over the valid records, after truncation
+};
+
+// Throws only for whole-file problems (cannot open, read error, bad options).
+DatasetScan scan_jsonl(const std::string& path, const text::Tokenizer& tokenizer,
+                       const text::ChatTemplate* chat, const DatasetOptions& options);
+
 }  // namespace kubetune::data

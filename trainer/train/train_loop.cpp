@@ -35,6 +35,7 @@
 #include "trainer/model/device_copy.h"
 #include "trainer/model/loss.h"
 #include "trainer/train/adamw.h"
+#include "trainer/train/batch_shape.h"
 #include "trainer/train/checkpoint.h"
 #include "trainer/train/device.h"
 #include "trainer/train/embedding_gradient_sync.h"
@@ -82,26 +83,6 @@ std::optional<model::LoraConfig> lora_config(const TrainConfig& c) {
 // Biases and norm weights are not decayed (the HF Trainer's rule).
 bool decays(const std::string& name, const torch::Tensor& p) {
   return p.dim() >= 2 && name.find("norm") == std::string::npos;
-}
-
-struct BatchShape {
-  int64_t global_batch, accumulation;
-};
-
-// The global batch is what the user's results depend on, so it is fixed first: from the config,
-// or, when resuming, from the checkpoint (a restart on another number of processes then changes
-// the accumulation steps, not the batch).
-BatchShape batch_shape(const TrainConfig& c, int world, int64_t resumed_global_batch) {
-  int64_t global = c.global_batch_size > 0 ? c.global_batch_size
-                                           : static_cast<int64_t>(c.micro_batch_size) *
-                                                 c.gradient_accumulation_steps * world;
-  if (resumed_global_batch > 0) global = resumed_global_batch;
-  const int64_t per_step = static_cast<int64_t>(c.micro_batch_size) * world;
-  if (global % per_step != 0)
-    throw ConfigError(
-        {"training.globalBatchSize: " + std::to_string(global) +
-         " is not a multiple of microBatchSize x world size = " + std::to_string(per_step)});
-  return {global, global / per_step};
 }
 
 data::MicroBatch collate(const std::vector<data::Example>& examples,
@@ -629,7 +610,7 @@ int run_training(const TrainConfig& c) {
       batch_shape(c, env.world_size, checkpoint ? checkpoint->state.global_batch : 0);
   data::DistributedSampler sampler(inputs.train.size(), shape.global_batch, shape.accumulation,
                                    env.rank, env.world_size, c.seed, c.shuffle);
-  const int64_t total_steps = c.max_steps > 0 ? c.max_steps : c.epochs * sampler.steps_per_epoch();
+  const int64_t total_steps = train::total_steps(c, sampler.steps_per_epoch());
   LrSchedule schedule{c.lr_scheduler, c.learning_rate,
                       c.warmup_steps > 0
                           ? c.warmup_steps

@@ -1,0 +1,211 @@
+#include "trainer/train/preflight.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "trainer/data/dataset.h"
+#include "trainer/data/sampler.h"
+#include "trainer/train/batch_shape.h"
+#include "trainer/train/model_setup.h"
+#include "trainer/train/train_loop.h"
+
+namespace kubetune::train {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Bytes saved for backward per token and decoder layer, per element of the hidden and of the
+// MLP's intermediate width: a least-squares-free fit (two equations, two unknowns) to the peaks
+// of LoRA on Llama-3.2-1B (micro-batch 4) and Llama-3.1-8B (micro-batch 2) at 2048 tokens,
+// checked against full fine-tuning of the 1B (bench/README.md, "Memory"). bf16 activations:
+// about 3.5 saved tensors of the hidden width and 4 of the intermediate one.
+constexpr double kActivationBytesPerHidden = 6.98;
+constexpr double kActivationBytesPerIntermediate = 8.35;
+// With gradient checkpointing a layer keeps only its fp32 input until its backward recomputes it.
+constexpr double kCheckpointBytesPerHidden = 4.0;
+
+struct LinearShape {
+  const char* module;  // as named in the model: "self_attn.q_proj"
+  int64_t in, out;
+};
+
+std::array<LinearShape, 7> decoder_linears(const model::ModelConfig& m) {
+  const int64_t h = m.hidden_size, q = m.num_attention_heads * m.head_dim,
+                kv = m.num_key_value_heads * m.head_dim, i = m.intermediate_size;
+  return {{{"self_attn.q_proj", h, q},
+           {"self_attn.k_proj", h, kv},
+           {"self_attn.v_proj", h, kv},
+           {"self_attn.o_proj", q, h},
+           {"mlp.gate_proj", h, i},
+           {"mlp.up_proj", h, i},
+           {"mlp.down_proj", i, h}}};
+}
+
+// PEFT's rule, as in lora.cpp: a target names a module by its trailing components.
+bool targets(const std::string& module, const std::vector<std::string>& targets) {
+  for (const auto& t : targets) {
+    if (module == t) return true;
+    if (module.size() > t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0 &&
+        module[module.size() - t.size() - 1] == '.')
+      return true;
+  }
+  return false;
+}
+
+nlohmann::json data_report(const std::string& path, const data::DatasetScan& scan, int max_length,
+                           int listed) {
+  nlohmann::json invalid = nlohmann::json::array(), truncated = nlohmann::json::array();
+  for (size_t i = 0; i < scan.invalid.size() && static_cast<int>(i) < listed; ++i)
+    invalid.push_back({{"line", scan.invalid[i].line}, {"error", scan.invalid[i].error}});
+  for (size_t i = 0; i < scan.truncated.size() && static_cast<int>(i) < listed; ++i)
+    truncated.push_back(scan.truncated[i]);
+  return {{"file", path},
+          {"records", scan.examples.size()},
+          {"tokens", scan.tokens},
+          {"targets", scan.targets},
+          {"invalidRecords", scan.invalid.size()},
+          {"invalidLines", invalid},
+          {"truncatedRecords", scan.truncated.size()},
+          {"truncatedLines", truncated},
+          {"truncatedTo", max_length}};
+}
+
+data::DatasetOptions dataset_options(const TrainConfig& c) {
+  data::DatasetOptions o;
+  o.format = data::parse_format(c.format);
+  o.loss_on = data::parse_loss_on(c.loss_on);
+  o.max_length = c.max_length;
+  return o;
+}
+
+}  // namespace
+
+int64_t MemoryEstimate::total() const {
+  return frozen_weights + trainable_weights + gradients + optimizer_states + autocast_copies +
+         activations;
+}
+
+nlohmann::json MemoryEstimate::to_json() const {
+  auto gib = [](int64_t bytes) { return std::round(bytes / kGiB * 100) / 100; };
+  return {{"frozenWeightsGiB", gib(frozen_weights)},
+          {"trainableWeightsGiB", gib(trainable_weights)},
+          {"gradientsGiB", gib(gradients)},
+          {"optimizerStatesGiB", gib(optimizer_states)},
+          {"autocastCopiesGiB", gib(autocast_copies)},
+          {"activationsGiB", gib(activations)},
+          {"totalGiB", gib(total())}};
+}
+
+int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) {
+  if (c.method == "full") return m.num_parameters();
+  int64_t n = 0;
+  for (int64_t layer = 0; layer < m.num_hidden_layers; ++layer) {
+    for (const auto& linear : decoder_linears(m)) {
+      const std::string name =
+          "model.layers." + std::to_string(layer) + "." + std::string(linear.module);
+      if (targets(name, c.lora.target_modules)) n += c.lora.r * (linear.in + linear.out);
+    }
+  }
+  return n;
+}
+
+MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfig& c,
+                                   int world_size) {
+  MemoryEstimate e;
+  const int64_t all = m.num_parameters(), trainable = trainable_parameters(m, c);
+  const bool full = c.method == "full", bf16 = c.dtype != "float32";
+  // Frozen weights are stored in the compute dtype; trainable ones in fp32 (model_setup.cpp).
+  e.frozen_weights = full ? 0 : all * (bf16 ? 2 : 4);
+  e.trainable_weights = trainable * 4;
+  // Several processes: the reduction's buckets hold another copy of the gradients.
+  e.gradients = trainable * 4 * (world_size > 1 ? 2 : 1);
+  e.optimizer_states = trainable * 8 / (world_size > 1 && c.shard_optimizer ? world_size : 1);
+  // Measured: with checkpointing the forward keeps no cast copies (22.4 GiB estimated with
+  // them against 19.6 GiB measured for the 1B's full fine-tuning).
+  e.autocast_copies = bf16 && !c.gradient_checkpointing ? trainable * 2 : 0;
+  const double tokens = static_cast<double>(c.micro_batch_size) * c.max_length;
+  const double per_layer = kActivationBytesPerHidden * m.hidden_size +
+                           kActivationBytesPerIntermediate * m.intermediate_size;
+  const double scale = bf16 ? 1.0 : 2.0;  // fp32 activations take twice the bytes
+  e.activations = static_cast<int64_t>(
+      c.gradient_checkpointing
+          ? tokens * scale *
+                (kCheckpointBytesPerHidden * m.hidden_size * m.num_hidden_layers + per_layer)
+          : tokens * scale * per_layer * m.num_hidden_layers);
+  return e;
+}
+
+PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
+  model::ModelConfig model;
+  std::optional<TextTools> text;
+  try {
+    model = model::ModelConfig::from_dir(c.model_path);
+    text = load_text_tools(c.model_path);
+  } catch (const std::exception& e) {
+    throw UserInputError(e.what());
+  }
+  const auto options = dataset_options(c);
+  const data::DatasetScan train =
+      data::scan_jsonl(c.train_file, text->tokenizer, text->chat.get(), options);
+  nlohmann::json data = {
+      {"train", data_report(c.train_file, train, c.max_length, o.invalid_lines_listed)}};
+  size_t invalid = train.invalid.size();
+  if (!c.validation_file.empty()) {
+    const auto validation =
+        data::scan_jsonl(c.validation_file, text->tokenizer, text->chat.get(), options);
+    data["validation"] =
+        data_report(c.validation_file, validation, c.max_length, o.invalid_lines_listed);
+    invalid += validation.invalid.size();
+  }
+
+  PreflightReport out;
+  nlohmann::json& r = out.report;
+  r["model"] = {{"path", c.model_path},
+                {"modelType", model.model_type},
+                {"layers", model.num_hidden_layers},
+                {"hiddenSize", model.hidden_size},
+                {"parameters", model.num_parameters()},
+                {"method", c.method},
+                {"trainableParameters", trainable_parameters(model, c)}};
+  r["data"] = data;
+  if (!train.examples.empty()) {
+    const BatchShape shape = batch_shape(c, o.world_size, 0);
+    data::DistributedSampler sampler(train.examples.size(), shape.global_batch,
+                                     static_cast<int>(shape.accumulation), 0, o.world_size, c.seed,
+                                     c.shuffle);
+    r["steps"] = {{"worldSize", o.world_size},
+                  {"globalBatch", shape.global_batch},
+                  {"perEpoch", sampler.steps_per_epoch()},
+                  {"total", total_steps(c, sampler.steps_per_epoch())}};
+  }
+  const MemoryEstimate memory = estimate_gpu_memory(model, c, o.world_size);
+  r["memory"] = memory.to_json();
+  r["memory"]["microBatchTokens"] = static_cast<int64_t>(c.micro_batch_size) * c.max_length;
+  r["memory"]["gradientCheckpointing"] = c.gradient_checkpointing;
+  if (o.gpu_memory_gib) r["memory"]["gpuMemoryGiB"] = *o.gpu_memory_gib;
+
+  if (invalid > 0 || train.examples.empty()) {
+    out.verdict = "DatasetInvalid";
+    r["message"] =
+        train.examples.empty() && invalid == 0
+            ? c.train_file + ": no records"
+            : std::to_string(invalid) + " invalid record(s); first: " +
+                  (train.invalid.empty()
+                       ? data["validation"]["invalidLines"][0]["error"].get<std::string>()
+                       : train.invalid.front().error);
+  } else if (o.gpu_memory_gib && memory.total() > *o.gpu_memory_gib * kGiB) {
+    out.verdict = "DoesNotFit";
+    char text_gib[64];
+    std::snprintf(text_gib, sizeof text_gib, "%.1f GiB per GPU, more than the GPU's %.1f GiB",
+                  memory.total() / kGiB, *o.gpu_memory_gib);
+    r["message"] = std::string("estimated peak memory ") + text_gib +
+                   " (try model.gradientCheckpointing, a smaller training.microBatchSize or "
+                   "data.maxLength, LoRA, or more GPUs with distributed.shardOptimizer)";
+  }
+  r["verdict"] = out.verdict.empty() ? "OK" : out.verdict;
+  return out;
+}
+
+}  // namespace kubetune::train
