@@ -10,6 +10,7 @@
 #include "operator/api/job.h"
 #include "operator/api/yaml_emit.h"
 #include "operator/local/local_runner.h"
+#include "operator/local/preflight.h"
 
 namespace {
 
@@ -33,6 +34,15 @@ kubetune::op::FineTuneJob load_job(const std::string& path) {
 
 int cmd_run(const std::string& file, kubetune::op::local::LocalRunOptions o) {
   return kubetune::op::local::run_local(load_job(file), o, std::cout);
+}
+
+// The trainer's preflight report for the job, as the cluster would run it; its exit status.
+int cmd_plan(const std::string& file, const std::string& trainer, const std::string& work_dir) {
+  const auto job = load_job(file);
+  const auto r = kubetune::op::local::run_preflight(
+      job, trainer, work_dir.empty() ? job.config.output_dir + "/.kubetune-local" : work_dir);
+  std::cout << r.output;
+  return r.exit_code;
 }
 
 int cmd_validate(const std::vector<std::string>& files) {
@@ -81,6 +91,17 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
 
+  std::string plan_file, plan_trainer = run_options.trainer, plan_work_dir;
+  auto* plan = app.add_subcommand(
+      "plan",
+      "the trainer's preflight on this machine's CPU: model, data (every invalid line), steps and "
+      "estimated GPU memory as JSON; exit 2 when the data is invalid or the job does not fit "
+      "workers.gpuMemoryGiB");
+  plan->add_option("manifest", plan_file, "FineTuneJob YAML")->required();
+  plan->add_option("--trainer", plan_trainer, "kubetune-trainer to run")->capture_default_str();
+  plan->add_option("--work-dir", plan_work_dir,
+                   "where the trainer config goes (default: <output.dir>/.kubetune-local)");
+
   std::vector<std::string> validate_files;
   auto* validate =
       app.add_subcommand("validate", "check manifests against the CRD schema and rules");
@@ -99,6 +120,7 @@ int main(int argc, char** argv) {
       run_options.progress_period = std::chrono::seconds(progress_seconds);
       return cmd_run(run_file, run_options);
     }
+    if (*plan) return cmd_plan(plan_file, plan_trainer, plan_work_dir);
     if (*validate) return cmd_validate(validate_files);
     if (*render) return cmd_render(render_file);
     if (*crd) std::cout << kubetune::op::crd_yaml();

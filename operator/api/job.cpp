@@ -28,6 +28,7 @@ Workers parse_workers(const json& w) {
   Workers out;
   out.replicas = w.value("replicas", 1);
   out.gpus = w.value("gpusPerWorker", 1);
+  if (w.contains("gpuMemoryGiB")) out.gpu_memory_gib = w["gpuMemoryGiB"].get<double>();
   out.image = w.value("image", "");
   out.pull_policy = w.value("imagePullPolicy", "IfNotPresent");
   if (w.contains("resources")) {

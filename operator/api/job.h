@@ -33,7 +33,8 @@ struct Volume {
 
 struct Workers {
   int replicas = 1;
-  int gpus = 1;  // per pod; 0 = CPU
+  int gpus = 1;                          // per pod; 0 = CPU
+  std::optional<double> gpu_memory_gib;  // one GPU's memory, for the preflight's fit check
   std::string image;
   std::string pull_policy;
   nlohmann::json cpu, memory, shm_size;  // quantities or null

@@ -1,6 +1,14 @@
 #!/bin/sh
 # A stand-in for kubetune-trainer in the local runner tests: records how it was started and
 # behaves as $FAKE_MODE says (set through the job's spec.workers.env).
+# The preflight the runner starts before any worker: a report with the verdict $FAKE_PREFLIGHT
+# (default OK; DatasetInvalid exits 2, as the real one does).
+if [ "$1" = preflight ]; then
+  verdict="${FAKE_PREFLIGHT:-OK}"
+  echo "{\"verdict\": \"$verdict\", \"steps\": {\"total\": 12}, \"data\": {\"train\": {\"records\": 24, \"tokens\": 480}}, \"memory\": {\"totalGiB\": 0.5}}"
+  [ "$verdict" = OK ] && exit 0
+  exit 2
+fi
 rank="$NODE_RANK"
 echo "rank $rank attempt $KUBETUNE_ATTEMPT args: $*"
 echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT NNODES=$NNODES POD_NAME=$POD_NAME"

@@ -46,7 +46,8 @@ class LocalRunnerTest : public ::testing::Test {
     if (mutate) mutate(job);
     const std::string manifest = (dir / "job.yaml").string();
     std::ofstream(manifest) << op::json_to_yaml(job);
-    const std::string cmd = "KUBETUNE_TRAINER=" + std::string(std::getenv("FAKE_TRAINER")) + " " +
+    const std::string cmd = extra_env +
+                            " KUBETUNE_TRAINER=" + std::string(std::getenv("FAKE_TRAINER")) + " " +
                             std::getenv("KUBETUNE_CLI") + " run " + manifest + " 2>&1";
     RunResult r;
     FILE* p = popen(cmd.c_str(), "r");
@@ -64,6 +65,7 @@ class LocalRunnerTest : public ::testing::Test {
   }
 
   fs::path dir;
+  std::string extra_env;  // VAR=value ... for `kubetune run` itself
 };
 
 TEST_F(LocalRunnerTest, RunsOneProcessPerPodWithThePodsEnvironment) {
@@ -79,6 +81,25 @@ TEST_F(LocalRunnerTest, RunsOneProcessPerPodWithThePodsEnvironment) {
   EXPECT_NE(r.output.find("succeeded"), std::string::npos);
   EXPECT_EQ(attempts(0), "0");
   EXPECT_EQ(attempts(1), "0");
+}
+
+TEST_F(LocalRunnerTest, PreflightRunsFirstAndItsSummaryIsPrinted) {
+  const RunResult r = run("succeed");
+  EXPECT_NE(r.output.find("[kubetune] preflight: 12 steps, 24 records, 480 tokens, est. 0.5 GiB "
+                          "per GPU: OK"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(r.output.find("preflight:"), r.output.find("[worker-0]")) << r.output;
+}
+
+TEST_F(LocalRunnerTest, FailedPreflightStartsNoWorker) {
+  extra_env = "FAKE_PREFLIGHT=DatasetInvalid";
+  const RunResult r = run("succeed");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(attempts(0), "");  // no worker ever started
+  EXPECT_NE(r.output.find("DatasetInvalid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failed before starting: preflight exited 2"), std::string::npos)
+      << r.output;
 }
 
 TEST_F(LocalRunnerTest, FailedWorkerRestartsTheWholeGang) {

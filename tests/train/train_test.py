@@ -400,6 +400,29 @@ def preflight_lists_bad_lines_and_counts_like_peft():
     print(json.dumps(ok["memory"]))
 
 
+def kubetune_plan_and_run_stop_at_a_bad_line():
+    """The FineTuneJob's own check, with the real trainer: a bad line 9 makes `kubetune plan` exit 2
+    with the line in its report, and `kubetune run` fail with it before any worker starts."""
+    w = h.workdir("plan")
+    path = local_job(w, "planned", dict(microBatchSize=2, maxSteps=5), {"backoffLimit": 0})
+    lines = (w / "data.jsonl").read_text().splitlines()
+    lines[8] = '{"messages": "not a list"}'
+    (w / "data.jsonl").write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "KUBETUNE_TRAINER": h.TRAINER}
+    plan = subprocess.run([os.environ["KUBETUNE_CLI"], "plan", str(path)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert plan.returncode == 2, (plan.returncode, plan.stdout[-2000:], plan.stderr[-2000:])
+    report = json.loads(plan.stdout)
+    assert report["verdict"] == "DatasetInvalid", report
+    assert [b["line"] for b in report["data"]["train"]["invalidLines"]] == [9], report["data"]
+    assert report["steps"]["worldSize"] == 2, report["steps"]
+    run = subprocess.run([os.environ["KUBETUNE_CLI"], "run", str(path)], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert run.returncode == 2, (run.returncode, run.stdout[-2000:])
+    assert "data.jsonl:9: " in run.stdout and "[worker-" not in run.stdout, run.stdout[-2000:]
+    print(run.stdout.strip().splitlines()[-2:])
+
+
 if __name__ == "__main__":
     h.main({f.__name__: f for f in [accumulation_equals_big_batch, resume_equals_uninterrupted,
                                      damaged_checkpoint_is_skipped, eval_matches_transformers,
@@ -408,4 +431,5 @@ if __name__ == "__main__":
                                      logs_are_structured_and_options_checked,
                                      preempted_worker_resumes_under_kubetune_run,
                                      stalled_gang_is_restarted_by_kubetune_run,
-                                     preflight_lists_bad_lines_and_counts_like_peft]})
+                                     preflight_lists_bad_lines_and_counts_like_peft,
+                                     kubetune_plan_and_run_stop_at_a_bad_line]})
