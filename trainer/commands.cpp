@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/contracts.h"
 #include "common/log.h"
@@ -24,27 +25,26 @@
 namespace kubetune {
 namespace {
 
-int train_command(const std::string& config_path) {
-  TrainConfig config;
+// The config, or nothing after logging why it was refused.
+std::optional<TrainConfig> read_config(const std::string& config_path) {
   try {
-    config = load_train_config(config_path);
+    return load_train_config(config_path);
   } catch (const std::exception& e) {
     log::error() << e.what();
-    return kExitUserError;
+    return std::nullopt;
   }
-  return train::run_training(config);
+}
+
+int train_command(const std::string& config_path) {
+  const auto config = read_config(config_path);
+  return config ? train::run_training(*config) : kExitUserError;
 }
 
 // The report is one JSON object on stdout; exit 2 when the job would fail (invalid data, too big).
 int preflight_command(const std::string& config_path, const train::PreflightOptions& options) {
-  TrainConfig config;
-  try {
-    config = load_train_config(config_path);
-  } catch (const std::exception& e) {
-    log::error() << e.what();
-    return kExitUserError;
-  }
-  const auto result = train::preflight(config, options);
+  const auto config = read_config(config_path);
+  if (!config) return kExitUserError;
+  const auto result = train::preflight(*config, options);
   std::cout << result.report.dump(2) << std::endl;
   if (result.verdict.empty()) return 0;
   log::error() << result.verdict << ": " << result.report.value("message", "");

@@ -405,6 +405,10 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
     spdlog::warn("{}: cannot read progress: {}", p.key, e.what());
     return;
   }
+  {
+    std::lock_guard<std::mutex> lock(scrape_mutex_);
+    answered_[p.key] = p.now;
+  }
   json progress = p.status.value("progress", json::object());
   const json before = progress;
   const int world = p.job.workers.replicas * std::max(1, p.job.workers.gpus);
@@ -440,7 +444,7 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   }
 }
 
-std::optional<WorkerFailure> JobReconciler::stalled(const Pass& p) const {
+std::optional<WorkerFailure> JobReconciler::stalled(const Pass& p) {
   const long timeout = p.job.run_policy.stall_timeout_seconds;
   if (timeout <= 0) return std::nullopt;
   // The clock starts when the gang last became Running or when the step last advanced, whichever
@@ -448,6 +452,11 @@ std::optional<WorkerFailure> JobReconciler::stalled(const Pass& p) const {
   const json running = find_condition(p.status, kCondRunning);
   if (running.value("status", "") != "True") return std::nullopt;
   SystemTime since = parse_time(running.value("lastTransitionTime", format_time(p.now)));
+  {
+    std::lock_guard<std::mutex> lock(scrape_mutex_);
+    const auto answered = answered_.find(p.key);
+    if (answered == answered_.end() || answered->second < since) return std::nullopt;
+  }
   const json progress = p.status.value("progress", json::object());
   if (progress.contains("stepTime")) since = std::max(since, parse_time(progress["stepTime"]));
   if (p.now - since < std::chrono::seconds(timeout)) return std::nullopt;

@@ -66,7 +66,7 @@ class JobReconciler {
   void ensure_child(Pass& p, const kube::Resource& kind, const nlohmann::json& object);
   void update_progress(Pass& p, const nlohmann::json& pod0);
   // A Stalled failure when rank 0's step has not advanced for runPolicy.stallTimeoutSeconds.
-  std::optional<WorkerFailure> stalled(const Pass& p) const;
+  std::optional<WorkerFailure> stalled(const Pass& p);
   bool confirm_lost(Pass& p, int rank);
 
   void transition(Pass& p, Phase phase, const std::string& condition, const std::string& reason,
@@ -86,6 +86,10 @@ class JobReconciler {
   ReconcilerOptions options_;
   std::mutex scrape_mutex_;
   std::map<std::string, std::chrono::steady_clock::time_point> last_scrape_;
+  // When rank 0 last answered a scrape, per job: the stall watchdog acts only on a gang whose
+  // metrics it has reached, so that metrics the operator cannot reach (a NetworkPolicy) never
+  // restart a healthy job.
+  std::map<std::string, SystemTime> answered_;
 };
 
 // A child the job needs could not be created; `reason` becomes the Created condition's reason.

@@ -141,12 +141,15 @@ class StallWatch {
   explicit StallWatch(long timeout_seconds)
       : timeout_(timeout_seconds), since_(std::chrono::steady_clock::now()) {}
   void saw(const std::optional<Progress>& p) {
-    if (!p || *p->step == step_) return;
+    if (!p) return;
+    answered_ = true;
+    if (*p->step == step_) return;
     step_ = *p->step;
     since_ = std::chrono::steady_clock::now();
   }
+  // Only once rank 0 has answered: a port we cannot read is no evidence of a stall.
   bool stalled() const {
-    return timeout_ > 0 &&
+    return timeout_ > 0 && answered_ &&
            std::chrono::steady_clock::now() - since_ >= std::chrono::seconds(timeout_);
   }
   std::string describe() const {
@@ -160,6 +163,7 @@ class StallWatch {
  private:
   long timeout_;
   double step_ = -1;  // -1: none seen yet
+  bool answered_ = false;
   std::chrono::steady_clock::time_point since_;
 };
 

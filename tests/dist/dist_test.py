@@ -24,17 +24,6 @@ def setup(name, n_examples=48, **model_config):
     return w, model, data
 
 
-def rank_pids(launcher: subprocess.Popen, n: int, timeout=60):
-    """Child pids in rank order (the launcher starts rank 0 first, so pid order is rank order)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        kids = sorted(h.children_of(launcher.pid))
-        if len(kids) == n:
-            return kids
-        time.sleep(0.2)
-    raise AssertionError("ranks did not start")
-
-
 def same_weights_as_one_process():
     """2 and 3 processes == 1 process with the same global batch of 6, to 1e-5.
 
@@ -80,7 +69,7 @@ def killed_rank_stops_the_job():
     launcher = subprocess.Popen([h.TRAINER, *map(str, launch(2, h.write_config(w / "c.json", cfg)))],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        pids = rank_pids(launcher, 2)
+        pids = h.child_pids(launcher.pid, 2)
         h.wait_for_step(w / "out", 2)
         killed_at = time.time()
         os.kill(pids[1], signal.SIGKILL)
@@ -103,7 +92,7 @@ def stalled_rank_times_out():
     launcher = subprocess.Popen([h.TRAINER, *map(str, launch(2, h.write_config(w / "c.json", cfg)))],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        pids = rank_pids(launcher, 2)
+        pids = h.child_pids(launcher.pid, 2)
         h.wait_for_step(w / "out", 2)
         os.kill(pids[1], signal.SIGSTOP)
         out, err = launcher.communicate(timeout=60)

@@ -47,6 +47,18 @@ def children_of(pid: int):
     return out
 
 
+def child_pids(parent: int, n: int, timeout=60):
+    """The `n` children of `parent` once all have started, in pid order (= start order: a launcher
+    starts rank 0 first, `kubetune run` worker 0 first)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        kids = sorted(children_of(parent))
+        if len(kids) == n:
+            return kids
+        time.sleep(0.1)
+    raise AssertionError(f"{n} children of {parent} did not start")
+
+
 def wait_for_step(out_dir: Path, step: int, timeout=240):
     history = out_dir / "metrics_history.jsonl"
     deadline = time.time() + timeout

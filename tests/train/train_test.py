@@ -292,18 +292,6 @@ def start_local(path):
                             env={**os.environ, "KUBETUNE_TRAINER": h.TRAINER})
 
 
-def worker_launchers(runner, n=2, timeout=60):
-    """The workers' processes (each a `kubetune-trainer launch`, as a pod's PID 1), worker 0 first."""
-    import time
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        kids = sorted(h.children_of(runner.pid))
-        if len(kids) == n:
-            return kids
-        time.sleep(0.1)
-    raise AssertionError("the workers did not start")
-
-
 def preempted_worker_resumes_under_kubetune_run():
     """SIGTERM to one worker at an arbitrary step, as a node drain sends its pod: both workers stop
     after the same step with a checkpoint, the gang restarts from it, and the final weights equal
@@ -316,7 +304,7 @@ def preempted_worker_resumes_under_kubetune_run():
     assert straight.returncode == 0, out[-3000:]
     runner = start_local(local_job(w, "preempted", training, {"backoffLimit": 1}))
     try:
-        victim = worker_launchers(runner)[1]
+        victim = h.child_pids(runner.pid, 2)[1]  # worker 1, a pod's PID 1
         stop_at = random.Random().randint(3, 12)
         h.wait_for_step(w / "preempted", stop_at)
         os.kill(victim, signal.SIGTERM)
@@ -346,7 +334,7 @@ def stalled_gang_is_restarted_by_kubetune_run():
     runner = start_local(local_job(w, "stalled", dict(microBatchSize=2, maxSteps=60),
                                    {"backoffLimit": 1, "stallTimeoutSeconds": 3}, metrics_port=port))
     try:
-        victim = worker_launchers(runner)[1]
+        victim = h.child_pids(runner.pid, 2)[1]  # worker 1, a pod's PID 1
         h.wait_for_step(w / "stalled", 3)
         ranks = h.children_of(victim)
         assert len(ranks) == 1, ranks

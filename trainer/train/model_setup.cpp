@@ -21,6 +21,14 @@ TextTools load_text_tools(const std::string& model_dir) {
   return t;
 }
 
+data::DatasetOptions dataset_options(const TrainConfig& c) {
+  data::DatasetOptions o;
+  o.format = data::parse_format(c.format);
+  o.loss_on = data::parse_loss_on(c.loss_on);
+  o.max_length = c.max_length;
+  return o;
+}
+
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
                            bool full_finetune, uint64_t seed) {

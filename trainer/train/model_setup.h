@@ -8,7 +8,9 @@
 #include <optional>
 #include <string>
 
+#include "common/train_config.h"
 #include "trainer/data/batch.h"
+#include "trainer/data/dataset.h"
 #include "trainer/model/causal_lm.h"
 #include "trainer/model/lora.h"
 #include "trainer/text/chat_template.h"
@@ -22,6 +24,9 @@ struct TextTools {
   int32_t pad_id = 0;
 };
 TextTools load_text_tools(const std::string& model_dir);
+
+// The data section of the config as the dataset loader takes it.
+data::DatasetOptions dataset_options(const TrainConfig& c);
 
 // Loads an HF folder onto `device`. Frozen weights are stored in `frozen_dtype`; trainable ones
 // (LoRA adapters, or everything for full fine-tuning) stay fp32 master weights.

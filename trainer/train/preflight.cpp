@@ -72,14 +72,6 @@ nlohmann::json data_report(const std::string& path, const data::DatasetScan& sca
           {"truncatedTo", max_length}};
 }
 
-data::DatasetOptions dataset_options(const TrainConfig& c) {
-  data::DatasetOptions o;
-  o.format = data::parse_format(c.format);
-  o.loss_on = data::parse_loss_on(c.loss_on);
-  o.max_length = c.max_length;
-  return o;
-}
-
 }  // namespace
 
 int64_t MemoryEstimate::total() const {

@@ -62,14 +62,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-data::DatasetOptions dataset_options(const TrainConfig& c) {
-  data::DatasetOptions o;
-  o.format = data::parse_format(c.format);
-  o.loss_on = data::parse_loss_on(c.loss_on);
-  o.max_length = c.max_length;
-  return o;
-}
-
 std::optional<model::LoraConfig> lora_config(const TrainConfig& c) {
   if (c.method != "lora") return std::nullopt;
   model::LoraConfig l;
