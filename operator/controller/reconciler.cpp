@@ -389,7 +389,7 @@ void JobReconciler::resume(Pass& p) {
 void JobReconciler::update_progress(Pass& p, const json& pod0) {
   {
     std::lock_guard<std::mutex> lock(scrape_mutex_);
-    auto& last = last_scrape_[p.key];
+    auto& last = scrapes_[p.key].last;
     const auto now = std::chrono::steady_clock::now();
     if (last.time_since_epoch().count() != 0 && now - last < options_.progress_period) return;
     last = now;
@@ -407,7 +407,7 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   }
   {
     std::lock_guard<std::mutex> lock(scrape_mutex_);
-    answered_[p.key] = p.now;
+    scrapes_[p.key].answered = p.now;
   }
   json progress = p.status.value("progress", json::object());
   const json before = progress;
@@ -454,8 +454,8 @@ std::optional<WorkerFailure> JobReconciler::stalled(const Pass& p) {
   SystemTime since = parse_time(running.value("lastTransitionTime", format_time(p.now)));
   {
     std::lock_guard<std::mutex> lock(scrape_mutex_);
-    const auto answered = answered_.find(p.key);
-    if (answered == answered_.end() || answered->second < since) return std::nullopt;
+    const auto scrapes = scrapes_.find(p.key);
+    if (scrapes == scrapes_.end() || scrapes->second.answered < since) return std::nullopt;
   }
   const json progress = p.status.value("progress", json::object());
   if (progress.contains("stepTime")) since = std::max(since, parse_time(progress["stepTime"]));

@@ -85,11 +85,14 @@ class JobReconciler {
   OperatorMetrics* metrics_;
   ReconcilerOptions options_;
   std::mutex scrape_mutex_;
-  std::map<std::string, std::chrono::steady_clock::time_point> last_scrape_;
-  // When rank 0 last answered a scrape, per job: the stall watchdog acts only on a gang whose
-  // metrics it has reached, so that metrics the operator cannot reach (a NetworkPolicy) never
-  // restart a healthy job.
-  std::map<std::string, SystemTime> answered_;
+  // Per job: when rank 0 was last scraped (at most once a progress period), and when it last
+  // answered. The stall watchdog acts only on a gang whose metrics it has reached, so that
+  // metrics the operator cannot reach (a NetworkPolicy) never restart a healthy job.
+  struct Scrapes {
+    std::chrono::steady_clock::time_point last;
+    SystemTime answered;
+  };
+  std::map<std::string, Scrapes> scrapes_;
 };
 
 // A child the job needs could not be created; `reason` becomes the Created condition's reason.

@@ -16,15 +16,6 @@ std::string last_component(const std::string& name) {
   return dot == std::string::npos ? name : name.substr(dot + 1);
 }
 
-// PEFT's rule: a target names a module by its last components ("q_proj" or
-// "model.layers.1.self_attn.q_proj"; PEFT writes the long form for some models).
-bool matches_target(const std::string& module, const std::string& target) {
-  if (module == target) return true;
-  return module.size() > target.size() &&
-         module.compare(module.size() - target.size(), target.size(), target) == 0 &&
-         module[module.size() - target.size() - 1] == '.';
-}
-
 // Every LoRA-capable linear inside the decoder layers, keyed by its full module name.
 std::vector<std::pair<std::string, std::shared_ptr<LinearImpl>>> decoder_linears(CausalLM& model) {
   std::vector<std::pair<std::string, std::shared_ptr<LinearImpl>>> out;
@@ -36,6 +27,13 @@ std::vector<std::pair<std::string, std::shared_ptr<LinearImpl>>> decoder_linears
 }
 
 }  // namespace
+
+bool matches_target(const std::string& module, const std::string& target) {
+  if (module == target) return true;
+  return module.size() > target.size() &&
+         module.compare(module.size() - target.size(), target.size(), target) == 0 &&
+         module[module.size() - target.size() - 1] == '.';
+}
 
 double LoraConfig::scaling() const { return use_rslora ? alpha / std::sqrt(r) : alpha / r; }
 

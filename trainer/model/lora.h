@@ -21,6 +21,10 @@ struct LoraConfig {
   double scaling() const;  // alpha / r, or alpha / sqrt(r) with rslora
 };
 
+// PEFT's rule: `target` names `module` ("model.layers.1.self_attn.q_proj") when it equals it or
+// is a suffix of it after a dot ("q_proj", "self_attn.q_proj").
+bool matches_target(const std::string& module, const std::string& target);
+
 // q_proj k_proj v_proj o_proj gate_proj up_proj down_proj (PEFT "all-linear" minus lm_head).
 std::vector<std::string> all_linear_targets();
 

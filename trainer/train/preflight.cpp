@@ -7,6 +7,7 @@
 
 #include "trainer/data/dataset.h"
 #include "trainer/data/sampler.h"
+#include "trainer/model/lora.h"
 #include "trainer/train/batch_shape.h"
 #include "trainer/train/model_setup.h"
 #include "trainer/train/train_loop.h"
@@ -41,17 +42,6 @@ std::array<LinearShape, 7> decoder_linears(const model::ModelConfig& m) {
            {"mlp.gate_proj", h, i},
            {"mlp.up_proj", h, i},
            {"mlp.down_proj", i, h}}};
-}
-
-// PEFT's rule, as in lora.cpp: a target names a module by its trailing components.
-bool targets(const std::string& module, const std::vector<std::string>& targets) {
-  for (const auto& t : targets) {
-    if (module == t) return true;
-    if (module.size() > t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0 &&
-        module[module.size() - t.size() - 1] == '.')
-      return true;
-  }
-  return false;
 }
 
 nlohmann::json data_report(const std::string& path, const data::DatasetScan& scan, int max_length,
@@ -97,7 +87,10 @@ int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) 
     for (const auto& linear : decoder_linears(m)) {
       const std::string name =
           "model.layers." + std::to_string(layer) + "." + std::string(linear.module);
-      if (targets(name, c.lora.target_modules)) n += c.lora.r * (linear.in + linear.out);
+      const auto& targets = c.lora.target_modules;
+      if (std::any_of(targets.begin(), targets.end(),
+                      [&](const std::string& t) { return model::matches_target(name, t); }))
+        n += c.lora.r * (linear.in + linear.out);
     }
   }
   return n;

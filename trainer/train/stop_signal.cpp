@@ -26,6 +26,4 @@ void install_stop_handlers() {
 
 bool stop_requested() { return g_stop_signal.load() != 0; }
 
-int stop_signal() { return g_stop_signal.load(); }
-
 }  // namespace kubetune::train

@@ -13,7 +13,4 @@ void install_stop_handlers();
 // Whether this process has received SIGTERM or SIGINT.
 bool stop_requested();
 
-// The signal that asked to stop (0: none).
-int stop_signal();
-
 }  // namespace kubetune::train
