@@ -3,6 +3,7 @@
 // objects the operator creates (read by the chart's monitors and the dashboards too).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace kubetune {
@@ -12,6 +13,18 @@ namespace kubetune {
 inline constexpr int kExitUserError = 2;
 // A collective timed out or a peer died: the gang is restarted from the last checkpoint.
 inline constexpr int kExitRetryable = 3;
+
+// The verdicts of `kubetune-trainer preflight`, which are also the reasons of the Failed
+// condition the operator sets when the preflight stops a job.
+inline constexpr const char* kVerdictOk = "OK";
+inline constexpr const char* kVerdictDatasetInvalid = "DatasetInvalid";  // a bad line, no records
+inline constexpr const char* kVerdictDoesNotFit = "DoesNotFit";  // estimate > the GPU's memory
+// The config, the model folder or a dataset file cannot be read.
+inline constexpr const char* kVerdictInputInvalid = "InputInvalid";
+
+// Kubernetes keeps at most this many bytes of a container's termination message; the preflight
+// pod's report has to fit.
+inline constexpr size_t kTerminationMessageBytes = 4096;
 
 // Where checkpoints go unless checkpoint.dir says otherwise.
 inline std::string default_checkpoint_dir(const std::string& output_dir) {
@@ -34,6 +47,10 @@ inline constexpr const char* kLabelManagedBy = "app.kubernetes.io/managed-by";
 inline constexpr const char* kManagerName = "kubetune-operator";
 inline constexpr const char* kLabelJob = "kubetune.io/job-name";
 inline constexpr const char* kLabelRank = "kubetune.io/rank";
+// What a pod does: kRoleWorker (a rank of the gang) or kRolePreflight (the CPU check before it).
+inline constexpr const char* kLabelRole = "kubetune.io/role";
+inline constexpr const char* kRoleWorker = "worker";
+inline constexpr const char* kRolePreflight = "preflight";
 // Which gang a pod belongs to (= status.restarts when it was created): pods of an older gang are
 // leftovers of a restart and are deleted before the new gang starts.
 inline constexpr const char* kLabelAttempt = "kubetune.io/attempt";
@@ -42,6 +59,8 @@ inline constexpr const char* kLabelAttempt = "kubetune.io/attempt";
 inline constexpr const char* kAnnotationSpecHash = "kubetune.io/spec-hash";
 
 inline constexpr const char* kTrainerContainer = "trainer";
+// NVIDIA GPU feature discovery's node label: one GPU's memory in MiB.
+inline constexpr const char* kNodeLabelGpuMemory = "nvidia.com/gpu.memory";
 inline constexpr const char* kConfigMountDir = "/etc/kubetune";
 inline constexpr const char* kConfigFile = "config.json";
 inline constexpr int kMasterPort = 29500;

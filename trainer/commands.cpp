@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -40,12 +41,24 @@ int train_command(const std::string& config_path) {
   return config ? train::run_training(*config) : kExitUserError;
 }
 
-// The report is one JSON object on stdout; exit 2 when the job would fail (invalid data, too big).
-int preflight_command(const std::string& config_path, const train::PreflightOptions& options) {
-  const auto config = read_config(config_path);
-  if (!config) return kExitUserError;
-  const auto result = train::preflight(*config, options);
+// The report is one JSON object on stdout; exit 2 when the job would fail (invalid data, too big,
+// a model folder that cannot be read). `termination_log`, when set, gets a compact copy of the
+// report: the operator's preflight pod writes it to /dev/termination-log, which Kubernetes keeps
+// in the pod's status (at most 4 KiB), where the operator reads it.
+int preflight_command(const std::string& config_path, const train::PreflightOptions& options,
+                      const std::string& termination_log) {
+  train::PreflightReport result;
+  try {
+    result = train::preflight(load_train_config(config_path), options);
+  } catch (const std::exception& e) {  // the config, the model folder or the dataset file
+    result.verdict = kVerdictInputInvalid;
+    result.report = {{"verdict", result.verdict}, {"message", e.what()}};
+  }
   std::cout << result.report.dump(2) << std::endl;
+  if (!termination_log.empty()) {
+    std::ofstream(termination_log)
+        << train::compact_report(result.report, kTerminationMessageBytes);
+  }
   if (result.verdict.empty()) return 0;
   log::error() << result.verdict << ": " << result.report.value("message", "");
   return kExitUserError;
@@ -187,6 +200,10 @@ int dispatch(int argc, char** argv) {
       ->add_option("--gpu-memory-gib", gpu_memory_gib,
                    "memory of one GPU: the job does not fit when the estimate exceeds it")
       ->check(CLI::PositiveNumber);
+  std::string termination_log;
+  preflight->add_option("--termination-log", termination_log,
+                        "also write a compact report (at most 4 KiB) to this file, e.g. "
+                        "/dev/termination-log in a pod");
 
   std::string model_dir, adapter_dir, data_path;
   int batch_size = 8, max_length = 1 << 20;
@@ -224,7 +241,7 @@ int dispatch(int argc, char** argv) {
   if (*train) return train_command(config);
   if (*preflight) {
     if (gpu_memory_gib > 0) preflight_options.gpu_memory_gib = gpu_memory_gib;
-    return preflight_command(config, preflight_options);
+    return preflight_command(config, preflight_options, termination_log);
   }
   if (*eval) return eval_command(model_dir, adapter_dir, data_path, batch_size, max_length, json);
   if (*tokenize) return tokenize_command(tokenizer_dir, chat, json);

@@ -121,23 +121,14 @@ json container_security_context(const Workers& w) {
   return {{"allowPrivilegeEscalation", false}, {"capabilities", capabilities}};
 }
 
-json make_pod(const FineTuneJob& job, int rank, int attempt) {
-  json container = {{"name", kTrainerContainer},
-                    {"image", job.workers.image},
-                    {"imagePullPolicy", job.workers.pull_policy},
-                    {"command", container_command(job, rank)},
-                    {"env", container_env(job, rank, attempt)},
-                    {"resources", resources(job.workers)},
-                    {"securityContext", container_security_context(job.workers)}};
-  container["ports"] = json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}}});
-  if (job.config.metrics_port > 0) {
-    container["ports"].push_back({{"name", "metrics"}, {"containerPort", job.config.metrics_port}});
-  }
+// A pod of the job: placement, security, volumes and the trainer container with `command`.
+json job_pod(const FineTuneJob& job, const std::string& name, const std::string& role,
+             json container) {
+  container["name"] = kTrainerContainer;
+  container["image"] = job.workers.image;
+  container["imagePullPolicy"] = job.workers.pull_policy;
+  container["securityContext"] = container_security_context(job.workers);
   json spec = {{"restartPolicy", "Never"},  // the operator restarts the whole gang instead
-               {"hostname", pod_name(job.name, rank)},
-               {"subdomain", service_name(job.name)},
-               // Time to finish the step and write a checkpoint after SIGTERM (a drain).
-               {"terminationGracePeriodSeconds", job.run_policy.termination_grace_period_seconds},
                {"securityContext", pod_security_context(job.workers)}};
   json mounts;
   add_volumes(job, spec, mounts);
@@ -149,11 +140,28 @@ json make_pod(const FineTuneJob& job, int rank, int attempt) {
   if (!job.workers.service_account.empty()) {
     spec["serviceAccountName"] = job.workers.service_account;
   }
-  json meta = metadata(job, pod_name(job.name, rank));
-  meta["labels"][kLabelRank] = std::to_string(rank);
-  meta["labels"][kLabelAttempt] = std::to_string(attempt);
+  json meta = metadata(job, name);
+  meta["labels"][kLabelRole] = role;
   meta["annotations"] = {{kAnnotationSpecHash, spec_hash(job.spec)}};
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+}
+
+json make_pod(const FineTuneJob& job, int rank, int attempt) {
+  json container = {{"command", container_command(job, rank)},
+                    {"env", container_env(job, rank, attempt)},
+                    {"resources", resources(job.workers)}};
+  container["ports"] = json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}}});
+  if (job.config.metrics_port > 0) {
+    container["ports"].push_back({{"name", "metrics"}, {"containerPort", job.config.metrics_port}});
+  }
+  json pod = job_pod(job, pod_name(job.name, rank), kRoleWorker, container);
+  pod["spec"]["hostname"] = pod_name(job.name, rank);
+  pod["spec"]["subdomain"] = service_name(job.name);
+  // Time to finish the step and write a checkpoint after SIGTERM (a drain).
+  pod["spec"]["terminationGracePeriodSeconds"] = job.run_policy.termination_grace_period_seconds;
+  pod["metadata"]["labels"][kLabelRank] = std::to_string(rank);
+  pod["metadata"]["labels"][kLabelAttempt] = std::to_string(attempt);
+  return pod;
 }
 
 }  // namespace
@@ -161,6 +169,7 @@ json make_pod(const FineTuneJob& job, int rank, int attempt) {
 std::string pod_name(const std::string& job, int rank) {
   return job + "-worker-" + std::to_string(rank);
 }
+std::string preflight_pod_name(const std::string& job) { return job + "-preflight"; }
 std::string config_map_name(const std::string& job) { return job + "-config"; }
 std::string service_name(const std::string& job) { return job; }
 
@@ -190,6 +199,39 @@ std::string spec_hash(const json& spec) {
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
   return hex;
+}
+
+std::vector<std::string> preflight_command(const FineTuneJob& job, const std::string& config_path,
+                                           std::optional<double> gpu_memory_gib) {
+  const int world = job.workers.replicas * processes_per_pod(job);
+  std::vector<std::string> argv = {"kubetune-trainer", "preflight",    "--config",
+                                   config_path,        "--world-size", std::to_string(world)};
+  if (gpu_memory_gib) {
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%g", *gpu_memory_gib);
+    argv.insert(argv.end(), {"--gpu-memory-gib", gib});
+  }
+  return argv;
+}
+
+json preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib) {
+  json command =
+      preflight_command(job, std::string(kConfigMountDir) + "/" + kConfigFile, gpu_memory_gib);
+  command.push_back("--termination-log");
+  command.push_back("/dev/termination-log");
+  // The workers' CPU and memory (it reads the same data), no GPU; NVIDIA_VISIBLE_DEVICES=void
+  // keeps an image that sets it to "all" from seeing the node's GPUs anyway.
+  Workers cpu_only = job.workers;
+  cpu_only.gpus = 0;
+  json env = json::array({env_var("NVIDIA_VISIBLE_DEVICES", "void")});
+  for (const auto& e : job.workers.env) env.push_back(e);
+  json container = {{"command", command},
+                    {"env", env},
+                    {"resources", resources(cpu_only)},
+                    // A trainer that dies before writing its report still leaves its last log
+                    // lines.
+                    {"terminationMessagePolicy", "FallbackToLogsOnError"}};
+  return job_pod(job, preflight_pod_name(job.name), kRolePreflight, container);
 }
 
 DesiredObjects desired_objects(const FineTuneJob& job, int attempt) {

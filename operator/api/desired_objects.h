@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,16 @@ struct DesiredObjects {
 // gang are recognised.
 DesiredObjects desired_objects(const FineTuneJob& job, int attempt);
 
+// `<job>-preflight`: kubetune-trainer preflight on a CPU (no GPU requested, none visible), with
+// the workers' image, volumes, placement and security. Its compact report becomes the pod's
+// termination message, read by the reconciler. `gpu_memory_gib`: one GPU's memory, when known.
+nlohmann::json preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib);
+// The preflight's command line for the job (the pod's, and kubetune run's on this machine).
+std::vector<std::string> preflight_command(const FineTuneJob& job, const std::string& config_path,
+                                           std::optional<double> gpu_memory_gib);
+
 std::string pod_name(const std::string& job, int rank);
+std::string preflight_pod_name(const std::string& job);
 std::string config_map_name(const std::string& job);
 std::string service_name(const std::string& job);
 // Pod 0's DNS name through the headless Service: MASTER_ADDR of every rank.

@@ -58,6 +58,7 @@ RunPolicy parse_run_policy(const json& r) {
     out.ttl_seconds_after_finished = r["ttlSecondsAfterFinished"];
   }
   out.suspend = r.value("suspend", false);
+  out.preflight = r.value("preflight", out.preflight);
   out.stall_timeout_seconds = r.value("stallTimeoutSeconds", out.stall_timeout_seconds);
   out.termination_grace_period_seconds =
       r.value("terminationGracePeriodSeconds", out.termination_grace_period_seconds);

@@ -54,6 +54,7 @@ struct RunPolicy {
   std::optional<long> active_deadline_seconds;
   std::optional<long> ttl_seconds_after_finished;
   bool suspend = false;
+  bool preflight = true;                        // a CPU pod checks data and memory first
   long stall_timeout_seconds = 1800;            // 0: no stall watchdog
   long termination_grace_period_seconds = 600;  // SIGTERM -> SIGKILL of a worker pod
 };

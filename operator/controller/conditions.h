@@ -10,6 +10,8 @@
 namespace kubetune::op {
 
 // Condition types of a FineTuneJob.
+// False (reason Checking) while the preflight pod runs; True once it passed for this spec.
+inline constexpr const char* kCondPreflightPassed = "PreflightPassed";
 inline constexpr const char* kCondCreated = "Created";
 inline constexpr const char* kCondRunning = "Running";
 inline constexpr const char* kCondRestarting = "Restarting";

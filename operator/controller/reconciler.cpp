@@ -6,6 +6,7 @@
 
 #include "common/contracts.h"
 #include "operator/api/desired_objects.h"
+#include "operator/api/preflight_report.h"
 #include "operator/controller/conditions.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/progress.h"
@@ -142,7 +143,7 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
   const std::string hash = spec_hash(p.job.spec);
   std::vector<json> current;
   int older = 0;
-  for (const auto& pod : job_pods(p)) {
+  for (const auto& pod : gang_pods(p)) {
     const int a = attempt_of(pod);
     if (a > attempt) {
       // Pods of a newer gang than our job says: our job object is stale. Come back later.
@@ -166,6 +167,9 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
   if (older > 0) {  // the new gang starts when the old one is gone (pod names are reused)
     write_status(p);
     return {kShortRequeue};
+  }
+  if (current.empty() && p.job.run_policy.preflight) {
+    if (auto r = preflight(p, hash)) return *r;
   }
 
   GangState g = assess_gang(current, p.job.workers.replicas);
@@ -208,13 +212,24 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
 void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
   const int attempt = p.status.value("restarts", 0);
   const DesiredObjects want = desired_objects(p.job, attempt);
-  try {
+  create_children(p, [&] {
     ensure_child(p, kube::resources::kConfigMaps, want.config_map);
     ensure_child(p, kube::resources::kServices, want.service);
     for (int rank : missing) ensure_child(p, kube::resources::kPods, want.pods[rank]);
+  });
+  p.status["workers"]["created"] = p.job.workers.replicas;
+  if (p.phase() != Phase::kRunning) {
+    transition(p, Phase::kCreated, kCondCreated, "GangCreated",
+               "created " + std::to_string(p.job.workers.replicas) + " worker pods (gang " +
+                   std::to_string(attempt) + ")",
+               false);
+  }
+}
+
+void JobReconciler::create_children(Pass& p, const std::function<void()>& create) {
+  try {
+    create();
   } catch (const ChildNotCreated& e) {
-    // Shown where users look (status, events), not only in our log; the queue retries with
-    // back-off, as the PriorityClass or quota may appear later.
     const json before = find_condition(p.status, kCondCreated);
     if (before.is_null() || before.value("reason", "") != e.reason ||
         before.value("message", "") != e.what()) {
@@ -224,13 +239,143 @@ void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
     write_status(p);
     throw;
   }
-  p.status["workers"]["created"] = p.job.workers.replicas;
-  if (p.phase() != Phase::kRunning) {
-    transition(p, Phase::kCreated, kCondCreated, "GangCreated",
-               "created " + std::to_string(p.job.workers.replicas) + " worker pods (gang " +
-                   std::to_string(attempt) + ")",
-               false);
+}
+
+std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::string& hash) {
+  json record = p.status.value("preflight", json::object());
+  if (record.value("specHash", "") != hash) record = {{"specHash", hash}, {"failures", 0}};
+  if (record.value("verdict", "") == kVerdictOk) return std::nullopt;
+  const int attempt = record.value("failures", 0);
+  const std::string name = preflight_pod_name(p.name);
+  auto pod = pods_.get(p.ns, name);
+  if (pod && owned_by(*pod, p.uid())) {
+    const std::string pod_hash =
+        (*pod)["metadata"].value("annotations", json::object()).value(kAnnotationSpecHash, "");
+    if (attempt_of(*pod) == attempt && pod_hash == hash) {
+      if (!is_terminal(*pod)) return ReconcileResult{};  // its next status change wakes us
+      return preflight_ended(p, *pod);
+    }
+    // One of an earlier spec or try: it goes before the new one (same name).
+    if (!(*pod)["metadata"].contains("deletionTimestamp")) {
+      client_.remove(kube::resources::kPods.item(p.ns, name));
+    }
+    return ReconcileResult{kShortRequeue};
   }
+  const auto [gib, source] = gpu_memory(p);
+  json want = preflight_pod(p.job, gib);
+  want["metadata"]["labels"][kLabelAttempt] = std::to_string(attempt);
+  const DesiredObjects children = desired_objects(p.job, 0);
+  create_children(p, [&] {
+    ensure_child(p, kube::resources::kConfigMaps, children.config_map);
+    ensure_child(p, kube::resources::kPods, want);
+  });
+  if (gib) {
+    record["gpuMemoryGiB"] = *gib;
+    record["gpuMemorySource"] = source;
+  }
+  p.status["preflight"] = record;
+  const std::string message =
+      "pod " + name +
+      " (no GPU) reads the model's config and the whole dataset and estimates the GPU memory" +
+      (gib ? " against " + source : std::string(" (no GPU memory known to check against)"));
+  if (!find_condition(p.status, kCondPreflightPassed).is_object()) {
+    p.events.push_back({"Normal", "PreflightStarted", message});
+  }
+  set_condition(p.status, kCondPreflightPassed, false, "Checking", message, p.generation, p.now);
+  write_status(p);
+  return ReconcileResult{};
+}
+
+std::optional<ReconcileResult> JobReconciler::preflight_ended(Pass& p, const json& pod) {
+  json terminated;
+  for (const auto& c : pod.value("status", json::object()).value("containerStatuses", json())) {
+    if (c.value("name", "") == kTrainerContainer) {
+      terminated = c.value("state", json::object()).value("terminated", json());
+    }
+  }
+  const int code = terminated.is_object() ? terminated.value("exitCode", -1) : -1;
+  const std::string text = terminated.is_object() ? terminated.value("message", "") : "";
+  json report = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!report.is_object()) report = nullptr;
+  json& record = p.status["preflight"];
+  const std::string name = preflight_pod_name(p.name);
+
+  const bool passed = pod["status"].value("phase", "") == "Succeeded";
+  if (passed || code == kExitUserError) {
+    std::string verdict = report_text(report, "verdict");
+    if (passed) verdict = kVerdictOk;
+    if (verdict != kVerdictOk && verdict != kVerdictDatasetInvalid &&
+        verdict != kVerdictDoesNotFit) {
+      verdict = kVerdictInputInvalid;
+    }
+    if (report.is_object()) report["verdict"] = verdict;
+    const std::string summary = report.is_object() ? preflight_summary(report) : text;
+    record["verdict"] = verdict;
+    record["summary"] = summary.substr(0, 4096);
+    record["completionTime"] = format_time(p.now);
+    if (report.is_object()) record["report"] = report;
+    if (passed) {
+      set_condition(p.status, kCondPreflightPassed, true, "Passed", summary, p.generation, p.now);
+      p.events.push_back({"Normal", "PreflightPassed", summary});
+      return std::nullopt;
+    }
+    const std::string message = report_text(report, "message", summary) +
+                                " (found by the preflight; kubectl logs pod/" + name +
+                                " has the whole report)";
+    set_condition(p.status, kCondPreflightPassed, false, verdict, message, p.generation, p.now);
+    return fail(p, verdict, message);
+  }
+
+  // Ended without a verdict: evicted, out of memory, killed. Tried again, like a gang.
+  const std::string why =
+      pod["status"].value("reason", terminated.is_object() ? terminated.value("reason", "") : "");
+  const int failures = record.value("failures", 0) + 1;
+  const std::string message = "preflight pod " + name + " ended without a verdict (" +
+                              (why.empty() ? "exit code " + std::to_string(code) : why) + ")";
+  if (failures > p.job.run_policy.backoff_limit) {
+    return fail(p, "PreflightFailed",
+                message + "; tried " + std::to_string(failures) + " time(s) (backoffLimit " +
+                    std::to_string(p.job.run_policy.backoff_limit) +
+                    "); runPolicy.preflight: false skips the check");
+  }
+  record["failures"] = failures;
+  p.events.push_back({"Warning", "PreflightRetry", message + "; trying again"});
+  write_status(p);  // first: a stale pass fails here and counts nothing
+  client_.remove(kube::resources::kPods.item(p.ns, name));
+  return ReconcileResult{kShortRequeue};
+}
+
+std::pair<std::optional<double>, std::string> JobReconciler::gpu_memory(const Pass& p) {
+  if (p.job.workers.gpu_memory_gib) return {p.job.workers.gpu_memory_gib, "workers.gpuMemoryGiB"};
+  if (p.job.workers.gpus == 0) return {std::nullopt, ""};
+  // GPU feature discovery labels each GPU node with its GPUs' memory; the workers may land on
+  // any node their nodeSelector allows, so the smallest counts.
+  std::string selector = kNodeLabelGpuMemory;
+  for (const auto& [key, value] : p.job.workers.node_selector.items()) {
+    selector += "," + key + "=" + value.get<std::string>();
+  }
+  json nodes;
+  try {
+    nodes = client_.list(kube::resources::kNodes.collection(""), selector);
+  } catch (const kube::ApiError& e) {
+    spdlog::warn("{}: cannot list nodes for their GPU memory ({}); the preflight checks no limit",
+                 p.key, e.what());
+    return {std::nullopt, ""};
+  }
+  double smallest = 0;
+  int counted = 0;
+  for (const auto& node : nodes.value("items", json::array())) {
+    try {
+      const double mib =
+          std::stod(node["metadata"]["labels"][kNodeLabelGpuMemory].get<std::string>());
+      if (mib > 0 && (counted == 0 || mib < smallest)) smallest = mib;
+      counted += mib > 0;
+    } catch (const std::exception&) {  // not a number: not GFD's label
+    }
+  }
+  if (counted == 0) return {std::nullopt, ""};
+  return {smallest / 1024.0,
+          std::string(kNodeLabelGpuMemory) + " of " + std::to_string(counted) + " node(s)"};
 }
 
 void JobReconciler::ensure_child(Pass& p, const kube::Resource& kind, const json& object) {
@@ -511,6 +656,15 @@ std::vector<json> JobReconciler::job_pods(const Pass& p) const {
   std::vector<json> out;
   for (auto& pod : pods_.list(p.ns, {{kLabelJob, p.name}})) {
     if (owned_by(pod, p.uid())) out.push_back(std::move(pod));
+  }
+  return out;
+}
+
+std::vector<json> JobReconciler::gang_pods(const Pass& p) const {
+  std::vector<json> out;
+  for (auto& pod : job_pods(p)) {
+    const json labels = pod["metadata"].value("labels", json::object());
+    if (labels.value(kLabelRole, "") != kRolePreflight) out.push_back(std::move(pod));
   }
   return out;
 }

@@ -57,10 +57,21 @@ class JobReconciler {
   ReconcileResult suspend(Pass& p);
   void resume(Pass& p);
   ReconcileResult run_gang(Pass& p);
+  // The preflight pod of the current spec (runPolicy.preflight): nullopt once it passed, so that
+  // the gang may be created; else what to return (waiting for it, or the job failed).
+  std::optional<ReconcileResult> preflight(Pass& p, const std::string& hash);
+  std::optional<ReconcileResult> preflight_ended(Pass& p, const nlohmann::json& pod);
+  // One GPU's memory for the preflight's fit check, and where it came from: workers.gpuMemoryGiB,
+  // else the smallest nvidia.com/gpu.memory label of the nodes the workers may be placed on.
+  std::pair<std::optional<double>, std::string> gpu_memory(const Pass& p);
   ReconcileResult handle_failure(Pass& p, const WorkerFailure& f);
   ReconcileResult fail(Pass& p, const std::string& reason, const std::string& message);
   ReconcileResult succeed(Pass& p);
   void create_gang(Pass& p, const std::vector<int>& missing);
+  // Runs `create` (ensure_child calls). A child the server refuses is shown in the Created
+  // condition and an event, and rethrown: the queue retries with back-off, as the PriorityClass
+  // or the quota may appear later.
+  void create_children(Pass& p, const std::function<void()>& create);
   // Creates a child unless the job already owns it (a ConfigMap that differs is updated);
   // throws ChildNotCreated when the server refuses or the name is taken.
   void ensure_child(Pass& p, const kube::Resource& kind, const nlohmann::json& object);
@@ -75,7 +86,8 @@ class JobReconciler {
   // Deletes the job's pods that are still running (all = also finished ones); returns how many
   // are left (deleting or not).
   int delete_pods(Pass& p, bool all);
-  std::vector<nlohmann::json> job_pods(const Pass& p) const;
+  std::vector<nlohmann::json> job_pods(const Pass& p) const;   // all pods the job owns
+  std::vector<nlohmann::json> gang_pods(const Pass& p) const;  // its workers
   std::chrono::milliseconds ttl_requeue(Pass& p);
 
   kube::KubeClient& client_;

@@ -28,6 +28,7 @@ namespace resources {
 inline const Resource kPods{"", "v1", "pods", true};
 inline const Resource kServices{"", "v1", "services", true};
 inline const Resource kConfigMaps{"", "v1", "configmaps", true};
+inline const Resource kNodes{"", "v1", "nodes", false};
 inline const Resource kEvents{"", "v1", "events", true};
 inline const Resource kLeases{"coordination.k8s.io", "v1", "leases", true};
 inline const Resource kFineTuneJobs{"kubetune.io", "v1alpha1", "finetunejobs", true};

@@ -236,12 +236,14 @@ int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& ou
                             ? start + std::chrono::seconds(*job.run_policy.active_deadline_seconds)
                             : std::chrono::steady_clock::time_point::max();
   // The preflight first: a bad line or a job too big for its GPUs fails before any worker starts.
-  const PreflightResult preflight = run_preflight(job, o.trainer, dir);
-  out << "[kubetune] preflight: " << preflight_summary(preflight.report) << "\n" << std::flush;
-  if (preflight.exit_code != 0) {
-    out << "[kubetune] " << job.name << " failed before starting: preflight exited "
-        << preflight.exit_code << " (kubetune plan prints the whole report)\n";
-    return preflight.exit_code == kExitUserError ? kExitUserError : 1;
+  if (job.run_policy.preflight) {
+    const PreflightResult preflight = run_preflight(job, o.trainer, dir);
+    out << "[kubetune] preflight: " << preflight_summary(preflight.report) << "\n" << std::flush;
+    if (preflight.exit_code != 0) {
+      out << "[kubetune] " << job.name << " failed before starting: preflight exited "
+          << preflight.exit_code << " (kubetune plan prints the whole report)\n";
+      return preflight.exit_code == kExitUserError ? kExitUserError : 1;
+    }
   }
   const int limit = job.run_policy.backoff_limit;
   for (int restarts = 0;; ++restarts) {

@@ -4,14 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <vector>
+
+#include "operator/api/desired_objects.h"
 
 extern char** environ;
 
@@ -58,34 +58,13 @@ PreflightResult run_preflight(const FineTuneJob& job, const std::string& trainer
   std::filesystem::create_directories(work_dir);
   const std::string config = work_dir + "/preflight-config.json";
   std::ofstream(config) << job.train_config.dump(2) << "\n";
-  const int world = job.workers.replicas * std::max(1, job.workers.gpus);
-  std::vector<std::string> argv = {trainer, "preflight",    "--config",
-                                   config,  "--world-size", std::to_string(world)};
-  if (job.workers.gpu_memory_gib) {
-    argv.push_back("--gpu-memory-gib");
-    argv.push_back(std::to_string(*job.workers.gpu_memory_gib));
-  }
+  std::vector<std::string> argv = preflight_command(job, config, job.workers.gpu_memory_gib);
+  argv[0] = trainer;
   PreflightResult r;
   std::tie(r.exit_code, r.output) = run_capturing_stdout(argv);
   r.report = nlohmann::json::parse(r.output, nullptr, /*allow_exceptions=*/false);
   if (r.report.is_discarded()) r.report = nullptr;
   return r;
-}
-
-std::string preflight_summary(const nlohmann::json& report) {
-  if (!report.is_object()) return "no report";
-  const auto& train =
-      report.value("data", nlohmann::json::object()).value("train", nlohmann::json::object());
-  char memory[64];
-  std::snprintf(memory, sizeof memory, "est. %.1f GiB per GPU",
-                report.value("memory", nlohmann::json::object()).value("totalGiB", 0.0));
-  std::string line =
-      std::to_string(report.value("steps", nlohmann::json::object()).value("total", 0L)) +
-      " steps, " + std::to_string(train.value("records", 0L)) + " records, " +
-      std::to_string(train.value("tokens", 0L)) + " tokens, " + memory + ": " +
-      report.value("verdict", "?");
-  if (report.contains("message")) line += ": " + report["message"].get<std::string>();
-  return line;
 }
 
 }  // namespace kubetune::op::local

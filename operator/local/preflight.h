@@ -7,6 +7,7 @@
 #include <string>
 
 #include "operator/api/job.h"
+#include "operator/api/preflight_report.h"
 
 namespace kubetune::op::local {
 
@@ -21,8 +22,5 @@ struct PreflightResult {
 // (stderr) pass through to ours.
 PreflightResult run_preflight(const FineTuneJob& job, const std::string& trainer,
                               const std::string& work_dir);
-
-// One line for people: "1499 steps, 2998 records, 137908 tokens, est. 12.6 GiB per GPU: OK".
-std::string preflight_summary(const nlohmann::json& report);
 
 }  // namespace kubetune::op::local

@@ -9,7 +9,10 @@
 #   - runs kubetune-operator as its ServiceAccount (least-privilege RBAC), two replicas with leader
 #     election, and drives a job through creation, a killed worker (gang restart), an edit refused
 #     while running, suspend + edit + resume, success, a pod the server refuses, an orphaned pod
-#     of the same name, deletion with zero leftovers, and SIGTERM with the Lease released.
+#     of the same name, deletion with zero leftovers, and SIGTERM with the Lease released;
+#   - the preflight pod: with the real trainer's reports (kubetune-trainer next to the operator), a
+#     bad line 9731 and a job too big for the GPU memory of its nodes' labels fail the job, named in
+#     `kubectl describe`, without a worker pod ever created.
 # Exits 77 (ctest: skipped) when no cluster is reachable.
 #
 # usage: operator_e2e.sh PATH/TO/kubetune-operator [REPO_ROOT] [NAMESPACE]
@@ -36,6 +39,7 @@ cleanup() {
   # the next run's helm install would meet it terminating).
   kubectl delete -f "$root/charts/kubetune/rbac/operator-rbac.yaml" --ignore-not-found >/dev/null 2>&1 || true
   kubectl delete lease -n "$opns" kubetune-operator --ignore-not-found >/dev/null 2>&1 || true
+  kubectl delete node e2e-gpu-node --ignore-not-found >/dev/null 2>&1 || true
   echo "operator logs: $work"
 }
 trap cleanup EXIT
@@ -60,7 +64,8 @@ eventually() {
 }
 jp() { kubectl get -n "$ns" "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
 phase_is() { [[ "$(jp ftj "$1" '{.status.phase}')" == "$2" ]]; }
-pod_count() { kubectl get pods -n "$ns" -l "kubetune.io/job-name=$1" -o name | wc -l; }
+# Worker pods (the preflight pod, which stays after it ended, is not one).
+pod_count() { kubectl get pods -n "$ns" -l "kubetune.io/job-name=$1,kubetune.io/role!=preflight" -o name | wc -l; }
 pods_are() { [[ "$(pod_count "$1")" -eq "$2" ]]; }
 created_reason_is() {  # created_reason_is JOB REASON: the reason of the job's Created condition
   [[ "$(jp ftj "$1" '{.status.conditions[?(@.type=="Created")].reason}')" == "$2" ]]
@@ -84,6 +89,20 @@ set_pod() {
   fi
   kubectl patch pod -n "$ns" "$pod" --subresource=status --type=merge -p "{\"status\":$status}" >/dev/null
 }
+# The preflight pod's end: the trainer's exit code and its report (the termination message).
+end_preflight() {  # end_preflight JOB CODE REPORT_FILE
+  local patch
+  patch=$("$python" -c '
+import json, sys
+code = int(sys.argv[1])
+print(json.dumps({"status": {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [
+    {"name": "trainer", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+     "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                              "message": open(sys.argv[2]).read()}}}]}}))' "$2" "$3")
+  kubectl patch pod -n "$ns" "$1-preflight" --subresource=status --type=merge -p "$patch" >/dev/null
+}
+preflight_pod_exists() { kubectl get pod -n "$ns" "$1-preflight" -o name; }
+preflight_pending() { [[ "$(jp pod "$1-preflight" '{.status.phase}')" == Pending ]]; }
 set_gang() {  # set_gang JOB N PHASE [CODE]
   for ((i = 0; i < $2; i++)); do set_pod "$1-worker-$i" "$3" "${4:-}"; done
 }
@@ -147,12 +166,49 @@ first=$(head -1 "$work/op-a.log")
   fail "operator log line without timestamp/level, or not on 127.0.0.1 by default: $first"
 ok "log lines have a timestamp and a level; the endpoint listens on 127.0.0.1 unless told"
 
+# The trainer's own preflight reports, on a tiny model and the shipped data: the pods of this
+# script have no kubelet, so the reports are made here and written into the pods' status.
+trainer="$(dirname "$operator_bin")/kubetune-trainer"
+if [[ -x "$trainer" ]]; then
+  "$trainer" init-model --config "$root/examples/default/model_config.json" \
+    --tokenizer "$root/examples/default/tokenizer" --out "$work/model" >/dev/null 2>&1
+  "$python" - "$root/examples/default/train.jsonl" "$work" <<'PY'
+import json, sys
+good = open(sys.argv[1]).read().splitlines()
+lines = [good[i % len(good)] for i in range(10000)]
+open(sys.argv[2] + "/good.jsonl", "w").write("\n".join(lines) + "\n")
+lines[9730] = '{"messages": "not a list"}'
+open(sys.argv[2] + "/bad.jsonl", "w").write("\n".join(lines) + "\n")
+for name in ("good", "bad"):
+    config = {"model": {"path": sys.argv[2] + "/model"}, "method": {"type": "lora"},
+              "data": {"train": sys.argv[2] + "/" + name + ".jsonl", "format": "messages"},
+              "output": {"dir": sys.argv[2] + "/out"}}
+    json.dump(config, open(sys.argv[2] + "/" + name + ".json", "w"))
+PY
+  preflight_report() {  # preflight_report CONFIG OUT [ARGS...]: the trainer's termination message
+    local config=$1 out=$2
+    shift 2
+    "$trainer" preflight --config "$config" --termination-log "$out" "$@" >/dev/null 2>&1 || true
+  }
+  preflight_report "$work/good.json" "$work/ok.report" --world-size 2
+  preflight_report "$work/bad.json" "$work/bad.report" --world-size 2
+else
+  echo "  (no kubetune-trainer next to the operator: the preflight reports are written by hand)"
+  echo '{"verdict":"OK","message":""}' >"$work/ok.report"
+  trainer=""
+fi
+
 echo "== a job runs, loses a worker, restarts as a gang"
 job=e2e-lora
 example "$root/examples/jobs/lora-single-gpu.yaml" $job \
   '{"spec":{"workers":{"replicas":2,"gpusPerWorker":0},"metrics":{"port":0}}}' |
   kubectl apply -n "$ns" -f - >/dev/null
-eventually 30 pods_are $job 2 || fail "no worker pods"
+eventually 30 preflight_pod_exists $job || fail "no preflight pod: $(jp ftj $job '{.status}')"
+pods_are $job 0 || fail "a worker pod before the preflight ended"
+end_preflight $job 0 "$work/ok.report"
+eventually 30 pods_are $job 2 || fail "no worker pods after the preflight"
+[[ "$(jp ftj $job '{.status.preflight.verdict}')" == OK ]] || fail "status.preflight: $(jp ftj $job '{.status.preflight}')"
+ok "the preflight pod ran first; with its OK report in status.preflight, the workers were created"
 uid=$(jp ftj $job '{.metadata.uid}')
 for obj in "configmap/$job-config" "service/$job" "pod/$job-worker-0" "pod/$job-worker-1"; do
   [[ "$(kubectl get -n "$ns" "$obj" -o 'jsonpath={.metadata.ownerReferences[0].uid}')" == "$uid" ]] ||
@@ -178,6 +234,9 @@ eventually 30 phase_is $job Suspended || fail "not Suspended"
 eventually 30 pods_are $job 0 || fail "pods left while suspended"
 kubectl patch ftj -n "$ns" $job --type=merge -p \
   '{"spec":{"workers":{"replicas":3},"training":{"learningRate":0.0005},"runPolicy":{"suspend":false}}}' >/dev/null
+# A new spec is checked again (3 workers now) before its gang starts.
+eventually 30 preflight_pending $job || fail "no preflight pod for the edited spec"
+end_preflight $job 0 "$work/ok.report"
 eventually 30 pods_are $job 3 || fail "no 3-pod gang after resume"
 for i in 0 1 2; do
   nnodes=$(kubectl get pod -n "$ns" $job-worker-$i -o 'jsonpath={.spec.containers[0].env[?(@.name=="NNODES")].value}')
@@ -195,7 +254,7 @@ ok "Succeeded"
 echo "== a pod the server refuses is shown in status and events"
 bad=e2e-bad-priority
 example "$root/examples/jobs/lora-single-gpu.yaml" $bad \
-  '{"spec":{"workers":{"gpusPerWorker":0,"priorityClassName":"no-such-class"},"metrics":{"port":0}}}' |
+  '{"spec":{"workers":{"gpusPerWorker":0,"priorityClassName":"no-such-class"},"metrics":{"port":0},"runPolicy":{"preflight":false}}}' |
   kubectl apply -n "$ns" -f - >/dev/null
 eventually 30 created_reason_is $bad FailedCreate ||
   fail "no FailedCreate condition: $(jp ftj $bad '{.status}')"
@@ -207,7 +266,7 @@ ok "Created=False FailedCreate: ${msg:0:100}..."
 echo "== children are found by owner UID: an orphaned pod of the same name is not adopted"
 orph=e2e-orphan
 example "$root/examples/jobs/lora-single-gpu.yaml" $orph \
-  '{"spec":{"workers":{"gpusPerWorker":0},"metrics":{"port":0}}}' >"$work/orphan.yaml"
+  '{"spec":{"workers":{"gpusPerWorker":0},"metrics":{"port":0},"runPolicy":{"preflight":false}}}' >"$work/orphan.yaml"
 kubectl apply -n "$ns" -f "$work/orphan.yaml" >/dev/null
 eventually 30 pods_are $orph 1 || fail "no pod"
 kubectl delete ftj -n "$ns" $orph --cascade=orphan >/dev/null
@@ -222,8 +281,54 @@ eventually 60 owner_uid_is $orph-worker-0 "$new_uid" ||
   fail "the job did not create its own pod after the orphan went"
 ok "once the orphan is deleted, the job creates its own pod"
 
+echo "== the preflight stops a bad line and a job too big before any GPU pod"
+if [[ -n "$trainer" ]]; then
+  badline=e2e-badline
+  example "$root/examples/jobs/lora-single-gpu.yaml" $badline '{"spec":{"workers":{"replicas":2}}}' |
+    kubectl apply -n "$ns" -f - >/dev/null
+  eventually 30 preflight_pod_exists $badline || fail "no preflight pod"
+  [[ -z "$(jp pod $badline-preflight '{.spec.containers[0].resources.limits.nvidia\.com/gpu}')" ]] ||
+    fail "the preflight pod asks for a GPU"
+  end_preflight $badline 2 "$work/bad.report"
+  eventually 30 phase_is $badline Failed || fail "not Failed: $(jp ftj $badline '{.status}')"
+  described=$(kubectl describe ftj -n "$ns" $badline)
+  [[ "$described" == *DatasetInvalid* && "$described" == *"bad.jsonl:9731: "* ]] ||
+    fail "kubectl describe does not name the line: $described"
+  pods_are $badline 0 || fail "a worker pod was created"
+  ok "bad line 9731: Failed (DatasetInvalid), the line named in kubectl describe, no worker pod"
+
+  # GPU feature discovery's label on a node (1 MiB: nothing fits), read by the operator through its
+  # RBAC; the trainer gets it as --gpu-memory-gib.
+  kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Node
+metadata:
+  name: e2e-gpu-node
+  labels: {kubetune.io/e2e-pool: tiny, nvidia.com/gpu.memory: "1"}
+YAML
+  big=e2e-toobig
+  example "$root/examples/jobs/lora-single-gpu.yaml" $big \
+    '{"spec":{"workers":{"nodeSelector":{"kubetune.io/e2e-pool":"tiny"}}}}' |
+    kubectl apply -n "$ns" -f - >/dev/null
+  eventually 30 preflight_pod_exists $big || fail "no preflight pod"
+  gib=$(jp pod $big-preflight '{.spec.containers[0].command}' |
+    "$python" -c 'import json,sys; c=json.load(sys.stdin); print(c[c.index("--gpu-memory-gib")+1])') ||
+    fail "no --gpu-memory-gib from the node label: $(jp pod $big-preflight '{.spec.containers[0].command}')"
+  preflight_report "$work/good.json" "$work/big.report" --world-size 1 --gpu-memory-gib "$gib"
+  end_preflight $big 2 "$work/big.report"
+  eventually 30 phase_is $big Failed || fail "not Failed: $(jp ftj $big '{.status}')"
+  described=$(kubectl describe ftj -n "$ns" $big)
+  [[ "$described" == *DoesNotFit* && "$described" == *"more than the GPU's 0.0 GiB"* ]] ||
+    fail "kubectl describe: $described"
+  pods_are $big 0 || fail "a worker pod was created"
+  ok "a node labelled nvidia.com/gpu.memory=1 gave --gpu-memory-gib $gib: Failed (DoesNotFit), no worker pod"
+else
+  echo "  SKIPPED: no kubetune-trainer next to the operator"
+  badline="" big=""
+fi
+
 echo "== deletion leaves nothing behind (garbage collector)"
-for j in $job $bad $orph; do kubectl delete ftj -n "$ns" $j --wait=true --timeout=60s >/dev/null; done
+for j in $job $bad $orph $badline $big; do kubectl delete ftj -n "$ns" $j --wait=true --timeout=60s >/dev/null; done
 eventually 60 no_leftovers || fail "left behind: $(leftovers)"
 ok "no pod, ConfigMap or Service left"
 

@@ -68,13 +68,14 @@ class OperatorTest : public ::testing::Test {
     return "/api/v1/namespaces/default/pods/" + name;
   }
 
-  // A two-worker LoRA job on a PVC; `mutate` adjusts the spec.
+  // A two-worker LoRA job on a PVC, without the preflight pod (test_controller_preflight.cpp
+  // plays that); `mutate` adjusts the spec.
   json create_job(const std::string& name, const std::function<void(json&)>& mutate = {}) {
     json obj = load_yaml_or_json_file(source_dir() + "/examples/jobs/lora-single-gpu.yaml");
     obj["metadata"] = {{"name", name}, {"namespace", "default"}};
     obj["spec"]["workers"]["replicas"] = 2;
     obj["spec"]["metrics"]["port"] = 0;
-    obj["spec"]["runPolicy"] = {{"backoffLimit", 2}};
+    obj["spec"]["runPolicy"] = {{"backoffLimit", 2}, {"preflight", false}};
     if (mutate) mutate(obj);
     auto r = server->call("POST", jobs_path(), obj);
     EXPECT_EQ(r.code, 201) << r.body.dump();

@@ -388,6 +388,44 @@ def preflight_lists_bad_lines_and_counts_like_peft():
     print(json.dumps(ok["memory"]))
 
 
+def preflight_termination_log_names_line_9731():
+    """What the operator's preflight pod leaves in its termination message (at most 4 KiB, which
+    Kubernetes cuts blindly): valid JSON with the verdict and the bad line's number, however many
+    and however long the bad lines are."""
+    w = h.workdir("termination-log")
+    model = h.tiny_model(w / "model")
+    good = (h.EXAMPLE / "train.jsonl").read_text().splitlines()
+    lines = [good[i % len(good)] for i in range(10000)]
+    lines[9730] = '{"messages": "not a list"}'
+    (w / "data.jsonl").write_text("\n".join(lines) + "\n")
+    path = h.write_config(w / "c.json", h.config(model, w / "data.jsonl", w / "out", method="lora"))
+    log = w / "termination-log"
+    p = h.run(["preflight", "--config", path, "--termination-log", str(log)], check=False)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    short = json.loads(log.read_text())
+    assert short["verdict"] == "DatasetInvalid" and "data.jsonl:9731: " in short["message"], short
+    assert short["data"]["train"]["records"] == 9999, short["data"]
+
+    # 300 long bad lines: the lists shrink, the counts and the first line's number stay.
+    bad = ['{"messages": [{"role": "user", "content": "%s"}]' % ("x" * 3000)] * 300
+    (w / "data.jsonl").write_text("\n".join(good[:20] + bad) + "\n")
+    p = h.run(["preflight", "--config", path, "--termination-log", str(log)], check=False)
+    assert p.returncode == 2 and len(log.read_bytes()) <= 4096, len(log.read_bytes())
+    short = json.loads(log.read_text())
+    assert short["data"]["train"]["invalidRecords"] == 300, short["data"]
+    assert short["data"]["train"]["invalidLines"][0]["line"] == 21, short["data"]
+    assert "data.jsonl:21: " in short["message"], short["message"]
+    assert len(json.loads(p.stdout)["data"]["train"]["invalidLines"]) == 20  # stdout: the whole one
+
+    # A model folder that is not there: a verdict too, not only a log line.
+    cfg = h.config(w / "no-model", w / "data.jsonl", w / "out", method="lora")
+    p = h.run(["preflight", "--config", h.write_config(w / "c2.json", cfg), "--termination-log",
+               str(log)], check=False)
+    short = json.loads(log.read_text())
+    assert p.returncode == 2 and short["verdict"] == "InputInvalid", (p.returncode, short)
+    assert "no-model" in short["message"], short
+
+
 def kubetune_plan_and_run_stop_at_a_bad_line():
     """The FineTuneJob's own check, with the real trainer: a bad line 9 makes `kubetune plan` exit 2
     with the line in its report, and `kubetune run` fail with it before any worker starts."""
@@ -420,4 +458,5 @@ if __name__ == "__main__":
                                      preempted_worker_resumes_under_kubetune_run,
                                      stalled_gang_is_restarted_by_kubetune_run,
                                      preflight_lists_bad_lines_and_counts_like_peft,
+                                     preflight_termination_log_names_line_9731,
                                      kubetune_plan_and_run_stop_at_a_bad_line]})

@@ -5,10 +5,12 @@
 #include <cmath>
 #include <string>
 
+#include "common/contracts.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/sampler.h"
 #include "trainer/model/lora.h"
 #include "trainer/train/batch_shape.h"
+#include "trainer/train/flops.h"
 #include "trainer/train/model_setup.h"
 #include "trainer/train/train_loop.h"
 
@@ -26,6 +28,26 @@ constexpr double kActivationBytesPerHidden = 6.98;
 constexpr double kActivationBytesPerIntermediate = 8.35;
 // With gradient checkpointing a layer keeps only its fp32 input until its backward recomputes it.
 constexpr double kCheckpointBytesPerHidden = 4.0;
+
+// Model FLOPs utilisation this build reached on an H200 (bench/README.md, session 6, seq 2048):
+// 39-50% without recompute (1B LoRA 39%, 1B full 41%, 8B LoRA 50%), about a quarter less with it.
+constexpr double kMeasuredMfu = 0.40;
+constexpr double kMeasuredMfuRecompute = 0.30;
+
+// Time per optimizer step on an H100/H200: each GPU's share of a step's tokens at the measured MFU.
+nlohmann::json time_estimate(const model::ModelConfig& m, const TrainConfig& c,
+                             const data::DatasetScan& train, int64_t steps_per_epoch,
+                             int64_t total_steps, int world_size) {
+  const double tokens_per_gpu =
+      static_cast<double>(train.tokens) / std::max<int64_t>(1, steps_per_epoch) / world_size;
+  const double mfu = c.gradient_checkpointing ? kMeasuredMfuRecompute : kMeasuredMfu;
+  const double seconds =
+      tokens_per_gpu * model_flops_per_token(c, m) / (kPeakBf16FlopsPerSecond * mfu);
+  return {{"secondsPerStep", std::round(seconds * 1000) / 1000},
+          {"totalSeconds", std::round(seconds * static_cast<double>(total_steps))},
+          {"assumes", "H100/H200 GPUs at the model FLOPs utilisation this build measured (" +
+                          std::to_string(static_cast<int>(mfu * 100)) + "%, bench/README.md)"}};
+}
 
 struct LinearShape {
   const char* module;  // as named in the model: "self_attn.q_proj"
@@ -122,6 +144,37 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   return e;
 }
 
+std::string compact_report(const nlohmann::json& report, size_t max_bytes) {
+  auto cut = [](nlohmann::json& text, size_t n) {
+    if (text.is_string() && text.get<std::string>().size() > n) {
+      text = text.get<std::string>().substr(0, n) + "...";
+    }
+  };
+  // Fewer listed lines and shorter texts at each try; the counts (invalidRecords) stay.
+  for (size_t listed : {5, 3, 1, 0}) {
+    nlohmann::json r = report;
+    if (r.contains("message")) cut(r["message"], 1000);
+    if (r.contains("data") && r["data"].is_object()) {
+      for (auto& data : r["data"]) {
+        for (const char* list : {"invalidLines", "truncatedLines"}) {
+          if (!data.contains(list) || !data[list].is_array()) continue;
+          auto& lines = data[list];
+          if (lines.size() > listed) lines.erase(lines.begin() + listed, lines.end());
+          for (auto& line : lines) {
+            if (line.is_object()) cut(line["error"], 300);
+          }
+        }
+      }
+    }
+    const std::string text = r.dump();
+    if (text.size() <= max_bytes) return text;
+  }
+  nlohmann::json minimal = {{"verdict", report.value("verdict", "")}};
+  if (report.contains("message")) minimal["message"] = report["message"];
+  cut(minimal["message"], max_bytes / 2);
+  return minimal.dump();
+}
+
 PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
   model::ModelConfig model;
   std::optional<TextTools> text;
@@ -160,10 +213,12 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
     data::DistributedSampler sampler(train.examples.size(), shape.global_batch,
                                      static_cast<int>(shape.accumulation), 0, o.world_size, c.seed,
                                      c.shuffle);
+    const int64_t total = total_steps(c, sampler.steps_per_epoch());
     r["steps"] = {{"worldSize", o.world_size},
                   {"globalBatch", shape.global_batch},
                   {"perEpoch", sampler.steps_per_epoch()},
-                  {"total", total_steps(c, sampler.steps_per_epoch())}};
+                  {"total", total}};
+    r["time"] = time_estimate(model, c, train, sampler.steps_per_epoch(), total, o.world_size);
   }
   const MemoryEstimate memory = estimate_gpu_memory(model, c, o.world_size);
   r["memory"] = memory.to_json();
@@ -172,7 +227,7 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
   if (o.gpu_memory_gib) r["memory"]["gpuMemoryGiB"] = *o.gpu_memory_gib;
 
   if (invalid > 0 || train.examples.empty()) {
-    out.verdict = "DatasetInvalid";
+    out.verdict = kVerdictDatasetInvalid;
     r["message"] =
         train.examples.empty() && invalid == 0
             ? c.train_file + ": no records"
@@ -181,7 +236,7 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
                        ? data["validation"]["invalidLines"][0]["error"].get<std::string>()
                        : train.invalid.front().error);
   } else if (o.gpu_memory_gib && memory.total() > *o.gpu_memory_gib * kGiB) {
-    out.verdict = "DoesNotFit";
+    out.verdict = kVerdictDoesNotFit;
     char text_gib[64];
     std::snprintf(text_gib, sizeof text_gib, "%.1f GiB per GPU, more than the GPU's %.1f GiB",
                   memory.total() / kGiB, *o.gpu_memory_gib);
@@ -189,7 +244,7 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
                    " (try model.gradientCheckpointing, a smaller training.microBatchSize or "
                    "data.maxLength, LoRA, or more GPUs with distributed.shardOptimizer)";
   }
-  r["verdict"] = out.verdict.empty() ? "OK" : out.verdict;
+  r["verdict"] = out.verdict.empty() ? kVerdictOk : out.verdict;
   return out;
 }
 

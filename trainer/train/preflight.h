@@ -42,10 +42,15 @@ struct PreflightOptions {
 
 struct PreflightReport {
   nlohmann::json report;
-  // Empty when the job can start; else "DatasetInvalid" or "DoesNotFit" (the operator's
-  // condition reasons).
+  // Empty when the job can start; else kVerdictDatasetInvalid or kVerdictDoesNotFit
+  // (common/contracts.h).
   std::string verdict;
 };
+
+// The report cut down to at most `max_bytes` of JSON: lists of lines shortened, long messages cut,
+// then the details dropped, never the verdict or the message's start. For a pod's termination
+// message, which Kubernetes truncates blindly (a cut JSON would not parse).
+std::string compact_report(const nlohmann::json& report, size_t max_bytes);
 
 // Throws UserInputError for problems that stop the reading itself (missing model folder,
 // unreadable file, unsupported architecture).

@@ -40,6 +40,7 @@
 #include "trainer/train/device.h"
 #include "trainer/train/embedding_gradient_sync.h"
 #include "trainer/train/evaluate.h"
+#include "trainer/train/flops.h"
 #include "trainer/train/grad_clip.h"
 #include "trainer/train/lr_schedule.h"
 #include "trainer/train/model_setup.h"
@@ -54,9 +55,6 @@ namespace kubetune::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Dense bf16 peak of the H100/H200 (SXM), the GPUs we run on; MFU is reported against it.
-constexpr double kPeakBf16FlopsPerSecond = 989e12;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -478,13 +476,6 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
   } catch (const std::exception& e) {
     throw UserInputError(e.what());
   }
-}
-
-// Model FLOPs per trained token (PaLM's MFU convention): 6N for full fine-tuning, 4N for LoRA
-// (no weight gradients for the frozen matrices), plus attention's 12 x layers x width x length.
-double model_flops_per_token(const TrainConfig& c, const model::ModelConfig& mc) {
-  return (c.method == "full" ? 6.0 : 4.0) * static_cast<double>(mc.num_parameters()) +
-         12.0 * mc.num_hidden_layers * mc.num_attention_heads * mc.head_dim * c.max_length;
 }
 
 // What is trained, how and where, in one line of the log.

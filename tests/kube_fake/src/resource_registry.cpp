@@ -17,6 +17,7 @@ ResourceRegistry::ResourceRegistry() {
   add({"", "v1", "serviceaccounts", "ServiceAccount", true, false}, true);
   add({"", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true, true}, true);
   add({"", "v1", "namespaces", "Namespace", false, true}, true);
+  add({"", "v1", "nodes", "Node", false, true}, true);
   add({"coordination.k8s.io", "v1", "leases", "Lease", true, false}, true);
   add({"events.k8s.io", "v1", "events", "Event", true, false}, true);
   add({"batch", "v1", "jobs", "Job", true, true}, true);

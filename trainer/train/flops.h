@@ -1,0 +1,20 @@
+// Model FLOPs: what the log's MFU is measured against, and what the preflight's time estimate
+// divides by.
+#pragma once
+
+#include "common/train_config.h"
+#include "trainer/model/model_config.h"
+
+namespace kubetune::train {
+
+// Dense bf16 peak of the H100/H200 (SXM), the GPUs we run on; MFU is reported against it.
+inline constexpr double kPeakBf16FlopsPerSecond = 989e12;
+
+// Model FLOPs per trained token (PaLM's MFU convention): 6N for full fine-tuning, 4N for LoRA
+// (no weight gradients for the frozen matrices), plus attention's 12 x layers x width x length.
+inline double model_flops_per_token(const TrainConfig& c, const model::ModelConfig& mc) {
+  return (c.method == "full" ? 6.0 : 4.0) * static_cast<double>(mc.num_parameters()) +
+         12.0 * mc.num_hidden_layers * mc.num_attention_heads * mc.head_dim * c.max_length;
+}
+
+}  // namespace kubetune::train
