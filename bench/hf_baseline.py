@@ -34,12 +34,19 @@ def load_hf(args, liger: bool) -> torch.nn.Module:
         apply_liger_kernel_to_llama()
     from transformers import AutoModelForCausalLM
 
-    frozen_dtype = torch.bfloat16 if args.method == "lora" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=frozen_dtype, attn_implementation="sdpa")
+    frozen_dtype = torch.float32 if args.method == "full" else torch.bfloat16
+    extra = {}
+    if args.method == "qlora":  # QLoRA's defaults, as our method.quantization's
+        from transformers import BitsAndBytesConfig
+        extra = {"quantization_config": BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16), "device_map": {"": torch.cuda.current_device()}}
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=frozen_dtype, attn_implementation="sdpa",
+                                                 **extra)
     if args.recompute == "on":
         # Non-reentrant: the frozen embedding's output needs no requires_grad hook for LoRA.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if args.method == "lora":
+    if args.method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model
         model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
@@ -57,7 +64,8 @@ def load_unsloth(args, local_rank: int) -> torch.nn.Module:
     # float32_mixed_precision: fp32 trainable weights (the full model, or the adapters) under bf16
     # autocast, as we and the HF baseline train; Unsloth's default for full fine-tuning is pure bf16.
     model, _ = FastLanguageModel.from_pretrained(
-        model_name=args.model, max_seq_length=args.seq, dtype=torch.bfloat16, load_in_4bit=False,
+        model_name=args.model, max_seq_length=args.seq, dtype=torch.bfloat16,
+        load_in_4bit=args.method == "qlora",
         full_finetuning=full, float32_mixed_precision=True, use_gradient_checkpointing=recompute,
         device_map={"": f"cuda:{local_rank}"})
     if not full:
@@ -72,7 +80,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--data", required=True)
-    ap.add_argument("--method", choices=["lora", "full"], default="lora")
+    ap.add_argument("--method", choices=["lora", "qlora", "full"], default="lora")
     ap.add_argument("--impl", choices=["hf", "liger", "unsloth"], default="hf")
     ap.add_argument("--recompute", choices=["off", "on", "unsloth"], default="off")
     ap.add_argument("--seq", type=int, default=2048)
@@ -101,7 +109,8 @@ def main() -> None:
     texts = [json.loads(l)["text"] for l in open(args.data)]
     ids = [tok(t, add_special_tokens=True)["input_ids"][: args.seq] for t in texts]
 
-    model.to(device)
+    if args.method != "qlora":  # a 4-bit model is placed by from_pretrained (device_map)
+        model.to(device)
     model.train()  # from_pretrained returns eval mode, where transformers skips gradient checkpointing
     model.config.use_cache = False
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])

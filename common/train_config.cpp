@@ -145,6 +145,11 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& c) {
       t.lora.target_modules.push_back(m);
     }
   }
+  const auto& q = c["method"]["quantization"];
+  t.quantization.type = q["type"];
+  t.quantization.double_quant = q["doubleQuant"];
+  t.quantization.block_size = q["blockSize"];
+  t.quantization.compute_dtype = q["computeDtype"];
   const auto& tr = c["training"];
   t.epochs = tr["epochs"];
   t.max_steps = tr["maxSteps"];

@@ -50,6 +50,14 @@ struct LoraSettings {
   std::vector<std::string> target_modules;  // expanded: "all-linear" becomes the seven projections
 };
 
+// method.quantization (qlora): bitsandbytes' 4-bit format of the frozen linear weights.
+struct QuantizationSettings {
+  std::string type = "nf4";  // nf4 | fp4
+  bool double_quant = true;
+  int block_size = 64;
+  std::string compute_dtype = "bfloat16";  // bfloat16 | float16 | float32
+};
+
 struct TrainConfig {
   // model
   std::string model_path;
@@ -64,8 +72,10 @@ struct TrainConfig {
   bool packing = false;
   bool shuffle = true;
   // method
-  std::string method;  // lora | full
+  std::string method;  // lora | qlora | full
   LoraSettings lora;
+  QuantizationSettings quantization;  // qlora only
+  bool adapters() const { return method == "lora" || method == "qlora"; }
   // training
   int epochs = 1;
   long max_steps = -1;  // -1: derived from epochs

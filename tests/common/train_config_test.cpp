@@ -39,11 +39,11 @@ TEST(TrainConfig, UnknownFieldIsNamedWithItsPath) {
 TEST(TrainConfig, EveryProblemIsReportedAtOnce) {
   auto config = minimal();
   config["training"]["learningRate"] = -1;
-  config["method"] = {{"type", "qlora"}};
+  config["method"] = {{"type", "dora"}};
   config["data"].erase("train");
   auto message = problems_of(config);
   EXPECT_NE(message.find("training.learningRate: must be > 0"), std::string::npos) << message;
-  EXPECT_NE(message.find("method.type: must be one of [\"lora\",\"full\"] (got \"qlora\")"),
+  EXPECT_NE(message.find("method.type: must be one of [\"lora\",\"qlora\",\"full\"] (got \"dora\")"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("data.train: required field is missing"), std::string::npos) << message;

@@ -240,7 +240,8 @@ TEST_F(OperatorTest, SuspendDeletesPodsAndResumeRecreatesThem) {
   server->call("PATCH", jobs_path("pause"), {{"spec", {{"runPolicy", {{"suspend", false}}}}}},
                "application/merge-patch+json");
   ASSERT_TRUE(wait_pods("pause", 2, "0"));
-  EXPECT_EQ(condition("pause", "Suspended")["status"], "False");
+  // The pods are created before the status of the same pass is written.
+  ASSERT_TRUE(eventually([&] { return condition("pause", "Suspended")["status"] == "False"; }));
   EXPECT_EQ(condition("pause", "Suspended")["reason"], "Resumed");
   EXPECT_EQ(job("pause")["status"]["restarts"], 0);  // a resume is not a failure
   EXPECT_TRUE(eventually([&] { return has_event("pause", "Resumed"); }));

@@ -56,6 +56,11 @@ class PreflightTest : public OperatorTest {
     return out;
   }
 
+  // status.preflight, or {} while there is none.
+  json preflight_status(const std::string& name) {
+    return job(name).value("status", json::object()).value("preflight", json::object());
+  }
+
   json preflight_pod(const std::string& job) { return server->get(pod_path(job + "-preflight")); }
 
   static std::vector<std::string> command(const json& pod) {
@@ -112,7 +117,7 @@ TEST_F(PreflightTest, RunsOnACpuPodBeforeAnyWorkerThenTheGangStarts) {
     auto ws = workers("pf");
     return ws.size() == 2 && ws[0]["metadata"]["labels"]["kubetune.io/attempt"] == "1";
   }));
-  EXPECT_EQ(job("pf")["status"]["preflight"]["verdict"], "OK");
+  EXPECT_EQ(preflight_status("pf")["verdict"], "OK");
 }
 
 TEST_F(PreflightTest, BadLineFailsTheJobWithItsNumberBeforeAnyGpuPod) {
@@ -130,7 +135,7 @@ TEST_F(PreflightTest, BadLineFailsTheJobWithItsNumberBeforeAnyGpuPod) {
   EXPECT_NE(failed["message"].get<std::string>().find("train.jsonl:9731"), std::string::npos)
       << failed.dump();
   EXPECT_EQ(condition("bad", "PreflightPassed")["reason"], "DatasetInvalid");
-  EXPECT_EQ(job("bad")["status"]["preflight"]["verdict"], "DatasetInvalid");
+  EXPECT_EQ(preflight_status("bad")["verdict"], "DatasetInvalid");
   EXPECT_TRUE(has_event("bad", "DatasetInvalid"));
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_TRUE(workers("bad").empty());
@@ -155,11 +160,8 @@ TEST_F(PreflightTest, GpuMemoryComesFromNodeLabelsAndTooBigDoesNotFit) {
   const auto cmd = command(preflight_pod("big"));
   EXPECT_TRUE(has_args(cmd, "--gpu-memory-gib", "22.4941")) << json(cmd).dump();
   EXPECT_EQ(preflight_pod("big")["spec"]["nodeSelector"]["pool"], "l4");
-  ASSERT_TRUE(eventually([&] {
-    return job("big")["status"].value("preflight", json::object()).contains("gpuMemoryGiB");
-  }));
-  EXPECT_EQ(job("big")["status"]["preflight"]["gpuMemorySource"],
-            "nvidia.com/gpu.memory of 2 node(s)");
+  ASSERT_TRUE(eventually([&] { return preflight_status("big").contains("gpuMemoryGiB"); }));
+  EXPECT_EQ(preflight_status("big")["gpuMemorySource"], "nvidia.com/gpu.memory of 2 node(s)");
 
   end_preflight(
       "big", 2,
@@ -183,7 +185,7 @@ TEST_F(PreflightTest, EndedWithoutAVerdictIsTriedAgainUpToTheBackoffLimit) {
     return p.contains("metadata") && p["metadata"]["uid"] != first_uid &&
            p["metadata"]["labels"]["kubetune.io/attempt"] == "1";
   }));
-  EXPECT_EQ(job("oom")["status"]["preflight"]["failures"], 1);
+  EXPECT_EQ(preflight_status("oom")["failures"], 1);
   EXPECT_TRUE(has_event("oom", "PreflightRetry"));
   EXPECT_TRUE(workers("oom").empty());
 
@@ -205,7 +207,7 @@ TEST_F(PreflightTest, AReportOfTheWrongShapeIsNotTrusted) {
                     "steps": {"total": "many"}})");
   ASSERT_TRUE(wait_phase("odd", "Failed"));
   EXPECT_EQ(condition("odd", "Failed")["reason"], "InputInvalid");
-  EXPECT_EQ(job("odd")["status"]["preflight"]["summary"],
+  EXPECT_EQ(preflight_status("odd")["summary"],
             "0 steps, 0 records, 0 tokens, est. 0.0 GiB per GPU: InputInvalid");
   expect_status_matches_schema("odd");
 }

@@ -151,6 +151,52 @@ def lora_adapter_loads_in_peft():
     assert math.isclose(ours["mean_loss"], loss, rel_tol=1e-4)
 
 
+def qlora_matches_peft_bitsandbytes():
+    """QLoRA on the CPU against PEFT on a base quantized by transformers+bitsandbytes (NF4, double
+    quantization; fp32 compute, so the comparison is not lost in bf16 noise): the first step's loss
+    (LoRA's B starts at zero: it is the 4-bit model's loss) equals theirs, training lowers it, and the
+    adapter we write, loaded by PEFT on the bitsandbytes base, gives the loss our final evaluation
+    reports."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    w = h.workdir("qlora")
+    model_dir = h.tiny_model(w / "model")
+    texts = [f"record {i}: " + " ".join(["the quick brown fox jumps"] * (1 + i % 3)) for i in range(8)]
+    data = w / "data.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    cfg = h.config(model_dir, data, w / "adapter", method="qlora", microBatchSize=8, maxSteps=6,
+                   learningRate=2e-2)
+    cfg["data"].update(format="text", validation=str(data), maxLength=512)
+    cfg["model"]["dtype"] = "float32"
+    cfg["method"]["quantization"] = {"type": "nf4", "doubleQuant": True, "blockSize": 64,
+                                     "computeDtype": "float32"}
+    p = h.run(["train", "--config", h.write_config(w / "c.json", cfg)])
+    assert "qlora: decoder linear weights in nf4" in p.stderr + p.stdout, p.stderr[-2000:]
+    history = [json.loads(l) for l in (w / "adapter" / "metrics_history.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in history if "loss" in r]
+    eval_loss = [r["eval_loss"] for r in history if "eval_loss" in r][-1]
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    rows = [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [tok.eos_token_id] * (width - len(r)) for r in rows])
+    labels = torch.tensor([r + [-100] * (width - len(r)) for r in rows])
+    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                             bnb_4bit_compute_dtype=torch.float32)
+    def base():
+        return AutoModelForCausalLM.from_pretrained(model_dir, quantization_config=bnb, device_map="cpu",
+                                                    dtype=torch.float32)
+    with torch.no_grad():
+        first = base()(input_ids=ids, labels=labels).loss.item()
+        trained = PeftModel.from_pretrained(base(), w / "adapter")(input_ids=ids, labels=labels).loss.item()
+    print(f"step 1: ours {losses[0]:.6f} bitsandbytes {first:.6f}; after {len(losses)} steps: "
+          f"ours {eval_loss:.6f} peft {trained:.6f}")
+    assert math.isclose(losses[0], first, rel_tol=1e-4), (losses[0], first)
+    assert losses[-1] < losses[0] - 0.1, losses
+    assert math.isclose(eval_loss, trained, rel_tol=1e-4), (eval_loss, trained)
+
+
 def bad_inputs_are_named():
     """Each bad input: non-zero exit (2: user error) and a message naming the file/line/field."""
     w = h.workdir("bad")
@@ -453,6 +499,7 @@ if __name__ == "__main__":
     h.main({f.__name__: f for f in [accumulation_equals_big_batch, resume_equals_uninterrupted,
                                      damaged_checkpoint_is_skipped, eval_matches_transformers,
                                      tokenize_matches_tokenizers, lora_adapter_loads_in_peft,
+                                     qlora_matches_peft_bitsandbytes,
                                      bad_inputs_are_named, quickstart_events_read_by_tensorboard,
                                      logs_are_structured_and_options_checked,
                                      preempted_worker_resumes_under_kubetune_run,

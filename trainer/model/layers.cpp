@@ -8,6 +8,7 @@
 
 #include "kernels/swiglu.h"
 #include "trainer/model/device_copy.h"
+#include "trainer/model/linear_4bit.h"
 #include "trainer/model/rope.h"
 
 namespace kubetune::model {
@@ -18,8 +19,14 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
   if (has_bias) bias = register_parameter("bias", torch::zeros({out_features}, opts));
 }
 
+torch::Tensor LinearImpl::base_forward(const torch::Tensor& x) {
+  if (!is_quantized()) return at::linear(x, weight, bias);
+  torch::Tensor out = linear_4bit(x, quantized_, compute_dtype_);
+  return bias.defined() ? out + bias.to(out.scalar_type()) : out;
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor out = at::linear(x, weight, bias);
+  torch::Tensor out = base_forward(x);
   if (!has_lora()) return out;
   // PEFT: the input is cast to the adapter's dtype, dropout only touches the LoRA branch, and
   // the sum is cast back to the base layer's output dtype. Under autocast without dropout the
@@ -52,9 +59,22 @@ void LinearImpl::add_lora(torch::Tensor a, torch::Tensor b, double scaling, doub
   dropout_ = dropout;
 }
 
+void LinearImpl::quantize_4bit(const std::string& type, int64_t blocksize, bool double_quant,
+                               torch::ScalarType compute_dtype) {
+  TORCH_CHECK(!is_quantized(), "layer is already quantized");
+  torch::NoGradGuard no_grad;
+  quantized_ = kernels::quantize_4bit(weight.detach(), type, blocksize, double_quant);
+  compute_dtype_ = compute_dtype;
+  weight.set_data(torch::empty({0}, weight.options()));  // frees the full-precision copy
+}
+
 void LinearImpl::merge_lora() {
   if (!has_lora()) return;
   torch::NoGradGuard no_grad;
+  if (is_quantized()) {
+    weight.set_data(kernels::dequantize_4bit(quantized_, compute_dtype_));
+    quantized_ = kernels::Quant4State();
+  }
   torch::Tensor delta = at::matmul(lora_B_->weight.to(at::kFloat), lora_A_->weight.to(at::kFloat));
   weight.copy_(
       (weight.to(at::kFloat) + delta.to(weight.device()) * scaling_).to(weight.scalar_type()));

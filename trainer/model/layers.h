@@ -7,7 +7,9 @@
 #include <torch/nn/pimpl.h>
 
 #include <memory>
+#include <string>
 
+#include "kernels/quant4.h"
 #include "trainer/model/model_config.h"
 
 namespace kubetune::model {
@@ -31,16 +33,28 @@ class LinearImpl : public torch::nn::Module {
   // A [r,in] and B [out,r] become trainable parameters; the base weight is left untouched.
   void add_lora(torch::Tensor a, torch::Tensor b, double scaling, double dropout);
   bool has_lora() const { return !lora_A_.is_empty(); }
-  // W += B A * scaling (computed in fp32), then the adapter is removed.
+  // W += B A * scaling (computed in fp32), then the adapter is removed. A 4-bit W is
+  // dequantized first and stays in the compute dtype.
   void merge_lora();
+
+  // QLoRA: W is replaced by its 4-bit form (bitsandbytes' NF4/FP4, on W's device), dequantized
+  // into `compute_dtype` in each forward and backward; `weight` becomes empty.
+  void quantize_4bit(const std::string& type, int64_t blocksize, bool double_quant,
+                     torch::ScalarType compute_dtype);
+  bool is_quantized() const { return quantized_.packed.defined(); }
+  const kernels::Quant4State& quantized() const { return quantized_; }
   torch::Tensor& lora_A() { return lora_A_->weight; }
   torch::Tensor& lora_B() { return lora_B_->weight; }
 
   torch::Tensor weight, bias;  // bias is undefined when the layer has none
 
  private:
+  torch::Tensor base_forward(const torch::Tensor& x);
+
   LoraWeight lora_A_{nullptr}, lora_B_{nullptr};
   double scaling_ = 0, dropout_ = 0;
+  kernels::Quant4State quantized_;  // QLoRA's base weight; packed undefined otherwise
+  torch::ScalarType compute_dtype_ = torch::kBFloat16;
 };
 TORCH_MODULE(Linear);
 

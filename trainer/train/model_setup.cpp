@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "common/log.h"
 #include "trainer/io/hf_checkpoint.h"
 #include "trainer/model/device_copy.h"
 
@@ -31,7 +32,8 @@ data::DatasetOptions dataset_options(const TrainConfig& c) {
 
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
-                           bool full_finetune, uint64_t seed) {
+                           bool full_finetune, uint64_t seed,
+                           const std::optional<QuantizationSettings>& quantization) {
   auto config = model::ModelConfig::from_dir(model_dir);
   model::CausalLM model(config);
   io::load_hf_weights(model, model_dir);
@@ -43,6 +45,17 @@ model::CausalLM load_model(const std::string& model_dir, const torch::Device& de
     p.set_requires_grad(trainable);
   }
   for (auto& b : model->buffers()) b.set_data(b.to(device));
+  if (quantization) {
+    const auto compute = quantization->compute_dtype == "float32"   ? torch::kFloat32
+                         : quantization->compute_dtype == "float16" ? torch::kFloat16
+                                                                    : torch::kBFloat16;
+    const int64_t bytes = model::quantize_decoder_linears(
+        model, quantization->type, quantization->block_size, quantization->double_quant, compute);
+    log::info() << "qlora: decoder linear weights in " << quantization->type
+                << (quantization->double_quant ? " with double quantization" : "") << ", blocks of "
+                << quantization->block_size << ": " << bytes / (1024.0 * 1024.0 * 1024.0)
+                << " GiB on " << device.str();
+  }
   return model;
 }
 

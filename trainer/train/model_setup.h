@@ -30,9 +30,11 @@ data::DatasetOptions dataset_options(const TrainConfig& c);
 
 // Loads an HF folder onto `device`. Frozen weights are stored in `frozen_dtype`; trainable ones
 // (LoRA adapters, or everything for full fine-tuning) stay fp32 master weights.
+// With `quantization` (qlora), the decoder's linear weights are then stored in 4 bits.
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
-                           bool full_finetune, uint64_t seed);
+                           bool full_finetune, uint64_t seed,
+                           const std::optional<QuantizationSettings>& quantization = std::nullopt);
 
 struct NamedParams {
   std::vector<std::string> names;

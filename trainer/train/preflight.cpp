@@ -125,6 +125,16 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   const bool full = c.method == "full", bf16 = c.dtype != "float32";
   // Frozen weights are stored in the compute dtype; trainable ones in fp32 (model_setup.cpp).
   e.frozen_weights = full ? 0 : all * (bf16 ? 2 : 4);
+  if (c.method == "qlora") {
+    // The decoder's linear weights in 4 bits plus one scale per block (a float32, or a byte and
+    // 1/256 of a float32 with double quantization); the rest stays in the compute dtype.
+    int64_t linear = 0;
+    for (const auto& l : decoder_linears(m)) linear += l.in * l.out;
+    linear *= m.num_hidden_layers;
+    const double scale_bytes = c.quantization.double_quant ? 1.0 + 4.0 / 256 : 4.0;
+    e.frozen_weights = static_cast<int64_t>(
+        (all - linear) * (bf16 ? 2 : 4) + linear * (0.5 + scale_bytes / c.quantization.block_size));
+  }
   e.trainable_weights = trainable * 4;
   // Several processes: the reduction's buckets hold another copy of the gradients.
   e.gradients = trainable * 4 * (world_size > 1 ? 2 : 1);

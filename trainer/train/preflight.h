@@ -16,7 +16,7 @@ namespace kubetune::train {
 
 // Peak memory of one training process on its GPU, in bytes, by what holds it.
 struct MemoryEstimate {
-  int64_t frozen_weights = 0;     // bf16 base weights (LoRA)
+  int64_t frozen_weights = 0;     // bf16 base weights (LoRA; the linears in 4 bits for QLoRA)
   int64_t trainable_weights = 0;  // fp32 master weights
   int64_t gradients = 0;          // fp32, plus the buckets of a multi-process reduction
   int64_t optimizer_states = 0;   // AdamW's two fp32 moments (divided by the world if sharded)

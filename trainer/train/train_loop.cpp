@@ -61,7 +61,7 @@ double seconds_since(Clock::time_point t) {
 }
 
 std::optional<model::LoraConfig> lora_config(const TrainConfig& c) {
-  if (c.method != "lora") return std::nullopt;
+  if (!c.adapters()) return std::nullopt;
   model::LoraConfig l;
   l.r = c.lora.r;
   l.alpha = c.lora.alpha;
@@ -470,8 +470,8 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
     if (!c.validation_file.empty())
       validation = data::load_jsonl(c.validation_file, text.tokenizer, text.chat.get(), options);
     torch::manual_seed(c.seed);
-    auto model =
-        load_model(c.model_path, device, dtype, lora_config(c), c.method == "full", c.seed);
+    auto model = load_model(c.model_path, device, dtype, lora_config(c), c.method == "full", c.seed,
+                            c.method == "qlora" ? std::optional(c.quantization) : std::nullopt);
     return {std::move(text), std::move(train), std::move(validation), model};
   } catch (const std::exception& e) {
     throw UserInputError(e.what());

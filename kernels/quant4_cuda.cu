@@ -1,0 +1,173 @@
+// CUDA implementation of kubetune::quantize_4bit and kubetune::dequantize_4bit with the CPU
+// reference's arithmetic: IEEE float32 division and multiplication (__fdiv_rn, __fmul_rn, never
+// contracted into a fused multiply-add), so both give the same bytes and the same weights.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/quant4_codes.h"
+
+namespace kubetune::kernels {
+namespace {
+
+using namespace quant4;
+
+constexpr int kThreads = 256;
+__constant__ uint32_t kDeviceDynamicMap[256] = {KUBETUNE_DYNAMIC_MAP_BITS};
+
+// Passed by value to the kernels (a few dozen bytes of kernel parameters).
+struct DeviceCodeBook {
+  float values[16];
+  float bounds[15];
+  uint8_t order[16];
+};
+
+DeviceCodeBook device_code_book(c10::string_view type_view) {
+  const std::string type(type_view);
+  TORCH_CHECK(type == "nf4" || type == "fp4", "4-bit quantization type must be nf4 or fp4");
+  const bool nf4 = type == "nf4";
+  DeviceCodeBook b;
+  for (int i = 0; i < 16; ++i) {
+    b.values[i] = nf4 ? kNF4[i] : kFP4Numerators[i] / kFP4Scale;
+    b.order[i] = nf4 ? static_cast<uint8_t>(i) : kFP4Order[i];
+  }
+  for (int j = 0; j < 15; ++j)
+    b.bounds[j] = (b.values[b.order[j]] + b.values[b.order[j + 1]]) / 2.0f;
+  return b;
+}
+
+int blocks_for(int64_t work) {
+  return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 65535 * 8));
+}
+
+__device__ uint8_t encode(float s, const DeviceCodeBook& b) {
+  if (isnan(s)) return b.order[15];
+  int k = 0;
+#pragma unroll
+  for (int j = 0; j < 15; ++j) k += b.bounds[j] < s;
+  return b.order[k];
+}
+
+// One thread per block of `blocksize` values: load time only, so simple over fast.
+template <typename T>
+__global__ void quantize_4bit_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed,
+                                     float* __restrict__ absmax, int64_t n, int64_t blocksize,
+                                     DeviceCodeBook book) {
+  const int64_t blocks = (n + blocksize - 1) / blocksize;
+  for (int64_t blk = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; blk < blocks;
+       blk += int64_t(blockDim.x) * gridDim.x) {
+    const int64_t start = blk * blocksize, end = min(n, start + blocksize);
+    float m = 0;
+    for (int64_t i = start; i < end; ++i) m = fmaxf(m, fabsf(static_cast<float>(x[i])));
+    const bool partial = end - start < blocksize;
+    const float clamped = fmaxf(m, kMinAbsmax), inverse = __fdiv_rn(1.0f, clamped);
+    absmax[blk] = partial ? clamped : m;
+    for (int64_t i = start; i < end; i += 2) {
+      uint8_t byte = 0;
+      for (int64_t k = i; k < i + 2; ++k) {
+        float s = 0.0f;  // the odd element's partner
+        if (k < end) {
+          const float v = static_cast<float>(x[k]);
+          s = fminf(fmaxf(partial ? __fdiv_rn(v, clamped) : __fmul_rn(v, inverse), -1.0f), 1.0f);
+        }
+        byte = static_cast<uint8_t>((byte << 4) | encode(s, book));
+      }
+      packed[i / 2] = byte;
+    }
+  }
+}
+
+// One thread per packed byte (two values). The block's absmax is stored, or decoded from the
+// double quantization as code * nested absmax + offset (two roundings, like the CPU).
+template <typename T, bool kNested>
+__global__ void dequantize_4bit_kernel(const uint8_t* __restrict__ packed,
+                                       const float* __restrict__ absmax,
+                                       const uint8_t* __restrict__ absmax_codes,
+                                       const float* __restrict__ nested, float offset,
+                                       T* __restrict__ out, int64_t n, int64_t blocksize,
+                                       DeviceCodeBook book) {
+  for (int64_t byte = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; 2 * byte < n;
+       byte += int64_t(blockDim.x) * gridDim.x) {
+    const uint8_t p = packed[byte];
+    for (int h = 0; h < 2; ++h) {
+      const int64_t i = 2 * byte + h;
+      if (i >= n) break;
+      const int64_t blk = i / blocksize;
+      float scale;
+      if constexpr (kNested) {
+        const float code = __uint_as_float(kDeviceDynamicMap[absmax_codes[blk]]);
+        scale = __fadd_rn(__fmul_rn(code, nested[blk / kNestedBlocksize]), offset);
+      } else {
+        scale = absmax[blk];
+      }
+      out[i] = static_cast<T>(__fmul_rn(book.values[h == 0 ? p >> 4 : p & 0xF], scale));
+    }
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_4bit_cuda(const at::Tensor& weight, int64_t blocksize,
+                                                      c10::string_view type) {
+  TORCH_CHECK(blocksize >= 32 && blocksize <= 4096 && (blocksize & (blocksize - 1)) == 0,
+              "4-bit quantization blocksize must be a power of two from 32 to 4096");
+  c10::cuda::CUDAGuard guard(weight.device());
+  const at::Tensor x = weight.contiguous().reshape(-1);
+  const int64_t n = x.numel(), blocks = (n + blocksize - 1) / blocksize;
+  at::Tensor packed = at::empty({(n + 1) / 2, 1}, x.options().dtype(at::kByte));
+  at::Tensor absmax = at::empty({blocks}, x.options().dtype(at::kFloat));
+  if (n == 0) return {packed, absmax};
+  const DeviceCodeBook book = device_code_book(type);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "quantize_4bit", [&] {
+    quantize_4bit_kernel<scalar_t>
+        <<<blocks_for(blocks), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+            x.data_ptr<scalar_t>(), packed.data_ptr<uint8_t>(), absmax.data_ptr<float>(), n,
+            blocksize, book);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {packed, absmax};
+}
+
+at::Tensor dequantize_4bit_cuda(const at::Tensor& packed, const at::Tensor& absmax,
+                                const c10::optional<at::Tensor>& nested_absmax, double offset,
+                                c10::IntArrayRef shape, int64_t blocksize, c10::string_view type,
+                                c10::ScalarType dtype) {
+  c10::cuda::CUDAGuard guard(packed.device());
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const at::Tensor bytes = packed.contiguous().view(at::kByte).reshape(-1);
+  TORCH_CHECK(bytes.numel() * 2 >= n, "dequantize_4bit: too few packed bytes for the shape");
+  at::Tensor out = at::empty(shape, packed.options().dtype(dtype));
+  if (n == 0) return out;
+  const DeviceCodeBook book = device_code_book(type);
+  const bool nested = nested_absmax.has_value() && nested_absmax->defined();
+  const at::Tensor am = absmax.contiguous();
+  const at::Tensor nest = nested ? nested_absmax->to(at::kFloat).contiguous() : at::Tensor();
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const int grid = blocks_for((n + 1) / 2);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "dequantize_4bit", [&] {
+    if (nested) {
+      dequantize_4bit_kernel<scalar_t, true><<<grid, kThreads, 0, stream>>>(
+          bytes.data_ptr<uint8_t>(), nullptr, am.data_ptr<uint8_t>(), nest.data_ptr<float>(),
+          static_cast<float>(offset), out.data_ptr<scalar_t>(), n, blocksize, book);
+    } else {
+      dequantize_4bit_kernel<scalar_t, false><<<grid, kThreads, 0, stream>>>(
+          bytes.data_ptr<uint8_t>(), am.to(at::kFloat).data_ptr<float>(), nullptr, nullptr, 0.0f,
+          out.data_ptr<scalar_t>(), n, blocksize, book);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(kubetune, CUDA, m) {
+  m.impl("quantize_4bit", quantize_4bit_cuda);
+  m.impl("dequantize_4bit", dequantize_4bit_cuda);
+}
+
+}  // namespace kubetune::kernels
