@@ -125,7 +125,8 @@ PY
         port=$((port + 1))
         prof=() impl_env=("${competitor_env[@]}")
         if [[ $PROFILE == 1 ]]; then prof=(--profile "$run/$impl-trace.json"); fi
-        if [[ $impl != hf ]]; then impl_env+=("${site_env[@]}"); fi
+        # bitsandbytes, which plain HF needs for QLoRA, comes with the competitors' packages.
+        if [[ $impl != hf || $method == qlora ]]; then impl_env+=("${site_env[@]}"); fi
         if env "${impl_env[@]}" torchrun --nproc-per-node "$g" --master-port $((port + 100)) "$HERE/hf_baseline.py" \
              --impl "$impl" --recompute "$impl_rc" --model "$OUT/inputs/model" --data "$OUT/inputs/data.jsonl" \
              --method "$method" --seq "$SEQ" --micro-batch "$MB" --steps "$STEPS" --warmup-steps "$WARMUP" "${prof[@]}" \

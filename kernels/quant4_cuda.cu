@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "kernels/quant4_codes.h"
 
@@ -82,8 +83,59 @@ __global__ void quantize_4bit_kernel(const T* __restrict__ x, uint8_t* __restric
   }
 }
 
-// One thread per packed byte (two values). The block's absmax is stored, or decoded from the
-// double quantization as code * nested absmax + offset (two roundings, like the CPU).
+// The scale of 4-bit block `blk`: stored, or decoded from the double quantization as
+// code * nested absmax + offset (two roundings, like the CPU).
+template <bool kNested>
+__device__ float block_scale(int64_t blk, const float* __restrict__ absmax,
+                             const uint8_t* __restrict__ absmax_codes,
+                             const float* __restrict__ nested, float offset) {
+  if constexpr (kNested) {
+    const float code = __uint_as_float(kDeviceDynamicMap[absmax_codes[blk]]);
+    return __fadd_rn(__fmul_rn(code, nested[blk / kNestedBlocksize]), offset);
+  } else {
+    return absmax[blk];
+  }
+}
+
+// The code book in shared memory: indexing the kernel's parameters with a runtime value would put
+// them in local memory.
+__device__ void load_code_book(const DeviceCodeBook& book, float* code) {
+  if (threadIdx.x < 16) code[threadIdx.x] = book.values[threadIdx.x];
+  __syncthreads();
+}
+
+// Each thread turns 8 packed bytes into 16 values of one block (blocks hold a multiple of 16):
+// one 8-byte load, one scale, 16-byte stores. For n a multiple of 16 and aligned pointers.
+template <typename T, bool kNested>
+__global__ void dequantize_4bit_x16_kernel(const uint2* __restrict__ packed,
+                                           const float* __restrict__ absmax,
+                                           const uint8_t* __restrict__ absmax_codes,
+                                           const float* __restrict__ nested, float offset,
+                                           T* __restrict__ out, int64_t groups, int64_t blocksize,
+                                           DeviceCodeBook book) {
+  __shared__ float code[16];
+  load_code_book(book, code);
+  for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
+       g += int64_t(blockDim.x) * gridDim.x) {
+    const uint2 bits = packed[g];
+    const float scale =
+        block_scale<kNested>(g * 16 / blocksize, absmax, absmax_codes, nested, offset);
+    __align__(16) T v[16];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t byte = ((j < 4 ? bits.x : bits.y) >> (8 * (j % 4))) & 0xFF;  // little-endian
+      v[2 * j] = static_cast<T>(__fmul_rn(code[byte >> 4], scale));
+      v[2 * j + 1] = static_cast<T>(__fmul_rn(code[byte & 0xF], scale));
+    }
+    constexpr int kStores = 16 * sizeof(T) / sizeof(uint4);
+#pragma unroll
+    for (int k = 0; k < kStores; ++k) {
+      reinterpret_cast<uint4*>(out + g * 16)[k] = reinterpret_cast<const uint4*>(v)[k];
+    }
+  }
+}
+
+// Any n and alignment: one thread per packed byte (two values).
 template <typename T, bool kNested>
 __global__ void dequantize_4bit_kernel(const uint8_t* __restrict__ packed,
                                        const float* __restrict__ absmax,
@@ -91,21 +143,16 @@ __global__ void dequantize_4bit_kernel(const uint8_t* __restrict__ packed,
                                        const float* __restrict__ nested, float offset,
                                        T* __restrict__ out, int64_t n, int64_t blocksize,
                                        DeviceCodeBook book) {
+  __shared__ float code[16];
+  load_code_book(book, code);
   for (int64_t byte = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; 2 * byte < n;
        byte += int64_t(blockDim.x) * gridDim.x) {
     const uint8_t p = packed[byte];
     for (int h = 0; h < 2; ++h) {
       const int64_t i = 2 * byte + h;
       if (i >= n) break;
-      const int64_t blk = i / blocksize;
-      float scale;
-      if constexpr (kNested) {
-        const float code = __uint_as_float(kDeviceDynamicMap[absmax_codes[blk]]);
-        scale = __fadd_rn(__fmul_rn(code, nested[blk / kNestedBlocksize]), offset);
-      } else {
-        scale = absmax[blk];
-      }
-      out[i] = static_cast<T>(__fmul_rn(book.values[h == 0 ? p >> 4 : p & 0xF], scale));
+      const float scale = block_scale<kNested>(i / blocksize, absmax, absmax_codes, nested, offset);
+      out[i] = static_cast<T>(__fmul_rn(code[h == 0 ? p >> 4 : p & 0xF], scale));
     }
   }
 }
@@ -146,17 +193,32 @@ at::Tensor dequantize_4bit_cuda(const at::Tensor& packed, const at::Tensor& absm
   const bool nested = nested_absmax.has_value() && nested_absmax->defined();
   const at::Tensor am = absmax.contiguous();
   const at::Tensor nest = nested ? nested_absmax->to(at::kFloat).contiguous() : at::Tensor();
+  const at::Tensor am_f = nested ? am : am.to(at::kFloat);
+  const float* scales = nested ? nullptr : am_f.data_ptr<float>();
+  const uint8_t* scale_codes = nested ? am.data_ptr<uint8_t>() : nullptr;
+  const float* nested_scales = nested ? nest.data_ptr<float>() : nullptr;
+  const auto off = static_cast<float>(offset);
+  const uint8_t* p = bytes.data_ptr<uint8_t>();
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const int grid = blocks_for((n + 1) / 2);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "dequantize_4bit", [&] {
+    scalar_t* o = out.data_ptr<scalar_t>();
+    const bool x16 = n % 16 == 0 && reinterpret_cast<uintptr_t>(p) % 8 == 0 &&
+                     reinterpret_cast<uintptr_t>(o) % 16 == 0;
+    auto launch = [&](auto nested_tag) {
+      constexpr bool kNested = decltype(nested_tag)::value;
+      if (x16) {
+        dequantize_4bit_x16_kernel<scalar_t, kNested><<<blocks_for(n / 16), kThreads, 0, stream>>>(
+            reinterpret_cast<const uint2*>(p), scales, scale_codes, nested_scales, off, o, n / 16,
+            blocksize, book);
+      } else {
+        dequantize_4bit_kernel<scalar_t, kNested><<<blocks_for((n + 1) / 2), kThreads, 0, stream>>>(
+            p, scales, scale_codes, nested_scales, off, o, n, blocksize, book);
+      }
+    };
     if (nested) {
-      dequantize_4bit_kernel<scalar_t, true><<<grid, kThreads, 0, stream>>>(
-          bytes.data_ptr<uint8_t>(), nullptr, am.data_ptr<uint8_t>(), nest.data_ptr<float>(),
-          static_cast<float>(offset), out.data_ptr<scalar_t>(), n, blocksize, book);
+      launch(std::true_type{});
     } else {
-      dequantize_4bit_kernel<scalar_t, false><<<grid, kThreads, 0, stream>>>(
-          bytes.data_ptr<uint8_t>(), am.to(at::kFloat).data_ptr<float>(), nullptr, nullptr, 0.0f,
-          out.data_ptr<scalar_t>(), n, blocksize, book);
+      launch(std::false_type{});
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

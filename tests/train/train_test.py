@@ -217,6 +217,11 @@ def bad_inputs_are_named():
     c = json.loads((unknown_arch / "config.json").read_text())
     c["model_type"], c["architectures"] = "gpt_neox", ["GPTNeoXForCausalLM"]
     (unknown_arch / "config.json").write_text(json.dumps(c))
+    prequantized = w / "prequantized"  # as transformers saves a bitsandbytes-4-bit model
+    subprocess.run(["cp", "-r", str(model), str(prequantized)], check=True)
+    c = json.loads((prequantized / "config.json").read_text())
+    c["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+    (prequantized / "config.json").write_text(json.dumps(c))
     cases = [
         ("unknown key", lambda cfg: cfg["training"].update(learningrate=1), "training.learningrate"),
         ("malformed line", lambda cfg: cfg["data"].update(train=str(bad_json)), "bad.jsonl:2"),
@@ -225,6 +230,10 @@ def bad_inputs_are_named():
         ("truncated safetensors", lambda cfg: cfg["model"].update(path=str(broken_model)), "model.safetensors"),
         ("missing model", lambda cfg: cfg["model"].update(path=str(w / "nope")), "nope"),
         ("unknown architecture", lambda cfg: cfg["model"].update(path=str(unknown_arch)), "GPTNeoXForCausalLM"),
+        ("already quantized", lambda cfg: cfg["model"].update(path=str(prequantized)),
+         'field "quantization_config": the checkpoint is already quantized (quant_method "bitsandbytes")'),
+        ("qlora block size", lambda cfg: cfg["method"].update(type="qlora", quantization={"blockSize": 48}),
+         "method.quantization.blockSize"),
     ]
     for name, mutate, needle in cases:
         cfg = h.config(model, good, w / "out", maxSteps=1)

@@ -117,6 +117,16 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   if (!j.is_object()) throw std::runtime_error(source + ": expected a JSON object");
   ModelConfig c;
   c.raw = j;
+  if (has_value(j, "quantization_config")) {
+    // A checkpoint saved already quantized (bitsandbytes, GPTQ, AWQ...): its weights are not the
+    // bf16/fp32 tensors this loader reads. method.type qlora quantizes a bf16 checkpoint itself.
+    const json& q = j["quantization_config"];
+    const std::string method = q.is_object() ? q.value("quant_method", "?") : "?";
+    fail(source, "quantization_config",
+         "the checkpoint is already quantized (quant_method \"" + method +
+             "\"), which kubetune cannot load yet: use the bf16 or fp32 checkpoint, with "
+             "method.type qlora for 4-bit base weights");
+  }
   read_architecture(c, j, source);
   c.vocab_size = required_int(j, "vocab_size", source);
   c.hidden_size = required_int(j, "hidden_size", source);
