@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "kernels/quant4_codes.h"
 
@@ -16,38 +17,11 @@ namespace {
 
 using namespace quant4;
 
-struct CodeBook {
-  std::array<float, 16> values;   // by code
-  std::array<float, 15> bounds;   // midpoints between the values in ascending order
-  std::array<uint8_t, 16> order;  // code of the k-th smallest value
-};
-
-CodeBook make_code_book(const std::string& type) {
-  CodeBook b;
-  for (int i = 0; i < 16; ++i) {
-    b.values[i] = type == "nf4" ? kNF4[i] : kFP4Numerators[i] / kFP4Scale;
-    b.order[i] = type == "nf4" ? static_cast<uint8_t>(i) : kFP4Order[i];
-  }
-  for (int j = 0; j < 15; ++j) {
-    b.bounds[j] = (b.values[b.order[j]] + b.values[b.order[j + 1]]) / 2.0f;
-  }
-  return b;
-}
-
 const CodeBook& code_book(const std::string& type) {
   TORCH_CHECK(type == "nf4" || type == "fp4", "4-bit quantization type must be nf4 or fp4, not ",
               type);
-  static const CodeBook nf4 = make_code_book("nf4"), fp4 = make_code_book("fp4");
+  static const CodeBook nf4 = make_code_book(true), fp4 = make_code_book(false);
   return type == "nf4" ? nf4 : fp4;
-}
-
-// torch.bucketize(s, bounds, right=False), then the code of that bucket: ties go to the lower
-// bucket, NaN to the last.
-uint8_t encode(float s, const CodeBook& b) {
-  if (std::isnan(s)) return b.order[15];
-  int k = 0;
-  while (k < 15 && b.bounds[k] < s) ++k;
-  return b.order[k];
 }
 
 void check_blocksize(int64_t blocksize) {
@@ -81,10 +55,11 @@ std::tuple<torch::Tensor, torch::Tensor> quantize_4bit_cpu(const torch::Tensor& 
       // blocksize is even, so a block never shares a byte with the next one.
       for (int64_t i = start; i < end; ++i) {
         const float s = std::clamp(partial ? x[i] / clamped : x[i] * inverse, -1.0f, 1.0f);
-        const uint8_t code = encode(s, book);
+        const uint8_t code = encode_4bit(s, book);
         out[i / 2] |= (i % 2 == 0) ? static_cast<uint8_t>(code << 4) : code;
       }
-      if (end == n && n % 2 == 1) out[n / 2] |= encode(0.0f, book);  // the odd element's partner
+      if (end == n && n % 2 == 1)
+        out[n / 2] |= encode_4bit(0.0f, book);  // the odd element's partner
     }
   });
   return {packed, absmax};
@@ -227,7 +202,7 @@ torch::Tensor dequantize_4bit(const Quant4State& s, torch::ScalarType dtype) {
 
 torch::Tensor code_book_4bit(const std::string& type) {
   const CodeBook& b = code_book(type);
-  return torch::tensor(std::vector<float>(b.values.begin(), b.values.end()));
+  return torch::tensor(std::vector<float>(std::begin(b.values), std::end(b.values)));
 }
 
 torch::Tensor dynamic_map_8bit() {

@@ -76,6 +76,43 @@ inline constexpr uint8_t kFP4Order[16] = {11, 10, 13, 12, 15, 14, 9, 0, 8, 1, 6,
 
 inline constexpr uint32_t kDynamicMapBits[256] = {KUBETUNE_DYNAMIC_MAP_BITS};
 
+// A 4-bit code book as both implementations use it; plain arrays, so the CUDA kernels take it by
+// value as a parameter.
+struct CodeBook {
+  float values[16];   // by code
+  float bounds[15];   // midpoints between the values in ascending order
+  uint8_t order[16];  // code of the k-th smallest value
+};
+
+// "nf4" when nf4, else "fp4". The bounds are float32 midpoints, as bitsandbytes' CPU path
+// computes them (for NF4 they equal its CUDA kernel's thresholds to the bit).
+inline CodeBook make_code_book(bool nf4) {
+  CodeBook b{};
+  for (int i = 0; i < 16; ++i) {
+    b.values[i] = nf4 ? kNF4[i] : kFP4Numerators[i] / kFP4Scale;
+    b.order[i] = nf4 ? static_cast<uint8_t>(i) : kFP4Order[i];
+  }
+  for (int j = 0; j < 15; ++j) {
+    b.bounds[j] = (b.values[b.order[j]] + b.values[b.order[j + 1]]) / 2.0f;
+  }
+  return b;
+}
+
+#ifdef __CUDACC__
+#define KUBETUNE_HOST_DEVICE __host__ __device__
+#else
+#define KUBETUNE_HOST_DEVICE
+#endif
+
+// The code of a scaled value s in [-1, 1]: torch.bucketize(s, bounds, right=False), i.e. ties go
+// to the lower bucket and NaN to the last, then that bucket's code.
+KUBETUNE_HOST_DEVICE inline uint8_t encode_4bit(float s, const CodeBook& b) {
+  if (s != s) return b.order[15];  // NaN
+  int k = 0;
+  for (int j = 0; j < 15; ++j) k += b.bounds[j] < s;
+  return b.order[k];
+}
+
 // Double quantization always uses blocks of 256 absmax values.
 inline constexpr int64_t kNestedBlocksize = 256;
 // bitsandbytes clamps the divisor to this (a float32 subnormal) so that a zero block gives codes,

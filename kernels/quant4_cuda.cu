@@ -21,44 +21,21 @@ using namespace quant4;
 constexpr int kThreads = 256;
 __constant__ uint32_t kDeviceDynamicMap[256] = {KUBETUNE_DYNAMIC_MAP_BITS};
 
-// Passed by value to the kernels (a few dozen bytes of kernel parameters).
-struct DeviceCodeBook {
-  float values[16];
-  float bounds[15];
-  uint8_t order[16];
-};
-
-DeviceCodeBook device_code_book(c10::string_view type_view) {
+CodeBook device_code_book(c10::string_view type_view) {
   const std::string type(type_view);
   TORCH_CHECK(type == "nf4" || type == "fp4", "4-bit quantization type must be nf4 or fp4");
-  const bool nf4 = type == "nf4";
-  DeviceCodeBook b;
-  for (int i = 0; i < 16; ++i) {
-    b.values[i] = nf4 ? kNF4[i] : kFP4Numerators[i] / kFP4Scale;
-    b.order[i] = nf4 ? static_cast<uint8_t>(i) : kFP4Order[i];
-  }
-  for (int j = 0; j < 15; ++j)
-    b.bounds[j] = (b.values[b.order[j]] + b.values[b.order[j + 1]]) / 2.0f;
-  return b;
+  return make_code_book(type == "nf4");
 }
 
 int blocks_for(int64_t work) {
   return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 65535 * 8));
 }
 
-__device__ uint8_t encode(float s, const DeviceCodeBook& b) {
-  if (isnan(s)) return b.order[15];
-  int k = 0;
-#pragma unroll
-  for (int j = 0; j < 15; ++j) k += b.bounds[j] < s;
-  return b.order[k];
-}
-
 // One thread per block of `blocksize` values: load time only, so simple over fast.
 template <typename T>
 __global__ void quantize_4bit_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed,
                                      float* __restrict__ absmax, int64_t n, int64_t blocksize,
-                                     DeviceCodeBook book) {
+                                     CodeBook book) {
   const int64_t blocks = (n + blocksize - 1) / blocksize;
   for (int64_t blk = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; blk < blocks;
        blk += int64_t(blockDim.x) * gridDim.x) {
@@ -76,7 +53,7 @@ __global__ void quantize_4bit_kernel(const T* __restrict__ x, uint8_t* __restric
           const float v = static_cast<float>(x[k]);
           s = fminf(fmaxf(partial ? __fdiv_rn(v, clamped) : __fmul_rn(v, inverse), -1.0f), 1.0f);
         }
-        byte = static_cast<uint8_t>((byte << 4) | encode(s, book));
+        byte = static_cast<uint8_t>((byte << 4) | encode_4bit(s, book));
       }
       packed[i / 2] = byte;
     }
@@ -99,7 +76,7 @@ __device__ float block_scale(int64_t blk, const float* __restrict__ absmax,
 
 // The code book in shared memory: indexing the kernel's parameters with a runtime value would put
 // them in local memory.
-__device__ void load_code_book(const DeviceCodeBook& book, float* code) {
+__device__ void load_code_book(const CodeBook& book, float* code) {
   if (threadIdx.x < 16) code[threadIdx.x] = book.values[threadIdx.x];
   __syncthreads();
 }
@@ -112,7 +89,7 @@ __global__ void dequantize_4bit_x16_kernel(const uint2* __restrict__ packed,
                                            const uint8_t* __restrict__ absmax_codes,
                                            const float* __restrict__ nested, float offset,
                                            T* __restrict__ out, int64_t groups, int64_t blocksize,
-                                           DeviceCodeBook book) {
+                                           CodeBook book) {
   __shared__ float code[16];
   load_code_book(book, code);
   for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
@@ -142,7 +119,7 @@ __global__ void dequantize_4bit_kernel(const uint8_t* __restrict__ packed,
                                        const uint8_t* __restrict__ absmax_codes,
                                        const float* __restrict__ nested, float offset,
                                        T* __restrict__ out, int64_t n, int64_t blocksize,
-                                       DeviceCodeBook book) {
+                                       CodeBook book) {
   __shared__ float code[16];
   load_code_book(book, code);
   for (int64_t byte = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; 2 * byte < n;
@@ -167,7 +144,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_4bit_cuda(const at::Tensor& weight, 
   at::Tensor packed = at::empty({(n + 1) / 2, 1}, x.options().dtype(at::kByte));
   at::Tensor absmax = at::empty({blocks}, x.options().dtype(at::kFloat));
   if (n == 0) return {packed, absmax};
-  const DeviceCodeBook book = device_code_book(type);
+  const CodeBook book = device_code_book(type);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "quantize_4bit", [&] {
     quantize_4bit_kernel<scalar_t>
         <<<blocks_for(blocks), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
@@ -189,7 +166,7 @@ at::Tensor dequantize_4bit_cuda(const at::Tensor& packed, const at::Tensor& absm
   TORCH_CHECK(bytes.numel() * 2 >= n, "dequantize_4bit: too few packed bytes for the shape");
   at::Tensor out = at::empty(shape, packed.options().dtype(dtype));
   if (n == 0) return out;
-  const DeviceCodeBook book = device_code_book(type);
+  const CodeBook book = device_code_book(type);
   const bool nested = nested_absmax.has_value() && nested_absmax->defined();
   const at::Tensor am = absmax.contiguous();
   const at::Tensor nest = nested ? nested_absmax->to(at::kFloat).contiguous() : at::Tensor();

@@ -93,6 +93,8 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
   auto cached = jobs_.get(p.ns, p.name);
   if (!cached) {  // deleted: its objects go with it (ownerReferences); forget its series
     if (metrics_) metrics_->forget_job(p.ns, p.name);
+    std::lock_guard<std::mutex> lock(scrape_mutex_);
+    scrapes_.erase(key);
     return {};
   }
   p.obj = *cached;
@@ -253,6 +255,7 @@ std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::stri
         (*pod)["metadata"].value("annotations", json::object()).value(kAnnotationSpecHash, "");
     if (attempt_of(*pod) == attempt && pod_hash == hash) {
       if (!is_terminal(*pod)) return ReconcileResult{};  // its next status change wakes us
+      p.status["preflight"] = record;  // of this spec, even if the write after creating was lost
       return preflight_ended(p, *pod);
     }
     // One of an earlier spec or try: it goes before the new one (same name).

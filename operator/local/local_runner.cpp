@@ -1,7 +1,9 @@
 #include "operator/local/local_runner.h"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -167,7 +169,35 @@ class StallWatch {
   std::chrono::steady_clock::time_point since_;
 };
 
-enum class GangEnd { kSucceeded, kFailed, kStalled, kDeadline };
+enum class GangEnd { kSucceeded, kFailed, kStalled, kDeadline, kInterrupted };
+
+// Ctrl-C (SIGINT) or SIGTERM to `kubetune run`: the workers, in a process group of their own, get
+// SIGTERM like pods being drained, so they finish their step and checkpoint before we stop.
+std::atomic<int> interrupted{0};
+void on_interrupt(int signal) { interrupted = signal; }
+
+// Installs the handler for the duration of a run, restoring what was there before.
+class InterruptHandler {
+ public:
+  InterruptHandler() {
+    interrupted = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~InterruptHandler() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptHandler(const InterruptHandler&) = delete;
+  InterruptHandler& operator=(const InterruptHandler&) = delete;
+
+ private:
+  struct sigaction old_int_ {
+  }, old_term_{};
+};
 
 struct AttemptResult {
   GangEnd end = GangEnd::kSucceeded;
@@ -193,6 +223,11 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
   StallWatch stall(job.config.metrics_port > 0 ? job.run_policy.stall_timeout_seconds : 0);
   AttemptResult result;
   while (gang.running() > 0) {
+    if (interrupted != 0) {
+      gang.terminate(std::chrono::seconds(job.run_policy.termination_grace_period_seconds));
+      result.end = GangEnd::kInterrupted;
+      return result;
+    }
     if (std::chrono::steady_clock::now() >= deadline) {
       gang.terminate(o.grace);
       result.end = GangEnd::kDeadline;
@@ -246,6 +281,7 @@ int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& ou
     }
   }
   const int limit = job.run_policy.backoff_limit;
+  InterruptHandler interrupt_handler;
   for (int restarts = 0;; ++restarts) {
     out << "[kubetune] starting " << job.workers.replicas << " worker(s) of " << job.name
         << " (gang " << restarts << ")\n"
@@ -254,6 +290,11 @@ int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& ou
     if (r.end == GangEnd::kSucceeded) {
       out << "[kubetune] " << job.name << " succeeded\n";
       return 0;
+    }
+    if (r.end == GangEnd::kInterrupted) {
+      out << "[kubetune] " << job.name << " interrupted (signal " << interrupted
+          << "): the workers stopped after their step and checkpointed; run it again to resume\n";
+      return 128 + interrupted;
     }
     if (r.end == GangEnd::kDeadline) {
       out << "[kubetune] " << job.name

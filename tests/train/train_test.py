@@ -380,6 +380,39 @@ def preempted_worker_resumes_under_kubetune_run():
     assert diff <= 1e-6, diff
 
 
+def ctrl_c_stops_kubetune_run_with_a_checkpoint():
+    """Ctrl-C (SIGINT) to `kubetune run`, whose workers run in a process group of their own: they get
+    SIGTERM as a drained pod would, stop after the same step with a checkpoint, none is left running,
+    kubetune exits 130, and running the job again resumes from that step."""
+    w = h.workdir("interrupt")
+    path = local_job(w, "interrupted", dict(microBatchSize=2, maxSteps=1500), {"backoffLimit": 0})
+    runner = start_local(path)
+    try:
+        workers = h.child_pids(runner.pid, 2)
+        h.wait_for_step(w / "interrupted", random.Random().randint(3, 12))
+        runner.send_signal(signal.SIGINT)
+        out, _ = runner.communicate(timeout=300)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 130, (runner.returncode, out[-3000:])
+    assert "interrupted (signal 2)" in out, out[-3000:]
+    stopped = re.search(r"stopping at step=(\d+)/1500 on request", out)
+    assert stopped, out[-3000:]
+    step = int(stopped.group(1))
+    for pid in workers:
+        try:
+            os.kill(pid, 0)
+            raise AssertionError(f"worker {pid} still runs after kubetune run ended")
+        except ProcessLookupError:
+            pass
+    again = start_local(path)
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out[-3000:]
+    assert f"step-{step:08d} at step={step}/1500" in out, out[-3000:]  # resumed where it stopped
+    print(f"Ctrl-C: stopped at step {step} with a checkpoint; the second run resumed there")
+
+
 def stalled_gang_is_restarted_by_kubetune_run():
     """A worker frozen with SIGSTOP (a hung filesystem, a deadlocked loader) while the collective
     timeout is long: the stall watchdog (runPolicy.stallTimeoutSeconds) restarts the gang, which
@@ -513,6 +546,7 @@ if __name__ == "__main__":
                                      logs_are_structured_and_options_checked,
                                      preempted_worker_resumes_under_kubetune_run,
                                      stalled_gang_is_restarted_by_kubetune_run,
+                                     ctrl_c_stops_kubetune_run_with_a_checkpoint,
                                      preflight_lists_bad_lines_and_counts_like_peft,
                                      preflight_termination_log_names_line_9731,
                                      kubetune_plan_and_run_stop_at_a_bad_line]})
