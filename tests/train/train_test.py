@@ -196,6 +196,34 @@ def qlora_matches_peft_bitsandbytes():
     assert losses[-1] < losses[0] - 0.1, losses
     assert math.isclose(eval_loss, trained, rel_tol=1e-4), (eval_loss, trained)
 
+    # The same base saved by transformers+bitsandbytes in its 4-bit format (as published on the
+    # Hub) is read as it is: the same training, step for step.
+    from safetensors.torch import load_file, save_file
+    q4 = w / "q4"
+    base().save_pretrained(q4)
+    for f in model_dir.glob("tokenizer*"):
+        shutil.copy(f, q4 / f.name)
+    assert json.loads((q4 / "config.json").read_text())["quantization_config"]["quant_method"] == "bitsandbytes"
+    cfg["model"]["path"] = str(q4)
+    cfg["output"]["dir"] = str(w / "adapter-q4")
+    h.run(["train", "--config", h.write_config(w / "c4.json", cfg)])
+    again = [json.loads(l)["loss"] for l in (w / "adapter-q4" / "metrics_history.jsonl").read_text().splitlines()
+             if "loss" in json.loads(l)]
+    print(f"from the 4-bit checkpoint: {again}")
+    assert again == losses, (again, losses)
+
+    # A 4-bit weight without its quant_state, and a 4-bit checkpoint with a method other than qlora.
+    tensors = load_file(str(q4 / "model.safetensors"))
+    broken = next(k for k in tensors if k.endswith(".quant_state.bitsandbytes__nf4"))
+    del tensors[broken]
+    save_file(tensors, str(q4 / "model.safetensors"), metadata={"format": "pt"})
+    p = h.run(["train", "--config", h.write_config(w / "c5.json", cfg)], check=False)
+    assert p.returncode == 2 and "has no quant_state beside it" in p.stderr, (p.returncode, p.stderr[-2000:])
+    assert broken.replace(".quant_state.bitsandbytes__nf4", ".absmax") in p.stderr, p.stderr[-2000:]
+    cfg["method"]["type"] = "lora"
+    p = h.run(["preflight", "--config", h.write_config(w / "c6.json", cfg)], check=False)
+    assert p.returncode == 2 and "trains only with method.type qlora" in p.stdout, (p.returncode, p.stdout[-2000:])
+
 
 def bad_inputs_are_named():
     """Each bad input: non-zero exit (2: user error) and a message naming the file/line/field."""
@@ -220,7 +248,7 @@ def bad_inputs_are_named():
     prequantized = w / "prequantized"  # as transformers saves a bitsandbytes-4-bit model
     subprocess.run(["cp", "-r", str(model), str(prequantized)], check=True)
     c = json.loads((prequantized / "config.json").read_text())
-    c["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+    c["quantization_config"] = {"quant_method": "gptq", "bits": 4}
     (prequantized / "config.json").write_text(json.dumps(c))
     cases = [
         ("unknown key", lambda cfg: cfg["training"].update(learningrate=1), "training.learningrate"),
@@ -230,8 +258,8 @@ def bad_inputs_are_named():
         ("truncated safetensors", lambda cfg: cfg["model"].update(path=str(broken_model)), "model.safetensors"),
         ("missing model", lambda cfg: cfg["model"].update(path=str(w / "nope")), "nope"),
         ("unknown architecture", lambda cfg: cfg["model"].update(path=str(unknown_arch)), "GPTNeoXForCausalLM"),
-        ("already quantized", lambda cfg: cfg["model"].update(path=str(prequantized)),
-         'field "quantization_config": the checkpoint is already quantized (quant_method "bitsandbytes")'),
+        ("quantized, not 4-bit bitsandbytes", lambda cfg: cfg["model"].update(path=str(prequantized)),
+         'field "quantization_config": the checkpoint is quantized with quant_method "gptq"'),
         ("qlora block size", lambda cfg: cfg["method"].update(type="qlora", quantization={"blockSize": 48}),
          "method.quantization.blockSize"),
     ]

@@ -7,9 +7,13 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <stdexcept>
 
+#include "kernels/quant4.h"
 #include "trainer/io/safetensors.h"
+#include "trainer/model/layers.h"
 #include "trainer/model/lora.h"
 
 namespace kubetune::io {
@@ -90,6 +94,10 @@ class CheckpointReader {
                                " but absent from the shard");
     return file->tensor(name);
   }
+  bool contains(const std::string& name) {
+    if (!single_.empty()) return files_[single_]->contains(name);
+    return weight_map_.count(name) > 0;
+  }
   std::string file_of(const std::string& name) const {
     if (!single_.empty()) return single_;
     auto it = weight_map_.find(name);
@@ -101,6 +109,59 @@ class CheckpointReader {
   std::map<std::string, std::string> weight_map_;
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
 };
+
+// A weight as bitsandbytes' Linear4bit saves it: the packed codes under `name`, and beside them
+// name.absmax, name.quant_map (the code book), with double quantization name.nested_absmax, and
+// name.quant_state.bitsandbytes__nf4 (or __fp4): the bytes of a JSON object with the blocksize,
+// the weight's shape and the nested offset. nullopt for a plain weight.
+std::optional<kernels::Quant4State> read_bnb_4bit(CheckpointReader& r, const std::string& name) {
+  std::string type, state_name;
+  for (const char* t : {"nf4", "fp4"}) {
+    if (r.contains(name + ".quant_state.bitsandbytes__" + t)) {
+      type = t;
+      state_name = name + ".quant_state.bitsandbytes__" + t;
+    }
+  }
+  if (type.empty()) {
+    if (r.contains(name + ".absmax")) {
+      throw std::runtime_error(r.file_of(name) + ": tensor \"" + name +
+                               ".absmax\" has no quant_state beside it (\"" + name +
+                               ".quant_state.bitsandbytes__nf4\" or \"__fp4\"): not a "
+                               "bitsandbytes 4-bit weight kubetune can read");
+    }
+    return std::nullopt;
+  }
+  const at::Tensor blob = r.get(state_name).contiguous().view(at::kByte);
+  const json q = json::parse(std::string(reinterpret_cast<const char*>(blob.data_ptr<uint8_t>()),
+                                         static_cast<size_t>(blob.numel())),
+                             nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](const std::string& what) {
+    return std::runtime_error(r.file_of(state_name) + ": tensor \"" + state_name + "\": " + what);
+  };
+  if (!q.is_object() || !q.contains("shape") || !q["shape"].is_array() || q["shape"].size() != 2 ||
+      !q.contains("blocksize") || !q["blocksize"].is_number_integer()) {
+    throw bad("not bitsandbytes' quant_state JSON (quant_type, blocksize, shape)");
+  }
+  kernels::Quant4State s;
+  s.type = q.value("quant_type", type);
+  s.blocksize = q["blocksize"].get<int64_t>();
+  s.shape = q["shape"].get<std::vector<int64_t>>();
+  s.packed = r.get(name).contiguous().view(at::kByte).reshape({-1, 1});  // any quant_storage
+  s.absmax = r.get(name + ".absmax");
+  if (q.contains("nested_offset")) {
+    s.nested_absmax = r.get(name + ".nested_absmax");
+    s.offset = q["nested_offset"].get<double>();
+  }
+  const int64_t n = s.shape[0] * s.shape[1];
+  if (s.packed.numel() * 2 < n || s.absmax.numel() != (n + s.blocksize - 1) / s.blocksize) {
+    throw bad("its sizes do not fit the packed weight \"" + name + "\" and its absmax");
+  }
+  if (r.contains(name + ".quant_map") &&
+      !at::equal(r.get(name + ".quant_map").to(at::kFloat), kernels::code_book_4bit(s.type))) {
+    throw bad("the code book \"" + name + ".quant_map\" is not bitsandbytes' " + s.type);
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -123,9 +184,25 @@ void load_hf_weights(model::CausalLM& model, const std::string& dir) {
     throw std::runtime_error(dir + "/config.json: missing (is this a Hugging Face model folder?)");
   CheckpointReader reader(dir);
   torch::NoGradGuard no_grad;
+  // Linear weights saved in bitsandbytes' 4-bit format are kept so, not expanded.
+  std::set<std::string> quantized;
+  for (const auto& item : model->named_modules()) {
+    auto linear = std::dynamic_pointer_cast<model::LinearImpl>(item.value());
+    if (!linear) continue;
+    const std::string name = item.key() + ".weight";
+    if (auto state = read_bnb_4bit(reader, name)) {
+      if (state->shape != linear->weight.sizes().vec()) {
+        throw std::runtime_error(reader.file_of(name) + ": tensor \"" + name + "\" has shape " +
+                                 shape_text(state->shape) + " but the model expects " +
+                                 shape_text(linear->weight.sizes()));
+      }
+      linear->set_quantized(std::move(*state));
+      quantized.insert(name);
+    }
+  }
   for (auto& item : model->named_parameters()) {
     const std::string& name = item.key();
-    if (is_lora_name(name)) continue;
+    if (is_lora_name(name) || quantized.count(name)) continue;
     at::Tensor src = reader.get(name);
     at::Tensor& dst = item.value();
     if (src.sizes() != dst.sizes())

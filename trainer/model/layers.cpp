@@ -59,12 +59,23 @@ void LinearImpl::add_lora(torch::Tensor a, torch::Tensor b, double scaling, doub
   dropout_ = dropout;
 }
 
+void LinearImpl::set_quantized(kernels::Quant4State state) {
+  quantized_ = std::move(state);
+  weight.set_data(torch::empty({0}, weight.options()));
+}
+
 void LinearImpl::quantize_4bit(const std::string& type, int64_t blocksize, bool double_quant,
                                torch::ScalarType compute_dtype) {
-  TORCH_CHECK(!is_quantized(), "layer is already quantized");
   torch::NoGradGuard no_grad;
-  quantized_ = kernels::quantize_4bit(weight.detach(), type, blocksize, double_quant);
   compute_dtype_ = compute_dtype;
+  if (is_quantized()) {  // loaded so: to the device the model went to
+    const auto device = weight.device();
+    quantized_.packed = quantized_.packed.to(device);
+    quantized_.absmax = quantized_.absmax.to(device);
+    if (quantized_.double_quant()) quantized_.nested_absmax = quantized_.nested_absmax.to(device);
+    return;
+  }
+  quantized_ = kernels::quantize_4bit(weight.detach(), type, blocksize, double_quant);
   weight.set_data(torch::empty({0}, weight.options()));  // frees the full-precision copy
 }
 

@@ -38,10 +38,16 @@ class LinearImpl : public torch::nn::Module {
   void merge_lora();
 
   // QLoRA: W is replaced by its 4-bit form (bitsandbytes' NF4/FP4, on W's device), dequantized
-  // into `compute_dtype` in each forward and backward; `weight` becomes empty.
+  // into `compute_dtype` in each forward and backward; `weight` becomes empty. The type, blocksize
+  // and double quantization of a weight loaded already quantized are its own.
   void quantize_4bit(const std::string& type, int64_t blocksize, bool double_quant,
                      torch::ScalarType compute_dtype);
+  // A weight read already quantized (a bitsandbytes 4-bit checkpoint); quantize_4bit then only
+  // moves it to the weight's device and sets the compute dtype.
+  void set_quantized(kernels::Quant4State state);
   bool is_quantized() const { return quantized_.packed.defined(); }
+  int64_t out_features() const { return is_quantized() ? quantized_.shape[0] : weight.size(0); }
+  int64_t in_features() const { return is_quantized() ? quantized_.shape[1] : weight.size(1); }
   const kernels::Quant4State& quantized() const { return quantized_; }
   torch::Tensor& lora_A() { return lora_A_->weight; }
   torch::Tensor& lora_B() { return lora_B_->weight; }

@@ -67,7 +67,7 @@ void apply_lora(CausalLM& model, const LoraConfig& cfg, uint64_t seed) {
     for (size_t i = 0; i < targets.size(); ++i)
       if (matches_target(name, targets[i])) targeted = used[i] = true;
     if (!targeted) continue;
-    const int64_t out_f = linear->weight.size(0), in_f = linear->weight.size(1);
+    const int64_t out_f = linear->out_features(), in_f = linear->in_features();
     // kaiming_uniform_(a=sqrt(5)): gain = sqrt(2 / (1 + 5)), bound = gain * sqrt(3 / fan_in).
     const double bound = std::sqrt(2.0 / 6.0) * std::sqrt(3.0 / static_cast<double>(in_f));
     at::Tensor a = at::empty({cfg.r, in_f}, at::kFloat).uniform_(-bound, bound, gen);

@@ -118,14 +118,20 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   ModelConfig c;
   c.raw = j;
   if (has_value(j, "quantization_config")) {
-    // A checkpoint saved already quantized (bitsandbytes, GPTQ, AWQ...): its weights are not the
-    // bf16/fp32 tensors this loader reads. method.type qlora quantizes a bf16 checkpoint itself.
+    // A checkpoint saved already quantized. bitsandbytes' 4-bit format is read as it is; other
+    // formats (GPTQ, AWQ, bitsandbytes 8-bit) are not the tensors this loader reads.
     const json& q = j["quantization_config"];
     const std::string method = q.is_object() ? q.value("quant_method", "?") : "?";
-    fail(source, "quantization_config",
-         "the checkpoint is already quantized (quant_method \"" + method +
-             "\"), which kubetune cannot load yet: use the bf16 or fp32 checkpoint, with "
-             "method.type qlora for 4-bit base weights");
+    const bool four_bit =
+        q.is_object() && (q.value("load_in_4bit", false) || q.value("_load_in_4bit", false));
+    if (method != "bitsandbytes" || !four_bit) {
+      fail(source, "quantization_config",
+           "the checkpoint is quantized with quant_method \"" + method + "\"" +
+               (method == "bitsandbytes" ? " in 8 bits" : "") +
+               ", which kubetune cannot load: use the bf16 or fp32 checkpoint (method.type qlora "
+               "quantizes it to 4 bits), or a bitsandbytes 4-bit one");
+    }
+    c.bnb_4bit = true;
   }
   read_architecture(c, j, source);
   c.vocab_size = required_int(j, "vocab_size", source);

@@ -25,6 +25,9 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   // attention_bias: bias on q,k,v (and o for llama; Qwen2 has q,k,v bias but none on o).
   bool tie_word_embeddings = false, attention_bias = false, mlp_bias = false;
+  // config.json's quantization_config says bitsandbytes 4-bit: the linear weights are stored as
+  // bitsandbytes' Linear4bit saves them (method.type qlora trains on them as they are).
+  bool bnb_4bit = false;
   double attention_dropout = 0;
   double initializer_range = 0.02;
   // Sliding-window attention (Mistral, Qwen2 with use_sliding_window): token i sees j only when

@@ -35,6 +35,11 @@ model::CausalLM load_model(const std::string& model_dir, const torch::Device& de
                            bool full_finetune, uint64_t seed,
                            const std::optional<QuantizationSettings>& quantization) {
   auto config = model::ModelConfig::from_dir(model_dir);
+  if (config.bnb_4bit && !quantization) {
+    throw std::runtime_error(model_dir +
+                             "/config.json: a bitsandbytes 4-bit checkpoint (quantization_config) "
+                             "trains only with method.type qlora");
+  }
   model::CausalLM model(config);
   io::load_hf_weights(model, model_dir);
   if (lora) model::apply_lora(model, *lora, seed);

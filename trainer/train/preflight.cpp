@@ -194,6 +194,11 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
   } catch (const std::exception& e) {
     throw UserInputError(e.what());
   }
+  if (model.bnb_4bit && c.method != "qlora") {
+    throw UserInputError(c.model_path +
+                         "/config.json: a bitsandbytes 4-bit checkpoint (quantization_config) "
+                         "trains only with method.type qlora");
+  }
   const auto options = dataset_options(c);
   const data::DatasetScan train =
       data::scan_jsonl(c.train_file, text->tokenizer, text->chat.get(), options);
