@@ -282,6 +282,17 @@ eventually 60 owner_uid_is $orph-worker-0 "$new_uid" ||
 ok "once the orphan is deleted, the job creates its own pod"
 
 echo "== the preflight stops a bad line and a job too big before any GPU pod"
+# fails_in_preflight JOB REPORT REASON TEXT: the trainer's report (exit 2) fails the job with
+# REASON, `kubectl describe` shows TEXT, and no worker pod was ever created.
+fails_in_preflight() {
+  end_preflight "$1" 2 "$2"
+  eventually 30 phase_is "$1" Failed || fail "not Failed: $(jp ftj "$1" '{.status}')"
+  local described
+  described=$(kubectl describe ftj -n "$ns" "$1")
+  [[ "$described" == *"$3"* && "$described" == *"$4"* ]] ||
+    fail "kubectl describe shows no $3 / $4: $described"
+  pods_are "$1" 0 || fail "a worker pod was created"
+}
 if [[ -n "$trainer" ]]; then
   badline=e2e-badline
   example "$root/examples/jobs/lora-single-gpu.yaml" $badline '{"spec":{"workers":{"replicas":2}}}' |
@@ -289,12 +300,7 @@ if [[ -n "$trainer" ]]; then
   eventually 30 preflight_pod_exists $badline || fail "no preflight pod"
   [[ -z "$(jp pod $badline-preflight '{.spec.containers[0].resources.limits.nvidia\.com/gpu}')" ]] ||
     fail "the preflight pod asks for a GPU"
-  end_preflight $badline 2 "$work/bad.report"
-  eventually 30 phase_is $badline Failed || fail "not Failed: $(jp ftj $badline '{.status}')"
-  described=$(kubectl describe ftj -n "$ns" $badline)
-  [[ "$described" == *DatasetInvalid* && "$described" == *"bad.jsonl:9731: "* ]] ||
-    fail "kubectl describe does not name the line: $described"
-  pods_are $badline 0 || fail "a worker pod was created"
+  fails_in_preflight $badline "$work/bad.report" DatasetInvalid "bad.jsonl:9731: "
   ok "bad line 9731: Failed (DatasetInvalid), the line named in kubectl describe, no worker pod"
 
   # GPU feature discovery's label on a node (1 MiB: nothing fits), read by the operator through its
@@ -315,12 +321,7 @@ YAML
     "$python" -c 'import json,sys; c=json.load(sys.stdin); print(c[c.index("--gpu-memory-gib")+1])') ||
     fail "no --gpu-memory-gib from the node label: $(jp pod $big-preflight '{.spec.containers[0].command}')"
   preflight_report "$work/good.json" "$work/big.report" --world-size 1 --gpu-memory-gib "$gib"
-  end_preflight $big 2 "$work/big.report"
-  eventually 30 phase_is $big Failed || fail "not Failed: $(jp ftj $big '{.status}')"
-  described=$(kubectl describe ftj -n "$ns" $big)
-  [[ "$described" == *DoesNotFit* && "$described" == *"more than the GPU's 0.0 GiB"* ]] ||
-    fail "kubectl describe: $described"
-  pods_are $big 0 || fail "a worker pod was created"
+  fails_in_preflight $big "$work/big.report" DoesNotFit "more than the GPU's 0.0 GiB"
   ok "a node labelled nvidia.com/gpu.memory=1 gave --gpu-memory-gib $gib: Failed (DoesNotFit), no worker pod"
 else
   echo "  SKIPPED: no kubetune-trainer next to the operator"
