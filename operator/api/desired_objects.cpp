@@ -214,7 +214,7 @@ std::vector<std::string> preflight_command(const FineTuneJob& job, const std::st
   return argv;
 }
 
-json preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib) {
+json preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib, int attempt) {
   json command =
       preflight_command(job, std::string(kConfigMountDir) + "/" + kConfigFile, gpu_memory_gib);
   command.push_back("--termination-log");
@@ -231,15 +231,21 @@ json preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib)
                     // A trainer that dies before writing its report still leaves its last log
                     // lines.
                     {"terminationMessagePolicy", "FallbackToLogsOnError"}};
-  return job_pod(job, preflight_pod_name(job.name), kRolePreflight, container);
+  json pod = job_pod(job, preflight_pod_name(job.name), kRolePreflight, container);
+  pod["metadata"]["labels"][kLabelAttempt] = std::to_string(attempt);
+  return pod;
+}
+
+json config_map(const FineTuneJob& job) {
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", metadata(job, config_map_name(job.name))},
+          {"data", {{kConfigFile, job.train_config.dump(2)}}}};
 }
 
 DesiredObjects desired_objects(const FineTuneJob& job, int attempt) {
   DesiredObjects out;
-  out.config_map = {{"apiVersion", "v1"},
-                    {"kind", "ConfigMap"},
-                    {"metadata", metadata(job, config_map_name(job.name))},
-                    {"data", {{kConfigFile, job.train_config.dump(2)}}}};
+  out.config_map = config_map(job);
   out.service = {
       {"apiVersion", "v1"},
       {"kind", "Service"},

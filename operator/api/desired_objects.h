@@ -25,7 +25,12 @@ DesiredObjects desired_objects(const FineTuneJob& job, int attempt);
 // `<job>-preflight`: kubetune-trainer preflight on a CPU (no GPU requested, none visible), with
 // the workers' image, volumes, placement and security. Its compact report becomes the pod's
 // termination message, read by the reconciler. `gpu_memory_gib`: one GPU's memory, when known.
-nlohmann::json preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib);
+// `attempt`: preflight pods that ended without a verdict before this one
+// (status.preflight.failures), as kubetune.io/attempt.
+nlohmann::json preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib,
+                             int attempt);
+// <job>-config, also desired_objects().config_map.
+nlohmann::json config_map(const FineTuneJob& job);
 // The preflight's command line for the job (the pod's, and kubetune run's on this machine).
 std::vector<std::string> preflight_command(const FineTuneJob& job, const std::string& config_path,
                                            std::optional<double> gpu_memory_gib);

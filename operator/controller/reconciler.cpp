@@ -265,12 +265,10 @@ std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::stri
     return ReconcileResult{kShortRequeue};
   }
   const auto [gib, source] = gpu_memory(p);
-  json want = preflight_pod(p.job, gib);
-  want["metadata"]["labels"][kLabelAttempt] = std::to_string(attempt);
-  const DesiredObjects children = desired_objects(p.job, 0);
+  const json pod_object = preflight_pod(p.job, gib, attempt);
   create_children(p, [&] {
-    ensure_child(p, kube::resources::kConfigMaps, children.config_map);
-    ensure_child(p, kube::resources::kPods, want);
+    ensure_child(p, kube::resources::kConfigMaps, config_map(p.job));
+    ensure_child(p, kube::resources::kPods, pod_object);
   });
   if (gib) {
     record["gpuMemoryGiB"] = *gib;

@@ -30,16 +30,21 @@ data::DatasetOptions dataset_options(const TrainConfig& c) {
   return o;
 }
 
+void check_checkpoint_fits_method(const model::ModelConfig& config, const std::string& model_dir,
+                                  bool qlora) {
+  if (config.bnb_4bit && !qlora) {
+    throw std::runtime_error(model_dir +
+                             "/config.json: a bitsandbytes 4-bit checkpoint (quantization_config) "
+                             "trains only with method.type qlora");
+  }
+}
+
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
                            bool full_finetune, uint64_t seed,
                            const std::optional<QuantizationSettings>& quantization) {
   auto config = model::ModelConfig::from_dir(model_dir);
-  if (config.bnb_4bit && !quantization) {
-    throw std::runtime_error(model_dir +
-                             "/config.json: a bitsandbytes 4-bit checkpoint (quantization_config) "
-                             "trains only with method.type qlora");
-  }
+  check_checkpoint_fits_method(config, model_dir, quantization.has_value());
   model::CausalLM model(config);
   io::load_hf_weights(model, model_dir);
   if (lora) model::apply_lora(model, *lora, seed);

@@ -30,6 +30,11 @@ data::DatasetOptions dataset_options(const TrainConfig& c);
 
 // Loads an HF folder onto `device`. Frozen weights are stored in `frozen_dtype`; trainable ones
 // (LoRA adapters, or everything for full fine-tuning) stay fp32 master weights.
+// Throws when `config` (read from `model_dir`) is a bitsandbytes 4-bit checkpoint and the method
+// is not qlora: its weights exist only in 4 bits.
+void check_checkpoint_fits_method(const model::ModelConfig& config, const std::string& model_dir,
+                                  bool qlora);
+
 // With `quantization` (qlora), the decoder's linear weights are then stored in 4 bits.
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,

@@ -190,14 +190,10 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
   std::optional<TextTools> text;
   try {
     model = model::ModelConfig::from_dir(c.model_path);
+    check_checkpoint_fits_method(model, c.model_path, c.method == "qlora");
     text = load_text_tools(c.model_path);
   } catch (const std::exception& e) {
     throw UserInputError(e.what());
-  }
-  if (model.bnb_4bit && c.method != "qlora") {
-    throw UserInputError(c.model_path +
-                         "/config.json: a bitsandbytes 4-bit checkpoint (quantization_config) "
-                         "trains only with method.type qlora");
   }
   const auto options = dataset_options(c);
   const data::DatasetScan train =
