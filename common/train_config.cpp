@@ -1,14 +1,9 @@
 #include "common/train_config.h"
 
-#include <yaml-cpp/yaml.h>
-
-#include <cmath>
-#include <fstream>
-#include <sstream>
-
 #include "common/contracts.h"
 #include "common/finetunejob_schema_json.h"  // generated: kFineTuneJobSchemaJson
 #include "common/schema_validator.h"
+#include "common/yaml_file.h"
 
 namespace kubetune {
 namespace {
@@ -19,47 +14,6 @@ std::string join_lines(const std::vector<std::string>& lines) {
   std::string out = "invalid training config:";
   for (const auto& line : lines) out += "\n  " + line;
   return out;
-}
-
-json yaml_node_to_json(const YAML::Node& node, const std::string& source) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (const auto& item : node) out.push_back(yaml_node_to_json(item, source));
-      return out;
-    }
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& kv : node)
-        out[kv.first.as<std::string>()] = yaml_node_to_json(kv.second, source);
-      return out;
-    }
-    case YAML::NodeType::Scalar:
-      break;
-  }
-  // Quoted scalars stay strings ("1" is a string); plain ones are typed the way YAML 1.2's core
-  // schema types them, so `learningRate: 2e-4` is a number and `packing: true` a boolean.
-  const std::string& text = node.Scalar();
-  if (node.Tag() == "!") return text;
-  if (text == "true" || text == "True" || text == "TRUE") return true;
-  if (text == "false" || text == "False" || text == "FALSE") return false;
-  if (text == "null" || text == "~" || text.empty()) return nullptr;
-  try {
-    size_t used = 0;
-    long long integer = std::stoll(text, &used, 10);
-    if (used == text.size()) return integer;
-  } catch (const std::exception&) {
-  }
-  try {
-    size_t used = 0;
-    double number = std::stod(text, &used);
-    if (used == text.size() && text.find_first_of("0123456789") != std::string::npos) return number;
-  } catch (const std::exception&) {
-  }
-  return text;
 }
 
 }  // namespace
@@ -99,23 +53,6 @@ nlohmann::json validate_train_config(nlohmann::json config) {
   validate_against_schema(train_config_schema(), config, "", {}, problems);
   if (!problems.empty()) throw ConfigError(problems);
   return config;
-}
-
-nlohmann::json yaml_to_json(const std::string& text, const std::string& source_name) {
-  try {
-    return yaml_node_to_json(YAML::Load(text), source_name);
-  } catch (const YAML::Exception& e) {
-    throw std::runtime_error(source_name + ":" + std::to_string(e.mark.line + 1) + ":" +
-                             std::to_string(e.mark.column + 1) + ": " + e.msg);
-  }
-}
-
-nlohmann::json load_yaml_or_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return yaml_to_json(buffer.str(), path);  // JSON is valid YAML
 }
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& c) {

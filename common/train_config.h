@@ -39,10 +39,6 @@ const std::vector<std::string>& operator_spec_fields();
 // ConfigError.
 nlohmann::json validate_train_config(nlohmann::json config);
 
-// Reads a YAML or JSON file into JSON (YAML is a superset; errors name the file and line).
-nlohmann::json load_yaml_or_json_file(const std::string& path);
-nlohmann::json yaml_to_json(const std::string& text, const std::string& source_name);
-
 struct LoraSettings {
   int r = 16;
   double alpha = 32;

@@ -11,7 +11,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential cmake ninja-build pkg-config git \
       python3 python3-venv libcpprest-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libicu-dev \
-      libssl-dev libcli11-dev libgloo-dev libprotobuf-dev protobuf-compiler prometheus-cpp-dev \
+      libssl-dev libcli11-dev libgloo-dev libprotobuf-dev protobuf-compiler prometheus-cpp-dev libxxhash-dev \
  && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/torch && /opt/torch/bin/pip install --no-cache-dir torch==2.11.0
 WORKDIR /src

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/train_config.h"
+#include "common/yaml_file.h"
 #include "operator/api/crd.h"
 #include "operator/api/desired_objects.h"
 #include "operator/api/job.h"

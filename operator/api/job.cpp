@@ -1,5 +1,7 @@
 #include "operator/api/job.h"
 
+#include <regex>
+
 #include "common/contracts.h"
 #include "common/schema_validator.h"
 #include "common/train_config.h"
@@ -15,6 +17,14 @@ std::string join_lines(const std::vector<std::string>& lines) {
   std::string out;
   for (const auto& l : lines) out += (out.empty() ? "" : "\n") + l;
   return out;
+}
+
+// A namespace name, as Kubernetes checks it (IsDNS1123Label).
+bool is_dns1123_label(const json& value) {
+  static const std::regex label("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$");
+  if (!value.is_string()) return false;
+  const std::string& s = value.get_ref<const std::string&>();
+  return !s.empty() && s.size() <= 63 && std::regex_match(s, label);
 }
 
 // The trainer's part of the spec: everything but the operator's keys.
@@ -92,15 +102,23 @@ SpecError::SpecError(std::vector<std::string> problems)
 std::vector<std::string> validate_job(json& object) {
   std::vector<std::string> problems;
   if (!object.is_object()) return {"<root>: a FineTuneJob must be a mapping"};
-  if (object.value("apiVersion", kApiVersion) != std::string(kApiVersion)) {
+  // Required, as the API server requires them: without them kubectl cannot route the manifest.
+  if (object.value("apiVersion", json()) != kApiVersion) {
     problems.push_back("apiVersion: must be " + std::string(kApiVersion));
   }
-  if (object.value("kind", kKind) != std::string(kKind)) {
+  if (object.value("kind", json()) != kKind) {
     problems.push_back("kind: must be " + std::string(kKind));
   }
   const json meta = object.value("metadata", json::object());
+  if (!meta.is_object()) return {"metadata: must be a mapping"};
   if (meta.value("name", "").empty() && meta.value("generateName", "").empty()) {
     problems.push_back("metadata.name: required field is missing");
+  }
+  if (meta.contains("namespace") && !is_dns1123_label(meta["namespace"])) {
+    problems.push_back(
+        "metadata.namespace: must be a DNS-1123 label (lower-case letters, digits "
+        "and '-', at most 63 characters), got " +
+        meta["namespace"].dump());
   }
   json status = object.contains("status") ? object["status"] : json();
   object.erase("status");  // written by the operator, never a user's problem

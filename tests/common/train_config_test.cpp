@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/yaml_file.h"
+
 namespace kubetune {
 namespace {
 

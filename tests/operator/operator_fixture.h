@@ -9,6 +9,7 @@
 
 #include "common/schema_validator.h"
 #include "common/train_config.h"
+#include "common/yaml_file.h"
 #include "kubetune/kubefake/fake_api_server.h"
 #include "operator/api/crd.h"
 #include "operator/controller/manager.h"

@@ -249,10 +249,12 @@ TEST_F(OperatorTest, SuspendDeletesPodsAndResumeRecreatesThem) {
 
 TEST_F(OperatorTest, ActiveDeadlineFailsTheJob) {
   start_operator();
-  create_job("slow", [](json& j) { j["spec"]["runPolicy"]["activeDeadlineSeconds"] = 1; });
+  // status.startTime has whole seconds (as in a Kubernetes Job), so a deadline may come up to a
+  // second early: 3 s leaves room to see the gang before it.
+  create_job("slow", [](json& j) { j["spec"]["runPolicy"]["activeDeadlineSeconds"] = 3; });
   ASSERT_TRUE(wait_pods("slow", 2));
   run_all("slow", 2);
-  ASSERT_TRUE(wait_phase("slow", "Failed", milliseconds(5000)));
+  ASSERT_TRUE(wait_phase("slow", "Failed", milliseconds(8000)));
   EXPECT_EQ(condition("slow", "Failed")["reason"], "DeadlineExceeded");
   ASSERT_TRUE(wait_pods("slow", 0));
 }

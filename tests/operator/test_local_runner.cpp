@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/train_config.h"
+#include "common/yaml_file.h"
 #include "operator/api/yaml_emit.h"
 #include "test_support.h"
 

@@ -8,6 +8,7 @@
 #include "common/metrics/operator_series.h"
 #include "common/schema_validator.h"
 #include "common/train_config.h"
+#include "common/yaml_file.h"
 #include "operator/api/cel_rules.h"
 #include "operator/api/crd.h"
 #include "operator/api/job.h"
@@ -211,6 +212,32 @@ TEST(Validation, EmptyLoraTargetsAreRefused) {
   EXPECT_NE(joined(validate_job(obj)).find("spec.method.lora.targetModules: must have at least 1"),
             std::string::npos)
       << joined(validate_job(obj));
+}
+
+// kubectl needs both to route a manifest; a namespace is a DNS-1123 label; two volumes on one path
+// cannot both be mounted.
+TEST(Validation, ManifestIdentityAndMountsAreChecked) {
+  const json good = load_yaml_or_json_file(source_dir() + "/examples/jobs/lora-single-gpu.yaml");
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& o) { o.erase("apiVersion"); }, "apiVersion: must be kubetune.io/v1alpha1"},
+      {[](json& o) { o.erase("kind"); }, "kind: must be FineTuneJob"},
+      {[](json& o) { o["metadata"]["namespace"] = "Not_A_Namespace"; },
+       "metadata.namespace: must be a DNS-1123 label"},
+      {[](json& o) { o["metadata"]["namespace"] = std::string(64, 'a'); },
+       "metadata.namespace: must be a DNS-1123 label"},
+      {[](json& o) {
+         json second = o["spec"]["volumes"][0];
+         second["name"] = "second";
+         o["spec"]["volumes"].push_back(second);
+       },
+       "two of spec.volumes have the same mountPath"},
+  };
+  for (const auto& [edit, needle] : cases) {
+    json obj = good;
+    edit(obj);
+    EXPECT_NE(joined(validate_job(obj)).find(needle), std::string::npos)
+        << needle << " in: " << joined(validate_job(obj));
+  }
 }
 
 // Spec edits: only runPolicy changes while a job runs; anything while it is suspended.

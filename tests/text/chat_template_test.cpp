@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "tests/text/fixtures.h"
 #include "trainer/text/jinja/errors.h"
@@ -98,10 +99,13 @@ TEST_F(ChatTemplateDir, ListFormTakesDefault) {
   EXPECT_EQ(out, "<s>x");
 }
 
+// A template that is there but unusable loads (callers take a throw to mean "no template") and
+// fails when rendered, with the file and what is wrong.
 TEST_F(ChatTemplateDir, ListWithoutDefaultIsAnError) {
   write("tokenizer_config.json", R"({"chat_template": [{"name": "rag", "template": "x"}]})");
+  const ChatTemplate tmpl = ChatTemplate::from_dir(dir_.string());
   try {
-    ChatTemplate::from_dir(dir_.string());
+    tmpl.render(nlohmann::json::array(), false);
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("no template named \"default\" (have: rag)"),
@@ -123,13 +127,63 @@ TEST_F(ChatTemplateDir, MissingTemplateIsAClearError) {
 TEST_F(ChatTemplateDir, SyntaxErrorNamesFileLineAndConstruct) {
   write("tokenizer_config.json",
         R"({"chat_template": "{% for m in messages %}\n{{ m | foo }}\n{% endfor %}"})");
+  const ChatTemplate tmpl = ChatTemplate::from_dir(dir_.string());
   try {
-    ChatTemplate::from_dir(dir_.string());
+    tmpl.render(nlohmann::json::array(), false);
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("tokenizer_config.json: chat template line 2"), std::string::npos) << msg;
     EXPECT_NE(msg.find("unsupported filter 'foo'"), std::string::npos) << msg;
+  }
+}
+
+// The error a user of `kubetune-trainer train` sees for a template with a syntax error: the file,
+// the line and column, and what the parser expected (it used to read "no chat template").
+TEST_F(ChatTemplateDir, BrokenTemplateIsNotMistakenForAMissingOne) {
+  write(
+      "tokenizer_config.json",
+      R"({"chat_template": "{% for m in messages %}\n{{ m.content }}\n{% if m.role x %}{% endif %}\n{% endfor %}"})");
+  const auto conversation = nlohmann::json::parse(R"([{"role":"user","content":"x"}])");
+  // Callers read a throw from from_dir as "this model has no chat template".
+  std::optional<ChatTemplate> tmpl;
+  ASSERT_NO_THROW(tmpl.emplace(ChatTemplate::from_dir(dir_.string())));
+  std::string msg;
+  try {
+    tmpl->render(conversation, false);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("tokenizer_config.json: chat template line 3, column 14: expected '%}', got "
+                     "'x'"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("no chat template"), std::string::npos) << msg;
+
+  write("tokenizer_config.json", R"({"chat_template": 42})");
+  try {
+    ChatTemplate::from_dir(dir_.string()).render(conversation, false);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "tokenizer_config.json: field \"chat_template\": expected a string or a list"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(ChatTemplateDir, JinjaFileWithSyntaxErrorNamesTheFile) {
+  write("tokenizer_config.json", R"({"eos_token": "</s>"})");
+  write("chat_template.jinja", "{% for m in messages %}\n  {{ m.content | nope }}\n{% endfor %}\n");
+  try {
+    ChatTemplate::from_dir(dir_.string()).render(nlohmann::json::array(), false);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("chat_template.jinja: chat template line 2, column 16: "
+                                         "unsupported filter 'nope'"),
+              std::string::npos)
+        << e.what();
   }
 }
 

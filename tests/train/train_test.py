@@ -65,7 +65,8 @@ def damaged_checkpoint_is_skipped():
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     cfg["training"]["maxSteps"] = 3
     p = h.run(["train", "--config", h.write_config(w / "b.json", cfg)])
-    assert "skipping damaged checkpoint" in p.stderr and "step-00000001" in p.stderr, p.stderr[-2000:]
+    assert "skipping checkpoint" in p.stderr and "bytes, the checkpoint recorded" in p.stderr, p.stderr[-2000:]
+    assert "resuming from" in p.stderr and "step-00000001" in p.stderr, p.stderr[-2000:]
 
 
 def eval_matches_transformers():

@@ -2,20 +2,13 @@
 
 #include <stdexcept>
 
+#include "common/strict_json.h"
+
 namespace kubetune::data {
 namespace {
 
 bool is_blank(const std::string& line) {
   return line.find_first_not_of(" \t\r\n") == std::string::npos;
-}
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; users do not need that.
-std::string without_exception_tag(const std::string& what) {
-  if (!what.empty() && what.front() == '[') {
-    const size_t close = what.find("] ");
-    if (close != std::string::npos) return what.substr(close + 2);
-  }
-  return what;
 }
 
 }  // namespace
@@ -31,11 +24,11 @@ bool JsonlReader::next(nlohmann::json& record) {
   while (std::getline(in_, line)) {
     ++line_;
     if (is_blank(line)) continue;
-    try {
-      record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw std::runtime_error(where() + ": invalid JSON: " + without_exception_tag(e.what()));
-    }
+    // A NUL is never part of a JSON text; some readers stop at it and drop the rest silently.
+    if (const size_t nul = line.find('\0'); nul != std::string::npos)
+      throw std::runtime_error(where() + ": NUL byte at column " + std::to_string(nul + 1) +
+                               " (binary data, or a file in UTF-16?)");
+    record = parse_json_strict(line, where());
     if (!record.is_object()) {
       throw std::runtime_error(where() + ": expected a JSON object per line, got " +
                                std::string(record.type_name()));

@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "common/strict_json.h"
 #include "kernels/quant4.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/model/layers.h"
@@ -22,15 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": invalid JSON: " + e.what());
-  }
-}
+json read_json(const std::string& path) { return read_json_file_strict(path); }
 
 void write_text_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";

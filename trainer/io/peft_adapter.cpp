@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "common/strict_json.h"
 #include "trainer/io/safetensors.h"
 
 namespace kubetune::io {
@@ -48,14 +49,9 @@ std::vector<std::string> targets_from_tensors(const SafetensorsFile& f) {
 }
 
 model::LoraConfig read_config(const std::string& path, const SafetensorsFile& weights) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open (is this a PEFT adapter folder?)");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": invalid JSON: " + e.what());
-  }
+  if (!std::ifstream(path))
+    throw std::runtime_error(path + ": cannot open (is this a PEFT adapter folder?)");
+  const json j = read_json_file_strict(path);
   if (j.value("peft_type", std::string("LORA")) != "LORA")
     fail(path, "peft_type", "only LORA adapters are supported");
   if (set_and_truthy(j, "use_dora")) fail(path, "use_dora", "DoRA is not supported");

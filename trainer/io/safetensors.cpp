@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
+
+#include "common/strict_json.h"
 
 namespace kubetune::io {
 namespace {
@@ -93,43 +96,72 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
     fail(path, "truncated safetensors file: header of " + std::to_string(header_len) +
                    " bytes but the file has " + std::to_string(map_->size) + " bytes");
   map_->data_start = 8 + header_len;
-  json header;
-  try {
-    header = json::parse(static_cast<const char*>(map_->addr) + 8,
-                         static_cast<const char*>(map_->addr) + 8 + header_len);
-  } catch (const json::exception& e) {
-    fail(path, std::string("malformed safetensors header: ") + e.what());
-  }
+  const json header =
+      parse_json_strict(std::string_view(static_cast<const char*>(map_->addr) + 8, header_len),
+                        path + ": safetensors header");
   if (!header.is_object()) fail(path, "malformed safetensors header: not a JSON object");
-  const size_t data_size = map_->size - map_->data_start;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       metadata_ = it.value();
       continue;
     }
-    const json& e = it.value();
     try {
-      Entry entry{safetensors_dtype(e.at("dtype").get<std::string>()),
-                  e.at("shape").get<std::vector<int64_t>>(),
-                  e.at("data_offsets").at(0).get<size_t>(),
-                  e.at("data_offsets").at(1).get<size_t>()};
-      size_t numel = 1;
-      for (int64_t d : entry.shape) numel *= static_cast<size_t>(d);
-      if (entry.end < entry.begin ||
-          entry.end - entry.begin != numel * at::elementSize(entry.dtype))
-        fail(path, "tensor \"" + it.key() + "\": data_offsets do not match its dtype and shape");
-      if (entry.end > data_size)
-        fail(path, "truncated safetensors file: tensor \"" + it.key() + "\" ends at byte " +
-                       std::to_string(map_->data_start + entry.end) + " but the file has " +
-                       std::to_string(map_->size) + " bytes");
-      entries_.emplace(it.key(), std::move(entry));
-    } catch (const json::exception& ex) {
-      fail(path, "tensor \"" + it.key() + "\": malformed header entry: " + ex.what());
-    } catch (const std::runtime_error& ex) {
-      if (std::string(ex.what()).rfind(path, 0) == 0) throw;
-      fail(path, "tensor \"" + it.key() + "\": " + ex.what());
+      entries_.emplace(it.key(), read_entry(it.value()));
+    } catch (const std::exception& ex) {
+      fail(path, "tensor \"" + it.key() + "\": " + without_json_exception_tag(ex.what()));
     }
   }
+  check_layout(map_->size - map_->data_start);
+}
+
+// One header entry; its byte size must be what its dtype and shape say.
+SafetensorsFile::Entry SafetensorsFile::read_entry(const json& e) {
+  Entry entry{safetensors_dtype(e.at("dtype").get<std::string>()),
+              e.at("shape").get<std::vector<int64_t>>(), e.at("data_offsets").at(0).get<size_t>(),
+              e.at("data_offsets").at(1).get<size_t>()};
+  if (e.at("data_offsets").size() != 2)
+    throw std::runtime_error("data_offsets must be [begin, end]");
+  // Checked multiplication: a huge or negative dimension must not wrap into a plausible size.
+  size_t bytes = at::elementSize(entry.dtype);
+  for (int64_t d : entry.shape) {
+    if (d < 0) throw std::runtime_error("negative dimension in shape");
+    if (__builtin_mul_overflow(bytes, static_cast<size_t>(d), &bytes))
+      throw std::runtime_error("shape too large");
+  }
+  if (entry.end < entry.begin || entry.end - entry.begin != bytes)
+    throw std::runtime_error("data_offsets do not match its dtype and shape");
+  return entry;
+}
+
+// The rule of the reference implementation (safetensors' Metadata::validate): the tensors tile the
+// data section exactly, from byte 0 to its end, without gaps or overlaps. A header length that is
+// off by one, overlapping tensors or trailing bytes all break it; reading on would give shifted or
+// shared bytes, which train into NaNs instead of failing.
+void SafetensorsFile::check_layout(size_t data_size) const {
+  std::vector<std::pair<size_t, const std::string*>> by_offset;
+  for (const auto& [name, e] : entries_) by_offset.emplace_back(e.begin, &name);
+  std::sort(by_offset.begin(), by_offset.end());
+  size_t expected = 0;
+  for (const auto& [begin, name] : by_offset) {
+    const Entry& e = entries_.at(*name);
+    if (e.end > data_size)
+      fail(path_, "truncated safetensors file: tensor \"" + *name + "\" ends at byte " +
+                      std::to_string(map_->data_start + e.end) + " but the file has " +
+                      std::to_string(map_->size) + " bytes");
+    if (begin != expected)
+      fail(path_, "tensor \"" + *name + "\" starts at data byte " + std::to_string(begin) +
+                      ", expected " + std::to_string(expected) +
+                      (begin < expected ? " (it overlaps the tensor before it)"
+                                        : " (a gap, or a wrong header length)"));
+    expected = e.end;
+  }
+  if (expected != data_size)
+    fail(path_, "the data section has " + std::to_string(data_size) +
+                    " bytes but its tensors "
+                    "cover " +
+                    std::to_string(expected) +
+                    " (trailing bytes, or a wrong header "
+                    "length)");
 }
 
 std::vector<std::string> SafetensorsFile::names() const {

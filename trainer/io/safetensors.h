@@ -19,7 +19,8 @@ namespace kubetune::io {
 class SafetensorsFile {
  public:
   // Throws std::runtime_error naming the file for a missing file, a truncated file, a malformed
-  // header, unknown dtypes or offsets outside the data section.
+  // header (or a repeated key in it), unknown dtypes, or tensors that do not tile the data section
+  // exactly (overlaps, gaps, trailing bytes).
   explicit SafetensorsFile(const std::string& path);
   std::vector<std::string> names() const;  // in file order (by data offset)
   bool contains(const std::string& name) const;
@@ -34,6 +35,8 @@ class SafetensorsFile {
     std::vector<int64_t> shape;
     size_t begin, end;  // byte offsets inside the data section
   };
+  static Entry read_entry(const nlohmann::json& header_entry);
+  void check_layout(size_t data_size) const;
   std::string path_;
   std::shared_ptr<Mapping> map_;
   std::map<std::string, Entry> entries_;

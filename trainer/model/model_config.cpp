@@ -2,8 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
+
+#include "common/strict_json.h"
 
 namespace kubetune::model {
 namespace {
@@ -17,11 +20,17 @@ using nlohmann::json;
 
 bool has_value(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
 
+// Far above any released model (vocabularies are < 300k, hidden sizes < 30k, layers < 200), far
+// below sizes whose products overflow int64 or whose allocation would fail with a bare bad_alloc.
+constexpr int64_t kMaxDimension = int64_t{1} << 24;
+
 int64_t required_int(const json& j, const char* key, const std::string& source) {
   if (!has_value(j, key)) fail(source, key, "missing (required for Llama-family models)");
   if (!j[key].is_number_integer()) fail(source, key, "expected an integer");
   int64_t v = j[key].get<int64_t>();
-  if (v <= 0) fail(source, key, "must be positive, got " + std::to_string(v));
+  if (v <= 0 || v > kMaxDimension)
+    fail(source, key,
+         "must be between 1 and " + std::to_string(kMaxDimension) + ", got " + j[key].dump());
   return v;
 }
 
@@ -33,6 +42,23 @@ T optional_value(const json& j, const char* key, T fallback, const std::string& 
   } catch (const json::exception& e) {
     fail(source, key, std::string("wrong type: ") + e.what());
   }
+}
+
+// A real number in [low, high) or (low, high): NaN, inf, zero or negative values of rope_theta or
+// rms_norm_eps give NaN logits from the first step, so they are refused here, naming the field.
+double number_in(const json& j, const char* key, double fallback, double low, double high,
+                 bool low_inclusive, const std::string& source) {
+  const double v = optional_value<double>(j, key, fallback, source);
+  if (!std::isfinite(v) || v < low || (v == low && !low_inclusive) || v >= high)
+    fail(source, key,
+         "must be " + std::string(low_inclusive ? ">= " : "> ") + json(low).dump() +
+             (std::isfinite(high) ? " and < " + json(high).dump() : "") + ", got " +
+             (has_value(j, key) ? j[key].dump() : json(v).dump()));
+  return v;
+}
+
+double positive(const json& j, const char* key, double fallback, const std::string& source) {
+  return number_in(j, key, fallback, 0.0, HUGE_VAL, false, source);
 }
 
 void read_architecture(ModelConfig& c, const json& j, const std::string& source) {
@@ -63,12 +89,12 @@ void read_architecture(ModelConfig& c, const json& j, const std::string& source)
 // transformers 5 writes "rope_parameters" (with rope_theta inside); transformers 4 writes
 // "rope_theta" and "rope_scaling" (with "type" or "rope_type").
 void read_rope(ModelConfig& c, const json& j, const std::string& source) {
-  c.rope_theta = optional_value<double>(j, "rope_theta", 10000.0, source);
+  c.rope_theta = positive(j, "rope_theta", 10000.0, source);
   const char* key = has_value(j, "rope_parameters") ? "rope_parameters" : "rope_scaling";
   if (!has_value(j, key)) return;
   const json& r = j[key];
   if (!r.is_object()) fail(source, key, "expected an object");
-  c.rope_theta = optional_value<double>(r, "rope_theta", c.rope_theta, source);
+  c.rope_theta = positive(r, "rope_theta", c.rope_theta, source);
   std::string type = optional_value<std::string>(r, "rope_type", "", source);
   if (type.empty()) type = optional_value<std::string>(r, "type", "default", source);
   if (type != "default" && type != "linear" && type != "dynamic" && type != "llama3")
@@ -78,9 +104,9 @@ void read_rope(ModelConfig& c, const json& j, const std::string& source) {
     fail(source, std::string(key) + ".partial_rotary_factor", "only 1.0 is supported");
   RopeScaling& s = c.rope_scaling;
   s.type = type;
-  s.factor = optional_value<double>(r, "factor", 1.0, source);
-  s.low_freq_factor = optional_value<double>(r, "low_freq_factor", 1.0, source);
-  s.high_freq_factor = optional_value<double>(r, "high_freq_factor", 4.0, source);
+  s.factor = positive(r, "factor", 1.0, source);
+  s.low_freq_factor = positive(r, "low_freq_factor", 1.0, source);
+  s.high_freq_factor = positive(r, "high_freq_factor", 4.0, source);
   s.original_max_position_embeddings =
       optional_value<int64_t>(r, "original_max_position_embeddings", 8192, source);
   if (type != "default" && !has_value(r, "factor"))
@@ -92,7 +118,9 @@ void read_rope(ModelConfig& c, const json& j, const std::string& source) {
 void read_sliding_window(ModelConfig& c, const json& j, const std::string& source) {
   c.sliding_layers.assign(c.num_hidden_layers, false);
   if (c.model_type == "llama" || !has_value(j, "sliding_window")) return;
-  int64_t window = optional_value<int64_t>(j, "sliding_window", 0, source);
+  const int64_t window = optional_value<int64_t>(j, "sliding_window", 0, source);
+  if (window < 0)
+    fail(source, "sliding_window", "must not be negative, got " + j["sliding_window"].dump());
   if (c.model_type == "mistral") {
     c.sliding_window = window;
     c.sliding_layers.assign(c.num_hidden_layers, window > 0);
@@ -107,7 +135,11 @@ void read_sliding_window(ModelConfig& c, const json& j, const std::string& sourc
     for (size_t i = 0; i < types.size(); ++i) c.sliding_layers[i] = types[i] == "sliding_attention";
     return;
   }
-  int64_t first = optional_value<int64_t>(j, "max_window_layers", 0, source);
+  const int64_t first = optional_value<int64_t>(j, "max_window_layers", 0, source);
+  if (first < 0 || first > c.num_hidden_layers)
+    fail(source, "max_window_layers",
+         "must be between 0 and num_hidden_layers (" + std::to_string(c.num_hidden_layers) +
+             "), got " + j["max_window_layers"].dump());
   for (int64_t i = first; i < c.num_hidden_layers; ++i) c.sliding_layers[i] = true;
 }
 
@@ -144,18 +176,19 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
                               : c.num_attention_heads;
   c.head_dim = has_value(j, "head_dim") ? required_int(j, "head_dim", source)
                                         : c.hidden_size / c.num_attention_heads;
+  if (c.head_dim <= 0) fail(source, "num_attention_heads", "larger than hidden_size");
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     fail(source, "num_key_value_heads", "must divide num_attention_heads");
-  c.max_position_embeddings =
-      optional_value<int64_t>(j, "max_position_embeddings", c.max_position_embeddings, source);
-  c.rms_norm_eps = optional_value<double>(j, "rms_norm_eps", 1e-6, source);
+  if (has_value(j, "max_position_embeddings"))
+    c.max_position_embeddings = required_int(j, "max_position_embeddings", source);
+  c.rms_norm_eps = positive(j, "rms_norm_eps", 1e-6, source);
   c.tie_word_embeddings = optional_value<bool>(j, "tie_word_embeddings", false, source);
   // Qwen2 always has q/k/v biases; Mistral never has biases; Llama follows its flags.
   c.attention_bias =
       c.model_type == "qwen2" ||
       (c.model_type == "llama" && optional_value<bool>(j, "attention_bias", false, source));
   c.mlp_bias = c.model_type == "llama" && optional_value<bool>(j, "mlp_bias", false, source);
-  c.attention_dropout = optional_value<double>(j, "attention_dropout", 0.0, source);
+  c.attention_dropout = number_in(j, "attention_dropout", 0.0, 0.0, 1.0, true, source);
   c.initializer_range = optional_value<double>(j, "initializer_range", 0.02, source);
   std::string act = optional_value<std::string>(j, "hidden_act", "silu", source);
   if (act != "silu")
@@ -172,15 +205,9 @@ ModelConfig ModelConfig::from_dir(const std::string& dir) {
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw std::runtime_error(dir + ": model directory does not exist");
   std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open (is this a Hugging Face model folder?)");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": invalid JSON: " + e.what());
-  }
-  return from_json(j, path);
+  if (!std::ifstream(path))
+    throw std::runtime_error(path + ": cannot open (is this a Hugging Face model folder?)");
+  return from_json(read_json_file_strict(path), path);
 }
 
 int64_t ModelConfig::window_for_layer(int64_t layer) const {

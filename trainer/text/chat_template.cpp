@@ -16,6 +16,7 @@ struct ChatTemplate::Impl {
   std::string origin;  // "<file>: " prefix for error messages ("" for from_string)
   std::string bos, eos;
   jinja::Body program;
+  std::string error;  // why a template from_dir found cannot be used ("" when it can)
 };
 
 ChatTemplate ChatTemplate::compile(std::string source, std::string origin, std::string bos,
@@ -28,6 +29,8 @@ ChatTemplate ChatTemplate::compile(std::string source, std::string origin, std::
   try {
     impl->program = jinja::parse(impl->source);
   } catch (const std::runtime_error& e) {
+    // e.what() starts with "line L, column C: ", so the user reads
+    // "<file>: chat template line L, column C: <problem>".
     throw std::runtime_error(impl->origin + "chat template " + e.what());
   }
   return ChatTemplate(std::move(impl));
@@ -37,8 +40,33 @@ ChatTemplate ChatTemplate::from_string(std::string source) {
   return compile(std::move(source), "", "", "");
 }
 
+namespace {
+
+std::string jinja_file(const std::string& dir) { return dir + "/chat_template.jinja"; }
+
+}  // namespace
+
 ChatTemplate ChatTemplate::from_dir(const std::string& dir) {
   const TokenizerConfig config = read_tokenizer_config(dir);
+  if (config.chat_template.is_null() && !std::ifstream(jinja_file(dir))) {
+    throw std::runtime_error(dir +
+                             ": no chat template (no \"chat_template\" in tokenizer_config.json "
+                             "and no chat_template.jinja)");
+  }
+  // Callers take any exception from here to mean "no chat template" (a model folder needs one
+  // only for conversation data), so a template that is there but broken must not throw: its
+  // error, with file, line and column, is kept and thrown by render(), where it reaches the user.
+  // transformers likewise compiles the template only when it is first applied.
+  try {
+    return load(dir, config);
+  } catch (const std::exception& e) {  // json type errors in the "chat_template" field, too
+    auto impl = std::make_shared<Impl>();
+    impl->error = e.what();
+    return ChatTemplate(std::move(impl));
+  }
+}
+
+ChatTemplate ChatTemplate::load(const std::string& dir, const TokenizerConfig& config) {
   const auto& t = config.chat_template;
   if (t.is_string())
     return compile(t.get<std::string>(), config.path + ": ", config.bos_token, config.eos_token);
@@ -63,22 +91,18 @@ ChatTemplate ChatTemplate::from_dir(const std::string& dir) {
   if (!t.is_null())
     throw std::runtime_error(config.path +
                              ": field \"chat_template\": expected a string or a list");
-  const std::string jinja_path = dir + "/chat_template.jinja";
-  std::ifstream in(jinja_path);
-  if (!in) {
-    throw std::runtime_error(dir +
-                             ": no chat template (no \"chat_template\" in tokenizer_config.json "
-                             "and no chat_template.jinja)");
-  }
+  std::ifstream in(jinja_file(dir));
+  if (!in) throw std::runtime_error(jinja_file(dir) + ": cannot read");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return compile(buffer.str(), jinja_path + ": ", config.bos_token, config.eos_token);
+  return compile(buffer.str(), jinja_file(dir) + ": ", config.bos_token, config.eos_token);
 }
 
 const std::string& ChatTemplate::source() const { return impl_->source; }
 
 std::string ChatTemplate::render(const nlohmann::json& messages, bool add_generation_prompt,
                                  const nlohmann::json& extra) const {
+  if (!impl_->error.empty()) throw std::runtime_error(impl_->error);
   if (!messages.is_array())
     throw std::runtime_error("ChatTemplate::render: messages must be a JSON array");
   if (!extra.is_object())

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/strict_json.h"
 #include "trainer/text/added_vocab.h"
 #include "trainer/text/bpe_model.h"
 #include "trainer/text/decoder.h"
@@ -34,15 +35,7 @@ struct Tokenizer::Impl {
 
 namespace {
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open file");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error(path + ": invalid JSON: " + e.what());
-  }
-}
+nlohmann::json read_json(const std::string& path) { return read_json_file_strict(path); }
 
 }  // namespace
 

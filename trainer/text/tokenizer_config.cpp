@@ -3,6 +3,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "common/strict_json.h"
+
 namespace kubetune::text {
 namespace {
 
@@ -22,15 +24,9 @@ std::string token_name(const nlohmann::json& config, const char* field, const st
 TokenizerConfig read_tokenizer_config(const std::string& dir) {
   TokenizerConfig c;
   const std::string path = dir + "/tokenizer_config.json";
-  std::ifstream in(path);
-  if (!in) return c;
+  if (!std::ifstream(path)) return c;
   c.path = path;
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error(path + ": invalid JSON: " + e.what());
-  }
+  const nlohmann::json j = read_json_file_strict(path);
   if (!j.is_object()) throw std::runtime_error(path + ": expected a JSON object");
   c.bos_token = token_name(j, "bos_token", path);
   c.eos_token = token_name(j, "eos_token", path);

@@ -7,10 +7,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <regex>
 
 #include "common/log.h"
+#include "common/strict_json.h"
 #include "trainer/io/safetensors.h"
+
+// Header-only: the hash is compiled in, so the trainer image needs no extra shared library.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace fs = std::filesystem;
 
@@ -18,6 +24,7 @@ namespace kubetune::train {
 namespace {
 
 const std::regex kCheckpointName(R"(step-(\d{8}))");
+const char* const kStateFile = "trainer_state.json";
 
 void write_json_file(const fs::path& path, const nlohmann::json& j) {
   std::ofstream out(path);
@@ -32,6 +39,60 @@ void sync_path(const fs::path& path) {
   if (!f) return;
   fsync(fileno(f));
   std::fclose(f);
+}
+
+// XXH3-64 of a file's bytes, as `xxhsum -H3` prints it: fast enough (tens of GB/s) to check
+// every byte of a multi-GB optimizer state on resume.
+std::string file_digest(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path.string() + ": cannot open");
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  XXH3_64bits_reset(state.get());
+  std::vector<char> buffer(8 << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    XXH3_64bits_update(state.get(), buffer.data(), static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) throw std::runtime_error(path.string() + ": read error");
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits_digest(state.get())));
+  return hex;
+}
+
+// Size and digest of every file of a checkpoint folder but the state file that lists them.
+nlohmann::json describe_files(const fs::path& dir) {
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file() || entry.path().filename() == kStateFile) continue;
+    files[fs::relative(entry.path(), dir).string()] = {{"bytes", entry.file_size()},
+                                                       {"xxh3", file_digest(entry.path())}};
+  }
+  return files;
+}
+
+// Every file the state lists is there with its size and digest: flipped bits, a truncated or a
+// replaced file all fail here, naming the file.
+void verify_files(const fs::path& dir, const nlohmann::json& files) {
+  for (const auto& [name, want] : files.items()) {
+    const fs::path path = dir / name;
+    if (!fs::is_regular_file(path)) throw std::runtime_error(path.string() + ": missing");
+    if (fs::file_size(path) != want.at("bytes").get<uint64_t>())
+      throw std::runtime_error(path.string() + ": " + std::to_string(fs::file_size(path)) +
+                               " bytes, the checkpoint recorded " + want.at("bytes").dump());
+    if (file_digest(path) != want.at("xxh3").get<std::string>())
+      throw std::runtime_error(path.string() +
+                               ": contents differ from those written (checksum mismatch)");
+  }
+}
+
+// The step a checkpoint folder's name says it holds, or -1 for a folder named otherwise (an
+// explicit checkpoint.resume path may be any folder).
+int64_t step_in_name(const fs::path& dir) {
+  std::smatch m;
+  const std::string name = dir.filename().string();
+  return std::regex_match(name, m, kCheckpointName) ? std::stoll(m[1].str()) : -1;
 }
 
 NamedTensors read_all(const fs::path& path) {
@@ -54,12 +115,19 @@ nlohmann::json TrainerState::to_json() const {
 }
 
 TrainerState TrainerState::from_json(const nlohmann::json& j) {
+  auto count = [&](const char* key, int64_t minimum) {
+    const nlohmann::json& v = j.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < minimum)
+      throw std::runtime_error(std::string("field \"") + key + "\": expected an integer >= " +
+                               std::to_string(minimum) + ", got " + v.dump());
+    return v.get<int64_t>();
+  };
   TrainerState s;
-  s.step = j.at("step");
-  s.tokens_seen = j.at("tokens_seen");
-  s.samples_seen = j.at("samples_seen");
-  s.global_batch = j.at("global_batch");
-  s.world_size = j.at("world_size");
+  s.step = count("step", 0);
+  s.tokens_seen = count("tokens_seen", 0);
+  s.samples_seen = count("samples_seen", 0);
+  s.global_batch = count("global_batch", 1);
+  s.world_size = static_cast<int>(count("world_size", 1));
   s.seed = j.at("seed");
   s.method = j.at("method");
   return s;
@@ -85,8 +153,11 @@ std::string save_checkpoint(const std::string& dir, const TrainerState& state,
   io::save_safetensors((tmp_dir / "trainable.safetensors").string(), cpu_trainable);
   io::save_safetensors((tmp_dir / "optimizer.safetensors").string(), cpu_optimizer);
   if (extra) extra(tmp_dir.string());
-  // The state file is written last: its presence is what marks the folder complete.
-  write_json_file(tmp_dir / "trainer_state.json", state.to_json());
+  // The state file is written last: its presence is what marks the folder complete, and it lists
+  // every other file with its checksum.
+  nlohmann::json state_json = state.to_json();
+  state_json["files"] = describe_files(tmp_dir);
+  write_json_file(tmp_dir / kStateFile, state_json);
   for (const auto& entry : fs::directory_iterator(tmp_dir)) sync_path(entry.path());
   sync_path(tmp_dir);
 
@@ -102,7 +173,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_directory() &&
         std::regex_match(entry.path().filename().string(), kCheckpointName) &&
-        fs::exists(entry.path() / "trainer_state.json"))
+        fs::exists(entry.path() / kStateFile))
       found.push_back(entry.path().string());
   }
   std::sort(found.rbegin(), found.rend());  // zero-padded names sort by step
@@ -112,27 +183,51 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 CheckpointContents load_checkpoint(const std::string& path) {
   CheckpointContents c;
   c.path = path;
-  const fs::path state_path = fs::path(path) / "trainer_state.json";
-  std::ifstream in(state_path);
-  if (!in) throw std::runtime_error(state_path.string() + ": missing (not a complete checkpoint)");
+  const fs::path state_path = fs::path(path) / kStateFile;
+  if (!fs::exists(state_path))
+    throw std::runtime_error(state_path.string() + ": missing (not a complete checkpoint)");
+  const nlohmann::json state_json = read_json_file_strict(state_path.string());
   try {
-    c.state = TrainerState::from_json(nlohmann::json::parse(in));
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(state_path.string() + ": " + e.what());
+    c.state = TrainerState::from_json(state_json);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(state_path.string() + ": " + without_json_exception_tag(e.what()));
+  }
+  const int64_t named_step = step_in_name(path);
+  if (named_step >= 0 && named_step != c.state.step)
+    throw std::runtime_error(state_path.string() + ": says step " + std::to_string(c.state.step) +
+                             " in a folder named for step " + std::to_string(named_step));
+  if (state_json.contains("files")) {
+    verify_files(path, state_json["files"]);
+  } else {
+    log::warn()
+        << path
+        << ": no checksums recorded (written before checkpoints carried them); files not verified";
   }
   c.trainable = read_all(fs::path(path) / "trainable.safetensors");
   c.optimizer = read_all(fs::path(path) / "optimizer.safetensors");
   return c;
 }
 
-std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir) {
-  for (const auto& path : list_checkpoints(dir)) {
+std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir,
+                                                         const ResumeCheck& fits_run) {
+  const auto all = list_checkpoints(dir);
+  std::string reasons;
+  for (const auto& path : all) {
     try {
-      return load_checkpoint(path);
+      CheckpointContents c = load_checkpoint(path);
+      if (fits_run) fits_run(c);
+      return c;
     } catch (const std::exception& e) {
-      log::warn() << "skipping damaged checkpoint " << path << ": " << e.what();
+      log::warn() << "skipping checkpoint " << path << ": " << e.what();
+      reasons += "\n  " + path + ": " + e.what();
     }
   }
+  // Checkpoints exist but none can be resumed: starting over would silently drop that work, and
+  // pruning would later delete it. The user decides.
+  if (!all.empty())
+    throw std::runtime_error("none of the " + std::to_string(all.size()) + " checkpoints in " +
+                             dir + " can be resumed:" + reasons +
+                             "\nto start over, move them away or set checkpoint.resume: never");
   return std::nullopt;
 }
 

@@ -3,8 +3,9 @@
 // Layout: <dir>/step-00000120/{trainable.safetensors, optimizer.safetensors, trainer_state.json}
 // (+ a PEFT adapter for LoRA runs, so any checkpoint is also a usable adapter). A checkpoint is
 // written into a hidden temporary folder and renamed into place only when complete, so a crash
-// mid-write never leaves something that looks like a checkpoint; loading still verifies each file
-// and falls back to the previous checkpoint if one is damaged.
+// mid-write never leaves something that looks like a checkpoint. trainer_state.json, written last,
+// records each other file's size and XXH3-64 checksum (`xxhsum -H3` checks them by hand); loading
+// verifies them and falls back to the previous checkpoint if one is damaged.
 #pragma once
 
 #include <torch/types.h>
@@ -47,11 +48,19 @@ std::string save_checkpoint(const std::string& dir, const TrainerState& state,
 // Complete checkpoints in `dir`, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
-// Loads one checkpoint folder, verifying every file; throws naming the file on any damage.
+// Loads one checkpoint folder, verifying every file against the sizes and checksums its state
+// file recorded, and the state against the folder's name; throws naming the file on any damage.
 CheckpointContents load_checkpoint(const std::string& path);
 
-// The newest loadable checkpoint under `dir` (damaged ones are reported on stderr and skipped).
-std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir);
+// Throws, saying why, when a loaded checkpoint cannot be resumed by this run (another method, a
+// tensor missing or of another shape, a step past the end).
+using ResumeCheck = std::function<void(const CheckpointContents&)>;
+
+// The newest checkpoint under `dir` that loads and passes `fits_run`; damaged or unfitting ones are
+// logged and skipped. None found: nullopt if there are none at all, else an error listing why each
+// was refused (so that work is never dropped silently).
+std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir,
+                                                         const ResumeCheck& fits_run = {});
 
 // Keeps the newest `keep` checkpoints.
 void prune_checkpoints(const std::string& dir, int keep);

@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <sstream>
 
 #include "common/contracts.h"
 #include "common/log.h"
@@ -45,7 +46,9 @@
 #include "trainer/train/lr_schedule.h"
 #include "trainer/train/model_setup.h"
 #include "trainer/train/observers.h"
+#include "trainer/train/preflight.h"
 #include "trainer/train/profiler.h"
+#include "trainer/train/resume_check.h"
 #include "trainer/train/stop_signal.h"
 #include "trainer/train/weight_shards.h"
 
@@ -285,6 +288,21 @@ void report_step(Run& run, StepStats& s, Clock::time_point start, int64_t first_
   for (auto& o : run.observers) o->on_step(s);
 }
 
+// A NaN or infinite loss or gradient norm never recovers: every later step, checkpoint and output
+// would be NaN while the run "succeeds". The values are global (all-reduced), so every rank stops
+// here together; the last checkpoint, written before, stays the one to resume from.
+void stop_if_diverged(const Run& run, const StepStats& s) {
+  if (std::isfinite(s.loss) && std::isfinite(s.grad_norm)) return;
+  std::ostringstream what;
+  what
+      << "step " << s.step << ": loss " << s.loss << ", gradient norm " << s.grad_norm
+      << ": training diverged or its inputs hold NaN/inf (check training.learningRate, the model's "
+         "weights and config.json); nothing of this step is saved";
+  if (run.checkpointed_step > 0)
+    what << "; the last checkpoint is at step " << run.checkpointed_step;
+  throw UserInputError(what.str());
+}
+
 // A trainable embedding of a multi-process run has its gradient summed by rows
 // (embedding_gradient_sync.h). Untied, it then leaves DDP's buckets; tied, the buckets still
 // carry the output layer's part.
@@ -390,16 +408,12 @@ void write_checkpoint(Run& run) {
   run.checkpointed_step = run.state.step;
 }
 
+// The checkpoint was checked to fit (resume_check.h): names and shapes match.
 void restore_weights(Run& run, const CheckpointContents& c) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> by_name(c.trainable.begin(), c.trainable.end());
-  for (size_t i = 0; i < run.trainable.names.size(); ++i) {
-    auto it = by_name.find(run.trainable.names[i]);
-    if (it == by_name.end())
-      throw std::runtime_error(c.path + ": checkpoint has no tensor '" + run.trainable.names[i] +
-                               "' (was it written by a different method or model?)");
-    run.trainable.tensors[i].copy_(it->second);
-  }
+  for (size_t i = 0; i < run.trainable.names.size(); ++i)
+    run.trainable.tensors[i].copy_(by_name.at(run.trainable.names[i]));
   run.state.step = c.state.step;
   run.state.tokens_seen = c.state.tokens_seen;
   run.state.samples_seen = c.state.samples_seen;
@@ -415,10 +429,20 @@ void restore_optimizer(Run& run, const CheckpointContents& c) {
   });
 }
 
-std::optional<CheckpointContents> find_resume_point(const TrainConfig& c) {
+// The checkpoint this run resumes from: the newest one that is intact and fits, an explicit one,
+// or none. Checkpoints that exist but cannot be resumed are the user's to sort out (exit 2).
+std::optional<CheckpointContents> find_resume_point(const TrainConfig& c,
+                                                    const ResumeCheck& fits_run) {
   if (c.resume == "never") return std::nullopt;
-  if (c.resume == "auto") return load_latest_checkpoint(c.checkpoint_dir);
-  return load_checkpoint(c.resume);
+  try {
+    if (c.resume == "auto") return load_latest_checkpoint(c.checkpoint_dir, fits_run);
+    auto checkpoint = load_checkpoint(c.resume);
+    fits_run(checkpoint);
+    return checkpoint;
+  } catch (const std::exception& e) {
+    throw UserInputError(c.resume == "auto" ? e.what()
+                                            : "checkpoint.resume " + c.resume + ": " + e.what());
+  }
 }
 
 void save_outputs(Run& run) {
@@ -537,6 +561,7 @@ StepStats train_steps(Run& run, int64_t total_steps) {
                    : last.data_seconds + pending->timeline.seconds_between(kStart, kResultsCopied);
       previous = std::move(pending->timeline);
       report_step(run, last, start, first_step, total_steps, flops_per_token, smoothed_tps);
+      stop_if_diverged(run, last);
       stopping = stopping || last.stop_requested;
       if (evaluates_after(last.step)) {
         double eval_loss = run_validation(run);
@@ -564,8 +589,26 @@ int stop_early(Run& run, int64_t total_steps) {
   return kExitRetryable;
 }
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The preflight's estimate of this process's peak GPU memory (preflight.h), logged before the
+// first step and again beside the measured peak at the end, so a wrong estimate shows.
+void log_gpu_memory(const Run& run, const StepStats* last) {
+  if (!run.device.is_cuda() || run.comm.rank() != 0) return;
+  const MemoryEstimate m =
+      estimate_gpu_memory(run.model->config(), run.config, run.comm.world_size());
+  if (last == nullptr) {
+    log::info() << "estimated peak GPU memory=" << log::fixed(m.total() / kGiB, 2) << " GiB "
+                << m.to_json().dump();
+  } else if (last->has_device_memory) {
+    log::info() << "peak GPU memory=" << log::fixed(last->device_memory.peak / kGiB, 2)
+                << " GiB (estimated " << log::fixed(m.total() / kGiB, 2) << " GiB)";
+  }
+}
+
 // The final checkpoint, the outputs, the last evaluation; every observer hears of the end.
 void finish_training(Run& run, StepStats last) {
+  log_gpu_memory(run, &last);
   write_checkpoint(run);
   save_outputs(run);
   if (!run.validation.empty()) {
@@ -588,7 +631,11 @@ int run_training(const TrainConfig& c) {
   const bool lead = env.rank == 0;
 
   auto inputs = load_user_inputs(c, device, dtype);
-  auto checkpoint = find_resume_point(c);
+  auto model = inputs.model;
+  auto trainable = trainable_parameters(*model);
+  auto checkpoint = find_resume_point(c, [&](const CheckpointContents& k) {
+    check_resumable(k, c, trainable, env.world_size, inputs.train.size());
+  });
   const auto shape =
       batch_shape(c, env.world_size, checkpoint ? checkpoint->state.global_batch : 0);
   data::DistributedSampler sampler(inputs.train.size(), shape.global_batch, shape.accumulation,
@@ -600,9 +647,7 @@ int run_training(const TrainConfig& c) {
                           : static_cast<long>(std::ceil(c.warmup_ratio * total_steps)),
                       total_steps};
 
-  auto model = inputs.model;
   model->set_gradient_checkpointing(c.gradient_checkpointing);
-  auto trainable = trainable_parameters(*model);
 
   Run run{c,
           *comm,
@@ -639,6 +684,7 @@ int run_training(const TrainConfig& c) {
   attach_gradient_probe(run);
 
   if (lead) log_start(run, shape, total_steps);
+  log_gpu_memory(run, nullptr);
   const StepStats last = train_steps(run, total_steps);
   if (run.state.step < total_steps) return stop_early(run, total_steps);
   finish_training(run, last);

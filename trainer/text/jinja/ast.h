@@ -37,7 +37,8 @@ struct Expr {
     Test,     // a is [not] name(args)
     Not,      // not a
     Neg,      // -a
-    Binary,   // a op b  (op in name: or and + - * / // % ** ~ in notin)
+    Binary,   // a op b  (op in name: or and + - * / // % **)
+    Concat,   // items[0] ~ items[1] ~ ... (flat, like jinja2's Concat)
     Compare,  // a op1 b op2 c ...  (ops in compare_ops)
     Cond,     // b if a else c
     List,     // [items]
@@ -52,6 +53,7 @@ struct Expr {
   std::vector<std::string> compare_ops;
   CallArgs args;
   bool negated = false;  // for Test
+  int height = 1;        // levels in this subtree; the parser bounds it (sandbox.h)
 };
 
 struct Stmt {

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "trainer/text/jinja/errors.h"
+#include "trainer/text/jinja/sandbox.h"
 #include "trainer/text/utf8.h"
 
 namespace kubetune::text::jinja {
@@ -176,6 +177,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
         ++n;
       }
       out += c;
+      sandbox::check_string_bytes(out.size());  // `to` around each character multiplies sizes
     }
     if (count < 0 || n < count) out += to;
     return out;
@@ -185,6 +187,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
   while ((count < 0 || n < count) && (pos = s.find(from, prev)) != std::string::npos) {
     out.append(s, prev, pos - prev);
     out += to;
+    sandbox::check_string_bytes(out.size());
     prev = pos + from.size();
     ++n;
   }
@@ -491,9 +494,9 @@ Value filter_tojson(const std::string& name, const Value& v, const Args& args,
                     const Kwargs& kwargs) {
   JsonDumpOptions o;
   if (const Value* indent = arg(args, kwargs, 1000, "indent"); indent && !indent->is_none()) {
-    o.indent = indent->is_int()
-                   ? std::string(static_cast<size_t>(std::max<int64_t>(0, indent->as_int())), ' ')
-                   : to_str(*indent);
+    const int64_t spaces = indent->is_int() ? std::max<int64_t>(0, indent->as_int()) : 0;
+    sandbox::check_string_bytes(static_cast<size_t>(spaces));
+    o.indent = indent->is_int() ? std::string(static_cast<size_t>(spaces), ' ') : to_str(*indent);
     o.item_separator = ",";
   }
   if (!args.empty())
@@ -540,6 +543,7 @@ Value filter_join(const std::string& name, const Value& v, const Args& args, con
     if (!first) out += sep;
     first = false;
     out += to_str(attr && attr->is_string() ? attribute_path(item, attr->str()) : item);
+    sandbox::check_string_bytes(out.size());  // a long separator repeats between every item
   }
   return Value(Json(out));
 }
@@ -702,10 +706,10 @@ Value filter_round(const std::string& name, const Value& v, const Args& args,
 
 Value filter_indent(const std::string&, const Value& v, const Args& args, const Kwargs& kwargs) {
   const Value* width = arg(args, kwargs, 0, "width");
-  const std::string pad =
-      width && width->is_string()
-          ? width->str()
-          : std::string(width && width->is_int() ? static_cast<size_t>(width->as_int()) : 4, ' ');
+  const size_t spaces =
+      width && width->is_int() ? static_cast<size_t>(std::max<int64_t>(0, width->as_int())) : 4;
+  sandbox::check_string_bytes(spaces);
+  const std::string pad = width && width->is_string() ? width->str() : std::string(spaces, ' ');
   const bool first = arg_bool(args, kwargs, 1, "first", false);
   const bool blank = arg_bool(args, kwargs, 2, "blank", false);
   std::string s = str_or_empty(v), out;
@@ -717,6 +721,7 @@ Value filter_indent(const std::string&, const Value& v, const Args& args, const 
         s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
     const bool indent_this = (is_first ? first : true) && (blank || !line.empty());
     out += (indent_this ? pad : "") + line;
+    sandbox::check_string_bytes(out.size());
     if (nl == std::string::npos) break;
     out += "\n";
     start = nl + 1;
@@ -958,6 +963,7 @@ Value call_method(const Value& object, const std::string& name, const Args& args
         if (!first) out += s;
         first = false;
         out += item.str();
+        sandbox::check_string_bytes(out.size());
       }
       return Value(Json(out));
     }
@@ -1020,11 +1026,18 @@ Value call_global(const std::string& name, const Args& args, const Kwargs& kwarg
     const int64_t start = n.size() == 1 ? 0 : n[0], stop = n.size() == 1 ? n[0] : n[1],
                   step = n.size() == 3 ? n[2] : 1;
     if (step == 0) type_error("range() step must not be zero");
+    // Python's len(range(...)), in unsigned arithmetic: stop - start may not fit in int64.
+    const auto span = [](int64_t from, int64_t to) {
+      return static_cast<uint64_t>(to) - static_cast<uint64_t>(from);
+    };
+    const uint64_t len =
+        step > 0 ? (start < stop ? (span(start, stop) - 1) / static_cast<uint64_t>(step) + 1 : 0)
+                 : (start > stop ? (span(stop, start) - 1) / span(step, 0) + 1 : 0);
+    if (len > static_cast<uint64_t>(sandbox::kMaxRange)) type_error(sandbox::kRangeTooBig);
     Json out = Json::array();
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      out.push_back(i);
-      if (out.size() > 1000000) type_error("range() too large");
-    }
+    for (uint64_t k = 0, i = static_cast<uint64_t>(start); k < len;
+         ++k, i += static_cast<uint64_t>(step))
+      out.push_back(static_cast<int64_t>(i));  // wraps like the int64 values it stands for
     return Value(out);
   }
   if (name == "strftime_now") {

@@ -1,10 +1,13 @@
 #include "trainer/text/jinja/interpreter.h"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 #include "trainer/text/jinja/builtins.h"
 #include "trainer/text/jinja/errors.h"
+#include "trainer/text/jinja/sandbox.h"
 
 namespace kubetune::text::jinja {
 namespace {
@@ -34,17 +37,72 @@ double to_double(const Value& v) {
   return v.is_bool() ? (v.json().get<bool>() ? 1.0 : 0.0) : v.as_double();
 }
 
+// x * n without wrapping around; saturates, for size checks.
+size_t times(size_t x, size_t n) {
+  return n != 0 && x > std::numeric_limits<size_t>::max() / n ? std::numeric_limits<size_t>::max()
+                                                              : x * n;
+}
+
+// Python's seq * n. The result's size is checked before anything is built, so `'a' * 10**12`
+// fails at once instead of exhausting memory.
 Value repeat(const Value& seq, int64_t n) {
+  const auto count = static_cast<size_t>(std::max<int64_t>(n, 0));
   if (seq.is_string()) {
+    sandbox::check_string_bytes(times(seq.str().size(), count));
     std::string out;
-    for (int64_t i = 0; i < n; ++i) out += seq.str();
+    for (size_t i = 0; i < count && !seq.str().empty(); ++i) out += seq.str();
     return Value(Json(out));
   }
+  const JsonSize one = json_size(seq.json());  // the list and its items
+  check_sandbox_size(JsonSize{times(one.nodes - 1, count) + 1, times(one.bytes, count), one.depth});
   Json out = Json::array();
-  for (int64_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < count && !seq.json().empty(); ++i) {
     for (const auto& e : seq.json()) out.push_back(e);
   }
   return Value(out);
+}
+
+// Python ints never overflow; ours are 64-bit, so a result out of range is an error (signed
+// overflow would be undefined behaviour, and INT64_MIN // -1 a crash).
+[[noreturn]] void int_overflow(const std::string& op) {
+  fail("integer result of " + op + " out of the 64-bit range");
+}
+
+int64_t int_power(int64_t base, int64_t exponent) {  // exponent >= 0; by squaring: O(log n)
+  int64_t result = 1;
+  while (exponent > 0) {
+    if ((exponent & 1) && __builtin_mul_overflow(result, base, &result)) int_overflow("**");
+    exponent >>= 1;
+    if (exponent > 0 && __builtin_mul_overflow(base, base, &base)) int_overflow("**");
+  }
+  return result;
+}
+
+Value int_arithmetic(const std::string& op, int64_t x, int64_t y) {
+  int64_t r = 0;
+  if (op == "+" || op == "-" || op == "*") {
+    const bool overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
+                          : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                      : __builtin_mul_overflow(x, y, &r);
+    if (overflow) int_overflow(op);
+    return Value(Json(r));
+  }
+  if (op == "//" || op == "%") {
+    if (y == 0) fail("integer division or modulo by zero");
+    if (x == std::numeric_limits<int64_t>::min() && y == -1) {
+      if (op == "%") return Value(Json(int64_t{0}));
+      int_overflow(op);
+    }
+    int64_t q = x / y;
+    r = x % y;
+    if (r != 0 && ((r < 0) != (y < 0))) {  // Python floors toward negative infinity
+      --q;
+      r += y;
+    }
+    return Value(Json(op == "//" ? q : r));
+  }
+  if (y < 0) return Value(Json(std::pow(static_cast<double>(x), static_cast<double>(y))));
+  return Value(Json(int_power(x, y)));  // "**"
 }
 
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
@@ -71,27 +129,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (to_double(b) == 0.0) fail("division by zero");
     return Value(Json(to_double(a) / to_double(b)));
   }
-  if (ints) {
-    const int64_t x = to_int(a), y = to_int(b);
-    if (op == "+") return Value(Json(x + y));
-    if (op == "-") return Value(Json(x - y));
-    if (op == "*") return Value(Json(x * y));
-    if (op == "//" || op == "%") {
-      if (y == 0) fail("integer division or modulo by zero");
-      int64_t q = x / y, r = x % y;
-      if (r != 0 && ((r < 0) != (y < 0))) {  // Python floors toward negative infinity
-        --q;
-        r += y;
-      }
-      return Value(Json(op == "//" ? q : r));
-    }
-    if (op == "**") {
-      if (y < 0) return Value(Json(std::pow(static_cast<double>(x), static_cast<double>(y))));
-      int64_t result = 1;
-      for (int64_t i = 0; i < y; ++i) result *= x;
-      return Value(Json(result));
-    }
-  }
+  if (ints && (op == "+" || op == "-" || op == "*" || op == "//" || op == "%" || op == "**"))
+    return int_arithmetic(op, to_int(a), to_int(b));
   const double x = to_double(a), y = to_double(b);
   if (op == "+") return Value(Json(x + y));
   if (op == "-") return Value(Json(x - y));
@@ -127,6 +166,28 @@ Json to_data(const Value& v) {
   return v.json();
 }
 
+// One level of `level` for as long as it lives; past `limit` it throws too_deep() instead (a
+// function, so that the message is only built when needed).
+class Level {
+ public:
+  template <typename TooDeep>
+  Level(int& level, int limit, const TooDeep& too_deep) : level_(level) {
+    if (level_ == limit) fail(too_deep());
+    ++level_;
+  }
+  ~Level() { --level_; }
+  Level(const Level&) = delete;
+  Level& operator=(const Level&) = delete;
+
+ private:
+  int& level_;
+};
+
+std::string eval_too_deep() {
+  return "template recursion deeper than " + std::to_string(sandbox::kMaxEvalDepth) +
+         " nested statements and expressions";
+}
+
 class Interpreter {
  public:
   explicit Interpreter(const std::map<std::string, Value>& variables) {
@@ -150,25 +211,52 @@ class Interpreter {
     return Flow::Normal;
   }
 
+  // Anything an expression or statement throws is the template's fault: it gets the location.
   Flow exec(const Stmt& s, std::string& out) {
     try {
+      const Level level(depth_, sandbox::kMaxEvalDepth, eval_too_deep);
       return exec_impl(s, out);
     } catch (const LocatedError&) {
       throw;
     } catch (const TemplateRaised&) {
       throw;
-    } catch (const std::runtime_error& e) {
+    } catch (const std::exception& e) {
       throw LocatedError(s.loc, e.what());
     }
+  }
+
+  // ---- sandbox budgets (sandbox.h) ----
+  void write(std::string& out, const std::string& text) {
+    written_ += text.size();
+    if (written_ > sandbox::kMaxOutputBytes) {
+      fail("template wrote more than " + std::to_string(sandbox::kMaxOutputBytes) +
+           " bytes (template sandbox limit)");
+    }
+    out += text;
+  }
+
+  // A loop iteration or macro call. Without a budget, nested loops or a macro that calls itself
+  // twice would run for ages, each step well inside the other limits.
+  void step() {
+    if (++steps_ > sandbox::kMaxSteps) {
+      fail("template ran more than " + std::to_string(sandbox::kMaxSteps) +
+           " loop iterations and macro calls (template sandbox limit)");
+    }
+  }
+
+  // A value the template built (by an operator, filter, call or literal) must fit the limits.
+  static Value built(Value v) {
+    if (v.is_data()) check_sandbox_size(v.json());
+    return v;
   }
 
   Flow exec_impl(const Stmt& s, std::string& out) {
     switch (s.kind) {
       case Stmt::Kind::Text:
-        out += s.text;
+        write(out, s.text);
         return Flow::Normal;
       case Stmt::Kind::Output:
-        out += to_str(eval(*s.expr));
+        write(out, to_str(eval(*s.expr)));
         return Flow::Normal;
       case Stmt::Kind::If:
         for (size_t i = 0; i < s.conds.size(); ++i) {
@@ -218,6 +306,7 @@ class Interpreter {
     std::vector<Value> items;
     for (auto& item : iterate(eval(*s.expr))) {
       if (s.filter) {
+        step();  // the filter runs for every item, even when the body runs for none
         scopes_.emplace_back();
         bind_targets(s.targets, item, scopes_.back());
         const bool keep = truthy(eval(*s.filter));
@@ -232,10 +321,19 @@ class Interpreter {
     }
     const auto n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
-      Json loop = {
-          {"index", i + 1},  {"index0", i},        {"revindex", n - i}, {"revindex0", n - i - 1},
-          {"first", i == 0}, {"last", i == n - 1}, {"length", n},       {"depth", 1},
-          {"depth0", 0}};
+      step();
+      // Field by field: an initializer list would build (and free) a temporary per field, a
+      // cost every loop iteration pays.
+      Json loop = Json::object();
+      loop["index"] = i + 1;
+      loop["index0"] = i;
+      loop["revindex"] = n - i;
+      loop["revindex0"] = n - i - 1;
+      loop["first"] = i == 0;
+      loop["last"] = i == n - 1;
+      loop["length"] = n;
+      loop["depth"] = 1;
+      loop["depth0"] = 0;
       if (i > 0 && items[static_cast<size_t>(i - 1)].is_data())
         loop["previtem"] = items[static_cast<size_t>(i - 1)].json();
       if (i + 1 < n && items[static_cast<size_t>(i + 1)].is_data())
@@ -274,6 +372,11 @@ class Interpreter {
     callable->name = s.text;
     const Stmt* def = &s;
     callable->fn = [this, def](const Args& args, const Kwargs& kwargs) {
+      step();
+      const Level call(calls_, sandbox::kMaxCallDepth, [def] {
+        return "template recursion deeper than " + std::to_string(sandbox::kMaxCallDepth) +
+               " macro calls (in macro '" + def->text + "')";
+      });
       if (args.size() > def->params.size())
         fail("macro '" + def->text + "' takes " + std::to_string(def->params.size()) +
              " arguments");
@@ -334,12 +437,13 @@ class Interpreter {
 
   Value eval(const Expr& e) {
     try {
+      const Level level(depth_, sandbox::kMaxEvalDepth, eval_too_deep);
       return eval_impl(e);
     } catch (const LocatedError&) {
       throw;
     } catch (const TemplateRaised&) {
       throw;
-    } catch (const std::runtime_error& err) {
+    } catch (const std::exception& err) {
       throw LocatedError(e.loc, err.what());
     }
   }
@@ -365,13 +469,13 @@ class Interpreter {
         return slice(target, part(e.b), part(e.c), part(e.d));
       }
       case Expr::Kind::Call:
-        return eval_call(e);
+        return built(eval_call(e));
       case Expr::Kind::Filter: {
         const Value input = eval(*e.a);
         Args args;
         Kwargs kwargs;
         eval_args(e.args, args, kwargs);
-        return apply_filter(e.name, input, args, kwargs);
+        return built(apply_filter(e.name, input, args, kwargs));
       }
       case Expr::Kind::Test: {
         const Value input = eval(*e.a);
@@ -388,6 +492,14 @@ class Interpreter {
       }
       case Expr::Kind::Binary:
         return eval_binary(e);
+      case Expr::Kind::Concat: {
+        std::string out;
+        for (const auto& item : e.items) {
+          out += to_str(eval(*item));
+          sandbox::check_string_bytes(out.size());
+        }
+        return Value(Json(std::move(out)));
+      }
       case Expr::Kind::Compare:
         return eval_compare(e);
       case Expr::Kind::Cond:
@@ -396,7 +508,7 @@ class Interpreter {
       case Expr::Kind::List: {
         Json out = Json::array();
         for (const auto& item : e.items) out.push_back(to_data(eval(*item)));
-        Value list(std::move(out));
+        Value list = built(Value(std::move(out)));
         if (e.name == "tuple") list.mark_tuple();
         return list;
       }
@@ -407,7 +519,7 @@ class Interpreter {
           if (!key.is_string()) fail("dict keys must be strings in chat templates");
           out[key.str()] = to_data(eval(*e.items[i + 1]));
         }
-        return Value(out);
+        return built(Value(std::move(out)));
       }
     }
     fail("unknown expression");
@@ -438,8 +550,7 @@ class Interpreter {
     }
     const Value a = eval(*e.a);
     const Value b = eval(*e.b);
-    if (e.name == "~") return Value(Json(to_str(a) + to_str(b)));
-    return arithmetic(e.name, a, b);
+    return built(arithmetic(e.name, a, b));
   }
 
   Value eval_compare(const Expr& e) {
@@ -469,6 +580,11 @@ class Interpreter {
   }
 
   std::vector<std::map<std::string, Value>> scopes_;
+  // What this render has used of the sandbox limits.
+  int depth_ = 0;       // exec()/eval() levels in progress
+  int calls_ = 0;       // macro calls in progress
+  int64_t steps_ = 0;   // loop iterations and macro calls so far
+  size_t written_ = 0;  // bytes of text written so far, captures included
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "trainer/text/jinja/lexer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <stdexcept>
 
@@ -23,6 +24,9 @@ class Lexer {
     }
     if (!normalized.empty() && normalized.back() == '\n') normalized.pop_back();
     src_ = std::move(normalized);
+    for (size_t i = 0; i < src_.size(); ++i) {
+      if (src_[i] == '\n') line_starts_.push_back(i + 1);
+    }
   }
 
   std::vector<Token> run() {
@@ -73,14 +77,13 @@ class Lexer {
     return src_.size();
   }
 
+  // Line and column by binary search, so that lexing stays linear in the template size.
   int line_at(size_t pos) const {
-    int line = 1;
-    for (size_t i = 0; i < pos && i < src_.size(); ++i) line += src_[i] == '\n';
-    return line;
+    return static_cast<int>(std::upper_bound(line_starts_.begin(), line_starts_.end(), pos) -
+                            line_starts_.begin());
   }
   int column_at(size_t pos) const {
-    const size_t nl = pos == 0 ? std::string::npos : src_.rfind('\n', pos - 1);
-    return static_cast<int>(pos - (nl == std::string::npos ? 0 : nl + 1)) + 1;
+    return static_cast<int>(pos - line_starts_[static_cast<size_t>(line_at(pos)) - 1]) + 1;
   }
   [[noreturn]] void fail(size_t pos, const std::string& what) const {
     throw std::runtime_error("line " + std::to_string(line_at(pos)) + ", column " +
@@ -266,6 +269,7 @@ class Lexer {
   }
 
   std::string src_;
+  std::vector<size_t> line_starts_ = {0};  // offset of each line's first character
   size_t pos_ = 0;
   std::vector<Token> tokens_;
 };

@@ -1,10 +1,14 @@
 #include "trainer/text/jinja/parser.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <set>
 #include <stdexcept>
 
 #include "trainer/text/jinja/builtins.h"
 #include "trainer/text/jinja/lexer.h"
+#include "trainer/text/jinja/sandbox.h"
 
 namespace kubetune::text::jinja {
 namespace {
@@ -70,10 +74,51 @@ class Parser {
     }
   }
 
+  // ---- nesting limits (sandbox.h) ----
+  // One level of source nesting (a block, a bracketed or unary sub-expression) for as long as it
+  // lives. The parser recurses once per level, so hostile nesting fails here, not on the stack.
+  class Nested {
+   public:
+    explicit Nested(Parser& parser) : parser_(parser) {
+      if (parser_.nesting_ == sandbox::kMaxNesting) {
+        parser_.fail("nesting deeper than " + std::to_string(sandbox::kMaxNesting) +
+                     " levels (blocks, brackets and unary operators)");
+      }
+      ++parser_.nesting_;
+    }
+    ~Nested() { --parser_.nesting_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Parser& parser_;
+  };
+
+  // Records the height of a finished expression node (its children are complete) and bounds it:
+  // rendering and freeing an expression recurse once per level, and operator chains such as
+  // `a + b + c + ...` grow the tree without any nesting in the source.
+  ExprPtr sealed(ExprPtr e) {
+    int below = 0;
+    const auto see = [&below](const ExprPtr& child) {
+      if (child) below = std::max(below, child->height);
+    };
+    for (const ExprPtr* child : {&e->a, &e->b, &e->c, &e->d}) see(*child);
+    for (const auto& item : e->items) see(item);
+    for (const auto& arg : e->args.positional) see(arg);
+    for (const auto& kv : e->args.keyword) see(kv.second);
+    e->height = below + 1;
+    if (e->height > sandbox::kMaxExpressionHeight) {
+      fail("expression nested deeper than " + std::to_string(sandbox::kMaxExpressionHeight) +
+           " levels (operators, filters, attribute lookups)");
+    }
+    return e;
+  }
+
   // ---- statements ----
   // Parses statements until one of `end_tags` (e.g. "endif") opens a block tag; `ended` receives
   // that tag name, with the parser positioned just after it.
   Body parse_body(const std::set<std::string>& end_tags, std::string& ended) {
+    const Nested nested(*this);
     Body body;
     while (true) {
       const Token& t = cur();
@@ -257,10 +302,11 @@ class Parser {
     auto list = make(Expr::Kind::List, l);
     list->items.push_back(std::move(first));
     while (skip_op(",")) list->items.push_back(parse_expression());
-    return list;
+    return sealed(std::move(list));
   }
 
   ExprPtr parse_expression(bool allow_cond = true) {
+    const Nested nested(*this);
     if (!allow_cond) return parse_or();
     const Location l = loc();
     ExprPtr expr = parse_or();
@@ -269,7 +315,7 @@ class Parser {
       cond->a = parse_or();
       cond->b = std::move(expr);
       if (skip_name("else")) cond->c = parse_expression();
-      expr = std::move(cond);
+      expr = sealed(std::move(cond));
     }
     return expr;
   }
@@ -279,7 +325,7 @@ class Parser {
     e->name = op;
     e->a = std::move(lhs);
     e->b = std::move(rhs);
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -297,9 +343,10 @@ class Parser {
   ExprPtr parse_not() {
     const Location l = loc();
     if (skip_name("not")) {
+      const Nested nested(*this);
       auto e = make(Expr::Kind::Not, l);
       e->a = parse_not();
-      return e;
+      return sealed(std::move(e));
     }
     return parse_compare();
   }
@@ -331,7 +378,7 @@ class Parser {
     e->items.push_back(std::move(first));
     for (auto& o : operands) e->items.push_back(std::move(o));
     e->compare_ops = std::move(ops);
-    return e;
+    return sealed(std::move(e));
   }
   ExprPtr parse_math1() {
     const Location l = loc();
@@ -342,11 +389,16 @@ class Parser {
     }
     return e;
   }
+  // One node for a whole `a ~ b ~ c` chain, as in jinja2: long concatenations stay flat instead
+  // of nesting a level per operator.
   ExprPtr parse_concat() {
     const Location l = loc();
-    ExprPtr e = parse_math2();
-    while (skip_op("~")) e = binary("~", std::move(e), parse_math2(), l);
-    return e;
+    ExprPtr first = parse_math2();
+    if (!is_op("~")) return first;
+    auto e = make(Expr::Kind::Concat, l);
+    e->items.push_back(std::move(first));
+    while (skip_op("~")) e->items.push_back(parse_math2());
+    return sealed(std::move(e));
   }
   ExprPtr parse_math2() {
     const Location l = loc();
@@ -367,9 +419,12 @@ class Parser {
     const Location l = loc();
     ExprPtr e;
     if (skip_op("-")) {
+      const Nested nested(*this);
       e = make(Expr::Kind::Neg, l);
       e->a = parse_unary(false);
+      e = sealed(std::move(e));
     } else if (skip_op("+")) {
+      const Nested nested(*this);
       e = parse_unary(false);
     } else {
       e = parse_primary();
@@ -398,11 +453,11 @@ class Parser {
     }
     if (t.type == T::Integer) {
       ++p_;
-      return literal(Json(std::stoll(t.value)), l);
+      return literal(Json(integer(t)), l);
     }
     if (t.type == T::Float) {
       ++p_;
-      return literal(Json(std::stod(t.value)), l);
+      return literal(Json(std::strtod(t.value.c_str(), nullptr)), l);  // too big: inf, like Python
     }
     if (skip_op("(")) {
       if (skip_op(")")) {  // empty tuple
@@ -423,7 +478,7 @@ class Parser {
         list->items.push_back(parse_expression());
       }
       expect_op(")");
-      return list;
+      return sealed(std::move(list));
     }
     if (skip_op("[")) {
       auto list = make(Expr::Kind::List, l);
@@ -432,7 +487,7 @@ class Parser {
         if (!skip_op(",")) break;
       }
       expect_op("]");
-      return list;
+      return sealed(std::move(list));
     }
     if (skip_op("{")) {
       auto dict = make(Expr::Kind::Dict, l);
@@ -443,9 +498,17 @@ class Parser {
         if (!skip_op(",")) break;
       }
       expect_op("}");
-      return dict;
+      return sealed(std::move(dict));
     }
     fail("unexpected " + describe(t) + " in expression");
+  }
+
+  // Python ints are unbounded; ours are 64-bit, so a longer literal is an error, not a wrap.
+  int64_t integer(const Token& t) {
+    errno = 0;
+    const long long n = std::strtoll(t.value.c_str(), nullptr, 10);
+    if (errno == ERANGE) fail_at({t.line, t.column}, "integer literal out of range: " + t.value);
+    return n;
   }
 
   ExprPtr literal(Json j, Location l) {
@@ -461,13 +524,13 @@ class Parser {
         if (cur().type == T::Integer) {
           auto item = make(Expr::Kind::GetItem, l);
           item->a = std::move(e);
-          item->b = literal(Json(std::stoll(toks_[p_++].value)), l);
-          e = std::move(item);
+          item->b = literal(Json(integer(toks_[p_++])), l);
+          e = sealed(std::move(item));
         } else {
           auto attr = make(Expr::Kind::GetAttr, l);
           attr->a = std::move(e);
           attr->name = expect_name();
-          e = std::move(attr);
+          e = sealed(std::move(attr));
         }
       } else if (skip_op("[")) {
         e = parse_subscript(std::move(e), l);
@@ -499,14 +562,14 @@ class Parser {
       auto e = make(Expr::Kind::GetItem, l);
       e->a = std::move(target);
       e->b = std::move(parts[0]);
-      return e;
+      return sealed(std::move(e));
     }
     auto e = make(Expr::Kind::Slice, l);
     e->a = std::move(target);
     e->b = std::move(parts[0]);
     e->c = std::move(parts[1]);
     e->d = std::move(parts[2]);
-    return e;
+    return sealed(std::move(e));
   }
 
   CallArgs parse_args() {
@@ -539,7 +602,7 @@ class Parser {
     }
     e->a = std::move(callee);
     e->args = parse_args();
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {
@@ -551,7 +614,7 @@ class Parser {
         if (!is_known_filter(f->name)) fail_at(l, "unsupported filter '" + f->name + "'");
         if (is_op("(")) f->args = parse_args();
         f->a = std::move(e);
-        e = std::move(f);
+        e = sealed(std::move(f));
       } else if (skip_name("is")) {
         auto t = make(Expr::Kind::Test, l);
         t->negated = skip_name("not");
@@ -567,7 +630,7 @@ class Parser {
           t->args.positional.push_back(parse_postfix(parse_primary()));
         }
         t->a = std::move(e);
-        e = std::move(t);
+        e = sealed(std::move(t));
       } else if (is_op("(")) {
         e = parse_call(std::move(e));
       } else {
@@ -608,6 +671,7 @@ class Parser {
   std::vector<Token> toks_;
   size_t p_ = 0;
   std::set<std::string> macros_;
+  int nesting_ = 0;  // levels held by Nested
 };
 
 }  // namespace

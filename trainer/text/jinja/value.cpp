@@ -4,7 +4,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "trainer/text/jinja/sandbox.h"
 #include "trainer/text/utf8.h"
 
 namespace kubetune::text::jinja {
@@ -104,6 +109,8 @@ void append_json_string(std::string& out, const std::string& s, bool ensure_asci
 
 void dump(std::string& out, const Json& j, const JsonDumpOptions& o, int level) {
   const auto newline = [&](int lvl) {
+    // Indentation grows with depth times width: the one place the output can outgrow the input.
+    sandbox::check_string_bytes(out.size() + static_cast<size_t>(lvl) * o.indent->size());
     out.push_back('\n');
     for (int k = 0; k < lvl; ++k) out += *o.indent;
   };
@@ -293,6 +300,38 @@ std::string json_dumps(const Json& j, const JsonDumpOptions& options) {
   std::string out;
   dump(out, j, options, 0);
   return out;
+}
+
+JsonSize json_size(const Json& j) {
+  JsonSize size{1, 0, 0};
+  std::vector<std::pair<const Json*, int>> pending = {{&j, 1}};  // value, its depth
+  while (!pending.empty() && size.nodes <= sandbox::kMaxValueNodes &&
+         size.bytes <= sandbox::kMaxValueBytes && size.depth <= sandbox::kMaxValueDepth) {
+    const auto [v, depth] = pending.back();
+    pending.pop_back();
+    size.depth = std::max(size.depth, depth);
+    if (v->is_string()) size.bytes += v->get_ref<const std::string&>().size();
+    if (!v->is_structured()) continue;
+    size.nodes += v->size();
+    if (size.nodes > sandbox::kMaxValueNodes) break;
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      if (v->is_object()) size.bytes += it.key().size();
+      pending.emplace_back(&it.value(), depth + 1);
+    }
+  }
+  return size;
+}
+
+void check_sandbox_size(const JsonSize& size) {
+  const auto too_big = [](const std::string& what) {
+    throw std::runtime_error("value " + what + " (template sandbox limit)");
+  };
+  if (size.nodes > sandbox::kMaxValueNodes)
+    too_big("with more than " + std::to_string(sandbox::kMaxValueNodes) + " items");
+  if (size.bytes > sandbox::kMaxValueBytes)
+    too_big("holding more than " + std::to_string(sandbox::kMaxValueBytes) + " bytes of text");
+  if (size.depth > sandbox::kMaxValueDepth)
+    too_big("nested deeper than " + std::to_string(sandbox::kMaxValueDepth) + " levels");
 }
 
 std::string type_name(const Value& v) {

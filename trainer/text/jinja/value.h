@@ -115,4 +115,16 @@ std::string json_dumps(const Json& j, const JsonDumpOptions& options);
 // Name of a value's type for error messages ("string", "list", ...).
 std::string type_name(const Value& v);
 
+// How big a JSON value is, for the limits of sandbox.h: counted without recursion (the value may
+// be deeper than the stack allows), and only until a count passes its limit.
+struct JsonSize {
+  size_t nodes = 0;  // values, containers included
+  size_t bytes = 0;  // text in strings and object keys
+  int depth = 0;     // 1 for a scalar
+};
+JsonSize json_size(const Json& j);
+// Throws std::runtime_error when a value the template builds is past a limit of sandbox.h.
+void check_sandbox_size(const JsonSize& size);
+inline void check_sandbox_size(const Json& j) { check_sandbox_size(json_size(j)); }
+
 }  // namespace kubetune::text::jinja

@@ -1,0 +1,20 @@
+// YAML (and JSON, which is YAML) files users hand us, read into JSON. Beyond what yaml-cpp checks,
+// a file is refused, naming its line, when it holds a repeated key (YAML says keys are unique;
+// yaml-cpp keeps both), more than one document (the rest would be ignored), or aliases that expand
+// into more than kMaxYamlNodes nodes ("billion laughs": a few lines that expand to 10^10 nodes).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace kubetune {
+
+// A FineTuneJob or training config has a few hundred nodes; this is room for any real one.
+inline constexpr long kMaxYamlNodes = 1000000;
+
+nlohmann::json yaml_to_json(const std::string& text, const std::string& source_name);
+
+// Errors name the file and line.
+nlohmann::json load_yaml_or_json_file(const std::string& path);
+
+}  // namespace kubetune
