@@ -44,7 +44,12 @@ class Converter {
  public:
   explicit Converter(const std::string& source) : source_(source) {}
 
-  json convert(const YAML::Node& node) {
+  json convert(const YAML::Node& node, int depth = 0) {
+    // An anchor can hold an alias of itself (`a: &x [*x]`): a loop, not only a large expansion.
+    if (depth > kMaxYamlDepth)
+      throw std::runtime_error(at_line(source_, node.Mark()) + ": nested deeper than " +
+                               std::to_string(kMaxYamlDepth) +
+                               " levels (an anchor that contains itself?)");
     if (++nodes_ > kMaxYamlNodes)
       throw std::runtime_error(
           at_line(source_, node.Mark()) + ": the document expands to more than " +
@@ -57,24 +62,24 @@ class Converter {
         return scalar_to_json(node);
       case YAML::NodeType::Sequence: {
         json out = json::array();
-        for (const auto& item : node) out.push_back(convert(item));
+        for (const auto& item : node) out.push_back(convert(item, depth + 1));
         return out;
       }
       case YAML::NodeType::Map:
-        return convert_map(node);
+        return convert_map(node, depth);
     }
     return nullptr;
   }
 
  private:
-  json convert_map(const YAML::Node& node) {
+  json convert_map(const YAML::Node& node, int depth) {
     json out = json::object();
     for (const auto& kv : node) {
       const std::string key = kv.first.as<std::string>();
       if (out.contains(key))
         throw std::runtime_error(at_line(source_, kv.first.Mark()) + ": duplicate key \"" + key +
                                  "\" (the second would silently replace the first)");
-      out[key] = convert(kv.second);
+      out[key] = convert(kv.second, depth + 1);
     }
     return out;
   }
@@ -87,7 +92,10 @@ class Converter {
 
 json yaml_to_json(const std::string& text, const std::string& source_name) {
   try {
-    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    // Empty documents (a file ending in `---`, as helm and kustomize write them) are nothing.
+    std::vector<YAML::Node> documents;
+    for (const auto& d : YAML::LoadAll(text))
+      if (!d.IsNull()) documents.push_back(d);
     if (documents.size() > 1)
       throw std::runtime_error(at_line(source_name, documents[1].Mark()) +
                                ": a second YAML document (after ---); put one per file, the rest "

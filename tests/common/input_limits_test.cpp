@@ -55,6 +55,18 @@ TEST(YamlFile, SecondDocumentIsRefused) {
   EXPECT_EQ(yaml_to_json("---\na: 1\n", "one.yaml")["a"], 1);  // a leading --- is one document
 }
 
+TEST(YamlFile, AnchorContainingItselfIsAnErrorNotACrash) {
+  for (const char* text : {"x: &a [*a]\n", "x: &a {b: *a}\n"}) {
+    const std::string e = error_of([&] { yaml_to_json(text, "loop.yaml"); });
+    EXPECT_NE(e.find("nested deeper than 128 levels"), std::string::npos) << e;
+  }
+}
+
+TEST(YamlFile, TrailingDocumentSeparatorIsNotASecondDocument) {
+  EXPECT_EQ(yaml_to_json("a: 1\n---\n", "x.yaml")["a"], 1);
+  EXPECT_EQ(yaml_to_json("---\na: 1\n---\n---\n", "x.yaml")["a"], 1);
+}
+
 TEST(YamlFile, DeepNestingIsAnErrorNotACrash) {
   const std::string e = error_of([] { yaml_to_json(std::string(100000, '[') + "1", "deep.yaml"); });
   EXPECT_NE(e.find("deep.yaml:"), std::string::npos) << e;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
+#include <tuple>
 
 #include "common/strict_json.h"
 
@@ -138,11 +139,12 @@ SafetensorsFile::Entry SafetensorsFile::read_entry(const json& e) {
 // off by one, overlapping tensors or trailing bytes all break it; reading on would give shifted or
 // shared bytes, which train into NaNs instead of failing.
 void SafetensorsFile::check_layout(size_t data_size) const {
-  std::vector<std::pair<size_t, const std::string*>> by_offset;
-  for (const auto& [name, e] : entries_) by_offset.emplace_back(e.begin, &name);
+  // By (begin, end): an empty tensor [x, x] goes before the tensor that starts at x.
+  std::vector<std::tuple<size_t, size_t, const std::string*>> by_offset;
+  for (const auto& [name, e] : entries_) by_offset.emplace_back(e.begin, e.end, &name);
   std::sort(by_offset.begin(), by_offset.end());
   size_t expected = 0;
-  for (const auto& [begin, name] : by_offset) {
+  for (const auto& [begin, end, name] : by_offset) {
     const Entry& e = entries_.at(*name);
     if (e.end > data_size)
       fail(path_, "truncated safetensors file: tensor \"" + *name + "\" ends at byte " +

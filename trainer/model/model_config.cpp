@@ -46,19 +46,23 @@ T optional_value(const json& j, const char* key, T fallback, const std::string& 
 
 // A real number in [low, high) or (low, high): NaN, inf, zero or negative values of rope_theta or
 // rms_norm_eps give NaN logits from the first step, so they are refused here, naming the field.
+// A real number in [low, high) or (low, high): NaN, inf, zero or negative values of rope_theta or
+// rms_norm_eps give NaN logits from the first step, so they are refused here, naming the field
+// (`parent.key` for one inside rope_scaling or rope_parameters).
 double number_in(const json& j, const char* key, double fallback, double low, double high,
-                 bool low_inclusive, const std::string& source) {
+                 bool low_inclusive, const std::string& source, const std::string& parent = "") {
   const double v = optional_value<double>(j, key, fallback, source);
   if (!std::isfinite(v) || v < low || (v == low && !low_inclusive) || v >= high)
-    fail(source, key,
+    fail(source, parent.empty() ? key : parent + "." + key,
          "must be " + std::string(low_inclusive ? ">= " : "> ") + json(low).dump() +
              (std::isfinite(high) ? " and < " + json(high).dump() : "") + ", got " +
              (has_value(j, key) ? j[key].dump() : json(v).dump()));
   return v;
 }
 
-double positive(const json& j, const char* key, double fallback, const std::string& source) {
-  return number_in(j, key, fallback, 0.0, HUGE_VAL, false, source);
+double positive(const json& j, const char* key, double fallback, const std::string& source,
+                const std::string& parent = "") {
+  return number_in(j, key, fallback, 0.0, HUGE_VAL, false, source, parent);
 }
 
 void read_architecture(ModelConfig& c, const json& j, const std::string& source) {
@@ -94,7 +98,7 @@ void read_rope(ModelConfig& c, const json& j, const std::string& source) {
   if (!has_value(j, key)) return;
   const json& r = j[key];
   if (!r.is_object()) fail(source, key, "expected an object");
-  c.rope_theta = positive(r, "rope_theta", c.rope_theta, source);
+  c.rope_theta = positive(r, "rope_theta", c.rope_theta, source, key);
   std::string type = optional_value<std::string>(r, "rope_type", "", source);
   if (type.empty()) type = optional_value<std::string>(r, "type", "default", source);
   if (type != "default" && type != "linear" && type != "dynamic" && type != "llama3")
@@ -104,9 +108,9 @@ void read_rope(ModelConfig& c, const json& j, const std::string& source) {
     fail(source, std::string(key) + ".partial_rotary_factor", "only 1.0 is supported");
   RopeScaling& s = c.rope_scaling;
   s.type = type;
-  s.factor = positive(r, "factor", 1.0, source);
-  s.low_freq_factor = positive(r, "low_freq_factor", 1.0, source);
-  s.high_freq_factor = positive(r, "high_freq_factor", 4.0, source);
+  s.factor = positive(r, "factor", 1.0, source, key);
+  s.low_freq_factor = positive(r, "low_freq_factor", 1.0, source, key);
+  s.high_freq_factor = positive(r, "high_freq_factor", 4.0, source, key);
   s.original_max_position_embeddings =
       optional_value<int64_t>(r, "original_max_position_embeddings", 8192, source);
   if (type != "default" && !has_value(r, "factor"))
@@ -136,10 +140,10 @@ void read_sliding_window(ModelConfig& c, const json& j, const std::string& sourc
     return;
   }
   const int64_t first = optional_value<int64_t>(j, "max_window_layers", 0, source);
-  if (first < 0 || first > c.num_hidden_layers)
-    fail(source, "max_window_layers",
-         "must be between 0 and num_hidden_layers (" + std::to_string(c.num_hidden_layers) +
-             "), got " + j["max_window_layers"].dump());
+  // Larger than the layer count means no sliding layer, as in transformers (Qwen2.5 configs ship
+  // 70 with 36 layers); negative would index before the first layer.
+  if (first < 0)
+    fail(source, "max_window_layers", "must not be negative, got " + j["max_window_layers"].dump());
   for (int64_t i = first; i < c.num_hidden_layers; ++i) c.sliding_layers[i] = true;
 }
 

@@ -136,11 +136,9 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
 std::string save_checkpoint(const std::string& dir, const TrainerState& state,
                             const NamedTensors& trainable, const NamedTensors& optimizer,
                             const std::function<void(const std::string&)>& extra) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08ld", static_cast<long>(state.step));
-  const fs::path final_dir = fs::path(dir) / name;
-  const fs::path tmp_dir =
-      fs::path(dir) / (std::string(".") + name + ".partial-" + std::to_string(getpid()));
+  const fs::path final_dir = checkpoint_path(dir, state.step);
+  const fs::path tmp_dir = fs::path(dir) / ("." + final_dir.filename().string() + ".partial-" +
+                                            std::to_string(getpid()));
   fs::create_directories(dir);
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
@@ -167,6 +165,12 @@ std::string save_checkpoint(const std::string& dir, const TrainerState& state,
   return final_dir.string();
 }
 
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08ld", static_cast<long>(step));
+  return (fs::path(dir) / name).string();
+}
+
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::string> found;
   if (!fs::is_directory(dir)) return found;
@@ -180,7 +184,9 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return found;
 }
 
-CheckpointContents load_checkpoint(const std::string& path) {
+namespace {
+
+CheckpointContents read_checkpoint(const std::string& path, bool verify) {
   CheckpointContents c;
   c.path = path;
   const fs::path state_path = fs::path(path) / kStateFile;
@@ -196,16 +202,32 @@ CheckpointContents load_checkpoint(const std::string& path) {
   if (named_step >= 0 && named_step != c.state.step)
     throw std::runtime_error(state_path.string() + ": says step " + std::to_string(c.state.step) +
                              " in a folder named for step " + std::to_string(named_step));
-  if (state_json.contains("files")) {
+  if (!state_json.contains("files")) {
+    log::warn() << path
+                << ": no checksums recorded (written before checkpoints carried them); files not "
+                   "verified";
+  } else if (verify) {
     verify_files(path, state_json["files"]);
-  } else {
-    log::warn()
-        << path
-        << ": no checksums recorded (written before checkpoints carried them); files not verified";
   }
   c.trainable = read_all(fs::path(path) / "trainable.safetensors");
   c.optimizer = read_all(fs::path(path) / "optimizer.safetensors");
   return c;
+}
+
+}  // namespace
+
+CheckpointContents load_checkpoint(const std::string& path, bool verify_files) {
+  try {
+    return read_checkpoint(path, verify_files);
+  } catch (const std::filesystem::filesystem_error&) {
+    throw;  // the volume, not the checkpoint
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const CheckpointUnusable&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CheckpointUnusable(e.what());
+  }
 }
 
 std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir,
@@ -217,7 +239,7 @@ std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir,
       CheckpointContents c = load_checkpoint(path);
       if (fits_run) fits_run(c);
       return c;
-    } catch (const std::exception& e) {
+    } catch (const CheckpointUnusable& e) {
       log::warn() << "skipping checkpoint " << path << ": " << e.what();
       reasons += "\n  " + path + ": " + e.what();
     }
@@ -225,7 +247,7 @@ std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir,
   // Checkpoints exist but none can be resumed: starting over would silently drop that work, and
   // pruning would later delete it. The user decides.
   if (!all.empty())
-    throw std::runtime_error("none of the " + std::to_string(all.size()) + " checkpoints in " +
+    throw CheckpointUnusable("none of the " + std::to_string(all.size()) + " checkpoints in " +
                              dir + " can be resumed:" + reasons +
                              "\nto start over, move them away or set checkpoint.resume: never");
   return std::nullopt;

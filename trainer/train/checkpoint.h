@@ -13,6 +13,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ struct TrainerState {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
+// A checkpoint that is damaged or does not fit the run: the next older one is tried. Other errors
+// (a volume that fails to read) are not the checkpoint's fault and propagate.
+class CheckpointUnusable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct CheckpointContents {
   std::string path;
   TrainerState state;
@@ -48,17 +56,21 @@ std::string save_checkpoint(const std::string& dir, const TrainerState& state,
 // Complete checkpoints in `dir`, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
-// Loads one checkpoint folder, verifying every file against the sizes and checksums its state
-// file recorded, and the state against the folder's name; throws naming the file on any damage.
-CheckpointContents load_checkpoint(const std::string& path);
+// <dir>/step-00000120: where save_checkpoint puts the checkpoint of a step.
+std::string checkpoint_path(const std::string& dir, int64_t step);
 
-// Throws, saying why, when a loaded checkpoint cannot be resumed by this run (another method, a
-// tensor missing or of another shape, a step past the end).
+// Loads one checkpoint folder, verifying the state against the folder's name and, with
+// `verify_files`, every file against the size and checksum the state recorded; throws
+// CheckpointUnusable naming the file on any damage.
+CheckpointContents load_checkpoint(const std::string& path, bool verify_files = true);
+
+// Throws CheckpointUnusable, saying why, when a loaded checkpoint cannot be resumed by this run
+// (another method, a tensor missing or of another shape, a step past the end).
 using ResumeCheck = std::function<void(const CheckpointContents&)>;
 
 // The newest checkpoint under `dir` that loads and passes `fits_run`; damaged or unfitting ones are
-// logged and skipped. None found: nullopt if there are none at all, else an error listing why each
-// was refused (so that work is never dropped silently).
+// logged and skipped. None found: nullopt if there are none at all, else CheckpointUnusable listing
+// why each was refused (so that work is never dropped silently).
 std::optional<CheckpointContents> load_latest_checkpoint(const std::string& dir,
                                                          const ResumeCheck& fits_run = {});
 

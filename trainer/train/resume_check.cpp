@@ -16,10 +16,10 @@ void expect_tensor(const std::map<std::string, const torch::Tensor*>& tensors,
                    const std::string& file, const std::string& name, c10::IntArrayRef shape) {
   auto it = tensors.find(name);
   if (it == tensors.end())
-    throw std::runtime_error(file + " has no tensor \"" + name +
+    throw CheckpointUnusable(file + " has no tensor \"" + name +
                              "\" (written for other LoRA targets or another model?)");
   if (it->second->sizes() != shape)
-    throw std::runtime_error(file + " tensor \"" + name + "\" has shape " +
+    throw CheckpointUnusable(file + " tensor \"" + name + "\" has shape " +
                              shape_text(it->second->sizes()) + ", the model's is " +
                              shape_text(shape));
 }
@@ -36,7 +36,7 @@ void check_resumable(const CheckpointContents& checkpoint, const TrainConfig& co
                      const NamedParams& trainable, int world, size_t examples) {
   const TrainerState& state = checkpoint.state;
   if (state.method != config.method)
-    throw std::runtime_error("written by a \"" + state.method + "\" run; this config trains \"" +
+    throw CheckpointUnusable("written by a \"" + state.method + "\" run; this config trains \"" +
                              config.method + "\"");
   const auto weights = by_name(checkpoint.trainable);
   const auto moments = by_name(checkpoint.optimizer);
@@ -53,7 +53,7 @@ void check_resumable(const CheckpointContents& checkpoint, const TrainConfig& co
       static_cast<size_t>(batch_shape(config, world, state.global_batch).global_batch);
   const int64_t last = total_steps(config, static_cast<int64_t>((examples + global - 1) / global));
   if (state.step > last)
-    throw std::runtime_error("at step " + std::to_string(state.step) +
+    throw CheckpointUnusable("at step " + std::to_string(state.step) +
                              ", past this run's last step " + std::to_string(last) +
                              " (did maxSteps, epochs or the data shrink?)");
 }

@@ -13,7 +13,7 @@
 
 namespace kubetune::train {
 
-// Throws std::runtime_error saying why `checkpoint` cannot be resumed by a run of `config` with
+// Throws CheckpointUnusable saying why `checkpoint` cannot be resumed by a run of `config` with
 // these trainable parameters, `world` processes and `examples` training examples.
 void check_resumable(const CheckpointContents& checkpoint, const TrainConfig& config,
                      const NamedParams& trainable, int world, size_t examples);

@@ -439,10 +439,41 @@ std::optional<CheckpointContents> find_resume_point(const TrainConfig& c,
     auto checkpoint = load_checkpoint(c.resume);
     fits_run(checkpoint);
     return checkpoint;
-  } catch (const std::exception& e) {
+  } catch (const CheckpointUnusable& e) {
     throw UserInputError(c.resume == "auto" ? e.what()
                                             : "checkpoint.resume " + c.resume + ": " + e.what());
   }
+}
+
+// Rank 0 picks and verifies the checkpoint and tells the others its step, which they load without
+// hashing it again: every rank resumes the same step even if a shared volume looks different to
+// them for a moment, and a refusal stops all of them together rather than leaving some waiting.
+std::optional<CheckpointContents> agree_on_resume_point(dist::Communicator& comm,
+                                                        const TrainConfig& c,
+                                                        const torch::Device& device,
+                                                        const ResumeCheck& fits_run) {
+  constexpr int64_t kNone = -1, kRefused = -2;
+  std::optional<CheckpointContents> found;
+  std::string refusal;
+  int64_t step = kNone;
+  if (comm.rank() == 0) {
+    try {
+      found = find_resume_point(c, fits_run);
+      if (found) step = found->state.step;
+    } catch (const UserInputError& e) {
+      refusal = e.what();
+      step = kRefused;
+    }
+  }
+  std::vector<torch::Tensor> message{torch::tensor({step}, torch::kInt64).to(device)};
+  comm.broadcast(message, 0, "resume step");
+  step = message[0].item<int64_t>();
+  if (step == kRefused)
+    throw UserInputError(comm.rank() == 0 ? refusal
+                                          : "rank 0 refused the checkpoints (its log says why)");
+  if (comm.rank() == 0 || step == kNone) return found;
+  return load_checkpoint(c.resume == "auto" ? checkpoint_path(c.checkpoint_dir, step) : c.resume,
+                         /*verify_files=*/false);
 }
 
 void save_outputs(Run& run) {
@@ -633,7 +664,7 @@ int run_training(const TrainConfig& c) {
   auto inputs = load_user_inputs(c, device, dtype);
   auto model = inputs.model;
   auto trainable = trainable_parameters(*model);
-  auto checkpoint = find_resume_point(c, [&](const CheckpointContents& k) {
+  auto checkpoint = agree_on_resume_point(*comm, c, device, [&](const CheckpointContents& k) {
     check_resumable(k, c, trainable, env.world_size, inputs.train.size());
   });
   const auto shape =
