@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "common/strict_json.h"
+#include "trainer/io/file_digest.h"
 
 namespace kubetune::io {
 namespace {
@@ -191,9 +192,9 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
   return view;
 }
 
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+std::string save_safetensors(const std::string& path,
+                             const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                             const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
@@ -212,7 +213,9 @@ void save_safetensors(const std::string& path,
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) fail(tmp, "cannot create: " + errno_text());
+  Xxh3 digest;
   auto write = [&](const void* data, size_t n) {
+    digest.update(data, n);
     if (n > 0 && std::fwrite(data, 1, n, f) != n) {
       std::fclose(f);
       std::remove(tmp.c_str());
@@ -236,6 +239,7 @@ void save_safetensors(const std::string& path,
     std::remove(tmp.c_str());
     fail(path, "cannot rename " + tmp + " into place: " + errno_text());
   }
+  return digest.hex();
 }
 
 }  // namespace kubetune::io

@@ -44,10 +44,11 @@ class SafetensorsFile {
 };
 
 // Writes `path` atomically (a temporary file in the same folder, fsync, rename). Tensors may live
-// on any device and be non-contiguous; they are copied to the CPU one at a time.
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+// on any device and be non-contiguous; they are copied to the CPU one at a time. Returns the
+// file's XXH3-64 (file_digest.h), computed from the bytes as they are written.
+std::string save_safetensors(const std::string& path,
+                             const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                             const std::map<std::string, std::string>& metadata = {});
 
 // "F32", "BF16", ... <-> at::ScalarType; throw for types safetensors cannot hold.
 std::string safetensors_dtype_name(at::ScalarType t);

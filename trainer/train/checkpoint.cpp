@@ -7,16 +7,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <memory>
+#include <map>
 #include <regex>
 
 #include "common/log.h"
 #include "common/strict_json.h"
+#include "trainer/io/file_digest.h"
 #include "trainer/io/safetensors.h"
-
-// Header-only: the hash is compiled in, so the trainer image needs no extra shared library.
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 namespace fs = std::filesystem;
 
@@ -41,33 +38,17 @@ void sync_path(const fs::path& path) {
   std::fclose(f);
 }
 
-// XXH3-64 of a file's bytes, as `xxhsum -H3` prints it: fast enough (tens of GB/s) to check
-// every byte of a multi-GB optimizer state on resume.
-std::string file_digest(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open");
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                 &XXH3_freeState);
-  XXH3_64bits_reset(state.get());
-  std::vector<char> buffer(8 << 20);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    XXH3_64bits_update(state.get(), buffer.data(), static_cast<size_t>(in.gcount()));
-  }
-  if (in.bad()) throw std::runtime_error(path.string() + ": read error");
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(XXH3_64bits_digest(state.get())));
-  return hex;
-}
-
 // Size and digest of every file of a checkpoint folder but the state file that lists them.
-nlohmann::json describe_files(const fs::path& dir) {
+// `known` has the digests taken while writing (the large files); the rest are read back.
+nlohmann::json describe_files(const fs::path& dir,
+                              const std::map<std::string, std::string>& known) {
   nlohmann::json files = nlohmann::json::object();
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
     if (!entry.is_regular_file() || entry.path().filename() == kStateFile) continue;
-    files[fs::relative(entry.path(), dir).string()] = {{"bytes", entry.file_size()},
-                                                       {"xxh3", file_digest(entry.path())}};
+    const std::string name = fs::relative(entry.path(), dir).string();
+    const auto it = known.find(name);
+    files[name] = {{"bytes", entry.file_size()},
+                   {"xxh3", it != known.end() ? it->second : io::file_xxh3(entry.path())}};
   }
   return files;
 }
@@ -81,7 +62,7 @@ void verify_files(const fs::path& dir, const nlohmann::json& files) {
     if (fs::file_size(path) != want.at("bytes").get<uint64_t>())
       throw std::runtime_error(path.string() + ": " + std::to_string(fs::file_size(path)) +
                                " bytes, the checkpoint recorded " + want.at("bytes").dump());
-    if (file_digest(path) != want.at("xxh3").get<std::string>())
+    if (io::file_xxh3(path) != want.at("xxh3").get<std::string>())
       throw std::runtime_error(path.string() +
                                ": contents differ from those written (checksum mismatch)");
   }
@@ -148,13 +129,15 @@ std::string save_checkpoint(const std::string& dir, const TrainerState& state,
     cpu_trainable.emplace_back(n, t.detach().to(torch::kCPU).contiguous());
   for (const auto& [n, t] : optimizer)
     cpu_optimizer.emplace_back(n, t.detach().to(torch::kCPU).contiguous());
-  io::save_safetensors((tmp_dir / "trainable.safetensors").string(), cpu_trainable);
-  io::save_safetensors((tmp_dir / "optimizer.safetensors").string(), cpu_optimizer);
+  std::map<std::string, std::string> digests;
+  for (const auto& [file, tensors] : {std::pair{"trainable.safetensors", &cpu_trainable},
+                                      std::pair{"optimizer.safetensors", &cpu_optimizer}})
+    digests[file] = io::save_safetensors((tmp_dir / file).string(), *tensors);
   if (extra) extra(tmp_dir.string());
   // The state file is written last: its presence is what marks the folder complete, and it lists
   // every other file with its checksum.
   nlohmann::json state_json = state.to_json();
-  state_json["files"] = describe_files(tmp_dir);
+  state_json["files"] = describe_files(tmp_dir, digests);
   write_json_file(tmp_dir / kStateFile, state_json);
   for (const auto& entry : fs::directory_iterator(tmp_dir)) sync_path(entry.path());
   sync_path(tmp_dir);
