@@ -1,7 +1,11 @@
 #include "common/yaml_file.h"
 
+#include <yaml-cpp/anchor.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -88,20 +92,103 @@ class Converter {
   long nodes_ = 0;
 };
 
+// Offset of the first byte that is not part of well-formed UTF-8 (RFC 3629), or npos. YAML text is
+// Unicode; invalid bytes would reach JSON strings that nlohmann refuses to print later, far from
+// the file.
+size_t first_invalid_utf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xE  ? 3
+                 : (c >> 3) == 0x1E ? 4
+                                    : 0;
+    if (len == 0 || i + len > n || (len == 2 && c < 0xC2)) return i;
+    for (size_t k = 1; k < len; ++k)
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+    if (len == 3 && ((c == 0xE0 && p[i + 1] < 0xA0) || (c == 0xED && p[i + 1] >= 0xA0))) return i;
+    if (len == 4 && ((c == 0xF0 && p[i + 1] < 0x90) || c > 0xF4 || (c == 0xF4 && p[i + 1] >= 0x90)))
+      return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+void check_utf8(const std::string& text, const std::string& source) {
+  const size_t bad = first_invalid_utf8(text);
+  if (bad == std::string::npos) return;
+  const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + bad, '\n'));
+  char byte[8];
+  std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(text[bad]));
+  throw std::runtime_error(source + ":" + std::to_string(line) + ": not UTF-8 (byte " + byte +
+                           " at offset " + std::to_string(bad) + ")");
+}
+
+// Walks the documents of a text without building them, to find a second non-empty one. (yaml-cpp's
+// LoadAll is not used: on some stray text after a flow document, `{a: 1}\n},`, it loops forever,
+// allocating; YAML::Load alone would ignore that text.)
+class DocumentScan : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    start_ = mark;
+    has_content_ = false;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { has_content_ = true; }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    has_content_ = true;
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    has_content_ = true;
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    has_content_ = true;
+  }
+  void OnMapEnd() override {}
+
+  bool has_content() const { return has_content_; }
+  const YAML::Mark& start() const { return start_; }
+
+ private:
+  YAML::Mark start_;
+  bool has_content_ = false;
+};
+
+// Throws unless `text` holds at most one non-empty document (empty ones, as a trailing `---`
+// makes, are nothing).
+void check_single_document(const std::string& text, const std::string& source) {
+  constexpr int kMaxDocuments = 64;  // of any kind; more is garbage yaml-cpp keeps re-reading
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  DocumentScan scan;
+  int documents = 0, with_content = 0;
+  while (parser.HandleNextDocument(scan)) {
+    if (++documents > kMaxDocuments)
+      throw std::runtime_error(at_line(source, scan.start()) +
+                               ": text that does not parse as YAML after the first document");
+    if (scan.has_content() && ++with_content > 1)
+      throw std::runtime_error(at_line(source, scan.start()) +
+                               ": a second YAML document (after ---, or text after the first "
+                               "one ends); put one per file, the rest would be ignored");
+  }
+}
+
 }  // namespace
 
 json yaml_to_json(const std::string& text, const std::string& source_name) {
   try {
-    // Empty documents (a file ending in `---`, as helm and kustomize write them) are nothing.
-    std::vector<YAML::Node> documents;
-    for (const auto& d : YAML::LoadAll(text))
-      if (!d.IsNull()) documents.push_back(d);
-    if (documents.size() > 1)
-      throw std::runtime_error(at_line(source_name, documents[1].Mark()) +
-                               ": a second YAML document (after ---); put one per file, the rest "
-                               "would be ignored");
-    if (documents.empty()) return nullptr;
-    return Converter(source_name).convert(documents[0]);
+    check_utf8(text, source_name);
+    check_single_document(text, source_name);
+    const YAML::Node document = YAML::Load(text);
+    if (document.IsNull()) return nullptr;
+    return Converter(source_name).convert(document);
   } catch (const YAML::Exception& e) {
     throw std::runtime_error(at_line(source_name, e.mark) + ": " + e.msg);
   }

@@ -67,6 +67,18 @@ TEST(YamlFile, TrailingDocumentSeparatorIsNotASecondDocument) {
   EXPECT_EQ(yaml_to_json("---\na: 1\n---\n---\n", "x.yaml")["a"], 1);
 }
 
+TEST(YamlFile, InvalidUtf8NamesItsLine) {
+  const std::string e = error_of([] { yaml_to_json("a: 1\nb: \"x\xb0y\"\n", "bytes.yaml"); });
+  EXPECT_NE(e.find("bytes.yaml:2: not UTF-8 (byte 0xB0"), std::string::npos) << e;
+}
+
+// yaml-cpp's LoadAll loops forever, allocating, on this; it must be an error in a moment.
+TEST(YamlFile, StrayTextAfterAFlowDocumentIsAnError) {
+  const std::string e = error_of(
+      [] { yaml_to_json("{\n \"m\": {\"q\": 1},\n \"t\": 2\n },\n \"x\": 1\n}\n", "stray.yaml"); });
+  EXPECT_NE(e.find("stray.yaml:"), std::string::npos) << e;
+}
+
 TEST(YamlFile, DeepNestingIsAnErrorNotACrash) {
   const std::string e = error_of([] { yaml_to_json(std::string(100000, '[') + "1", "deep.yaml"); });
   EXPECT_NE(e.find("deep.yaml:"), std::string::npos) << e;

@@ -179,6 +179,75 @@ TEST(JinjaSandbox, NestedLoopsRunOutOfBudgetQuickly) {
             std::string::npos);
 }
 
+// Rendering `source`, or failing with the budget error, within two seconds.
+void expect_fast(const std::string& source, const std::string& expected_or_budget) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string result;
+  try {
+    result = render(source);
+  } catch (const std::runtime_error& e) {
+    result = e.what();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.find(expected_or_budget), std::string::npos) << source << " -> " << result;
+  EXPECT_LT(seconds, 2.0) << source;
+}
+
+const char* const kBudget = "template ran more than 1000000 loop iterations and macro calls";
+
+TEST(JinjaSandbox, MembershipTestsAreChargedPerItem) {
+  const std::string big = "{% set big = range(100000) | list %}";
+  // Found at once: cheap (the lookup of `big` shares it, copying nothing).
+  expect_fast(big + "{% for i in range(1000) %}{{ i in big }}{% endfor %}{{ 7 in big }}",
+              "TrueTrueTrue");
+  // 1,000 full scans of 100,000 items: out of budget, quickly.
+  expect_fast(big + "{% for i in range(1000) %}{{ -1 in big }}{% endfor %}", kBudget);
+  expect_fast(big + "{% for i in range(1000) %}{{ -1 not in big }}{% endfor %}", kBudget);
+  expect_fast(big + "{% for i in range(1000) %}{{ -1 is in big }}{% endfor %}", kBudget);
+  expect_fast("{% set s = 'ab' * 1000000 %}{% for i in range(100000) %}{{ 'c' in s }}{% endfor %}",
+              kBudget);
+  expect_fast("{% set s = 'a' * 1000000 %}{{ ('a' * 500000 ~ 'b') in s }}", kBudget);
+}
+
+TEST(JinjaSandbox, UniqueAndSortAreNotQuadratic) {
+  expect_fast("{{ range(100000) | unique | list | length }}", "100000");
+  expect_fast("{{ (range(100000) | map('string') | list) | unique | list | length }}", "100000");
+  expect_fast("{{ range(100000) | sort(reverse=true) | first }}", "99999");
+  // jinja2's semantics: first occurrence kept, in order; 1 == 1.0 == True; case-insensitive.
+  EXPECT_EQ(render("{{ [3, 1, 1.0, true, 3, 'A', 'a', 'b', [1], [1.0]] | unique | list }}"),
+            "[3, 1, 'A', 'b', [1]]");
+  EXPECT_EQ(render("{{ ['A', 'a', 'b'] | unique(case_sensitive=true) | list }}"),
+            "['A', 'a', 'b']");
+  EXPECT_EQ(render("{{ [{'n': 'x'}, {'n': 'X'}, {'n': 'y'}] | unique(attribute='n') | "
+                   "map(attribute='n') | join(',') }}"),
+            "x,y");
+  EXPECT_EQ(render("{{ ['b', 'A', 'a', 'C'] | sort | join }}"), "AabC");
+  // Repeating such work in a loop runs out of budget instead of running for minutes.
+  expect_fast(
+      "{% set big = range(100000) | list %}{% for i in range(1000) %}"
+      "{{ big | unique | list | length }}{% endfor %}",
+      kBudget);
+  expect_fast(
+      "{% set big = range(100000) | list %}{% for i in range(1000) %}"
+      "{{ big | join(',') | length }}{{ big | select('odd') | list | length }}"
+      "{{ big | map('string') | list | length }}{% endfor %}",
+      kBudget);
+}
+
+TEST(JinjaSandbox, BigVariablesAreNotCopiedOnEveryLookup) {
+  const std::string big = "{% set big = range(100000) | list %}{% set d = {'big': big} %}";
+  expect_fast(big +
+                  "{% set ns = namespace(n=0) %}{% for i in range(100000) %}"
+                  "{% if big and d.big and big[i] == i %}{% set ns.n = ns.n + 1 %}{% endif %}"
+                  "{% endfor %}{{ ns.n }}",
+              "100000");
+  expect_fast(big + "{% for i in range(10000) %}{{ big | length }}{% endfor %}", "100000100000");
+  // Work that does copy (slices, lists built) is charged.
+  expect_fast(big + "{% for i in range(100000) %}{{ big[1:] | length }}{% endfor %}", kBudget);
+  expect_fast(big + "{% for i in range(100000) %}{{ [big] | length }}{% endfor %}", kBudget);
+}
+
 TEST(JinjaSandbox, DeepNestingFailsAtParseTime) {
   const int n = 100000;
   const std::string parens = error_of("{{ " + repeated("(", n) + "1" + repeated(")", n) + " }}");

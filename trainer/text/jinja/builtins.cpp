@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "trainer/text/jinja/errors.h"
 #include "trainer/text/jinja/sandbox.h"
@@ -42,6 +43,7 @@ bool arg_bool(const Args& args, const Kwargs& kwargs, size_t index, const char* 
 }
 
 std::vector<std::string> code_points(const std::string& s) {
+  sandbox::charge_bytes(s.size());
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
     const size_t n =
@@ -56,6 +58,7 @@ std::vector<std::string> code_points(const std::string& s) {
 bool py_space(char32_t cp) { return utf8::is_whitespace(cp) || (cp >= 0x1C && cp <= 0x1F); }
 
 std::string py_strip(const std::string& s, const Value* chars, bool left, bool right) {
+  sandbox::charge_bytes(s.size());
   std::vector<char32_t> cps;
   for (size_t i = 0; i < s.size();) cps.push_back(utf8::decode(s, i));
   std::vector<char32_t> set;
@@ -79,6 +82,7 @@ std::string py_strip(const std::string& s, const Value* chars, bool left, bool r
 }
 
 std::string icu_case(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 title-first
+  sandbox::charge_items(1 + s.size() / 16);             // ICU is slower than a byte-wise scan
   icu::UnicodeString u = icu::UnicodeString::fromUTF8(s);
   if (mode == 0) u.toLower();
   if (mode == 1) u.toUpper();
@@ -119,6 +123,7 @@ std::string title(const std::string& s) {
 std::vector<std::string> py_split(const std::string& s, const Value* sep, int64_t maxsplit) {
   std::vector<std::string> out;
   if (!sep || sep->is_none()) {
+    sandbox::charge_bytes(s.size());
     // Runs of whitespace separate; leading/trailing whitespace is ignored.
     std::string cur;
     bool in_word = false;
@@ -155,6 +160,7 @@ std::vector<std::string> py_split(const std::string& s, const Value* sep, int64_
   if (!sep->is_string()) type_error("split: separator must be a string");
   const std::string& d = sep->str();
   if (d.empty()) type_error("split: empty separator");
+  sandbox::charge_search(s.size(), d.size());
   size_t prev = 0, pos;
   while ((maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) &&
          (pos = s.find(d, prev)) != std::string::npos) {
@@ -182,6 +188,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
     if (count < 0 || n < count) out += to;
     return out;
   }
+  sandbox::charge_search(s.size(), from.size());
   size_t prev = 0, pos;
   int64_t n = 0;
   while ((count < 0 || n < count) && (pos = s.find(from, prev)) != std::string::npos) {
@@ -221,13 +228,16 @@ int py_compare(const Value& a, const Value& b, bool case_sensitive) {
     return x < y ? -1 : (x > y ? 1 : 0);
   }
   if (a.is_string() && b.is_string()) {
+    sandbox::charge_bytes(std::min(a.str().size(), b.str().size()));
     const std::string x = case_sensitive ? a.str() : icu_case(a.str(), 0);
     const std::string y = case_sensitive ? b.str() : icu_case(b.str(), 0);
     return x < y ? -1 : (x > y ? 1 : 0);
   }
   if (a.is_list() && b.is_list()) {
+    sandbox::charge_items(std::min(a.json().size(), b.json().size()));
     for (size_t i = 0; i < a.json().size() && i < b.json().size(); ++i) {
-      const int c = py_compare(Value(a.json()[i]), Value(b.json()[i]), case_sensitive);
+      const int c = py_compare(Value::part_of(a, a.json()[i]), Value::part_of(b, b.json()[i]),
+                               case_sensitive);
       if (c != 0) return c;
     }
     return a.json().size() < b.json().size() ? -1 : (a.json().size() > b.json().size() ? 1 : 0);
@@ -408,7 +418,12 @@ bool test_upper(const std::string&, const Value& v, const Args&) {
 
 bool test_in(const std::string& name, const Value& v, const Args& args) {
   const Value& seq = test_arg(name, args);
-  if (seq.is_string()) return v.is_string() && seq.str().find(v.str()) != std::string::npos;
+  if (seq.is_string()) {
+    if (!v.is_string()) return false;
+    sandbox::charge_search(seq.str().size(), v.str().size());
+    return seq.str().find(v.str()) != std::string::npos;
+  }
+  if (seq.is_list()) return list_contains(seq.json(), v);
   for (const auto& item : iterate(seq)) {
     if (equals(item, v)) return true;
   }
@@ -643,23 +658,41 @@ Value filter_unique(const std::string& name, const Value& v, const Args& args,
     return attr && attr->is_string() ? attribute_path(item, attr->str()) : item;
   };
   auto items = iterate(v);
+  // Keys are computed once per item, not once per comparison (a case-insensitive comparison
+  // lowercases both strings through ICU).
+  std::vector<Value> keys;
+  keys.reserve(items.size());
+  for (const auto& item : items) {
+    Value k = key(item);
+    if (!case_sensitive && k.is_string()) k = Value(Json(icu_case(k.str(), 0)));
+    keys.push_back(std::move(k));
+  }
   if (name == "sort") {
     const bool reverse = arg_bool(args, kwargs, 0, "reverse", false);
-    std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
-      const int c = py_compare(key(a), key(b), case_sensitive);
+    // About n log2(n) comparisons.
+    uint64_t log2n = 1;
+    while ((uint64_t{1} << log2n) < items.size()) ++log2n;
+    sandbox::charge_items(items.size() * log2n);
+    std::vector<size_t> order(items.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const Value &x = keys[a], &y = keys[b];
+      // Strings were lowercased above; lists still compare case-insensitively inside.
+      const int c = py_compare(x, y, case_sensitive || (x.is_string() && y.is_string()));
       return reverse ? c > 0 : c < 0;
     });
-    return list_of(items, filter_who(name));
+    std::vector<Value> sorted;
+    sorted.reserve(items.size());
+    for (size_t i : order) sorted.push_back(items[i]);
+    return list_of(sorted, filter_who(name));
   }
+  // Items seen so far, in a hash set: equal keys (Python equality: 1 == 1.0 == True) hash alike.
+  const auto hash = [&](size_t i) { return value_hash(keys[i]); };
+  const auto same = [&](size_t a, size_t b) { return equals(keys[a], keys[b]); };
+  std::unordered_set<size_t, decltype(hash), decltype(same)> seen(items.size(), hash, same);
   std::vector<Value> out;
-  for (const auto& item : items) {
-    const bool seen = std::any_of(out.begin(), out.end(), [&](const Value& o) {
-      const Value a = key(o), b = key(item);
-      if (!case_sensitive && a.is_string() && b.is_string())
-        return icu_case(a.str(), 0) == icu_case(b.str(), 0);
-      return equals(a, b);
-    });
-    if (!seen) out.push_back(item);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (seen.insert(i).second) out.push_back(items[i]);
   }
   return list_of(out, filter_who(name));
 }
@@ -807,7 +840,7 @@ Value get_attr(const Value& object, const std::string& name) {
   }
   if (object.is_dict()) {
     const auto it = object.json().find(name);
-    return it == object.json().end() ? Value::undefined(name) : Value(*it);
+    return it == object.json().end() ? Value::undefined(name) : Value::part_of(object, *it);
   }
   return Value::undefined(name);
 }
@@ -825,7 +858,7 @@ Value get_item(const Value& object, const Value& key) {
     int64_t i = key.is_bool() ? (key.json().get<bool>() ? 1 : 0) : key.as_int();
     if (i < 0) i += len;
     if (i < 0 || i >= len) return Value::undefined("index " + std::to_string(key.as_int()));
-    if (object.is_list()) return Value(object.json()[static_cast<size_t>(i)]);
+    if (object.is_list()) return Value::part_of(object, object.json()[static_cast<size_t>(i)]);
     return Value(Json(code_points(object.str())[static_cast<size_t>(i)]));
   }
   return Value::undefined(to_str(key));
@@ -834,8 +867,10 @@ Value get_item(const Value& object, const Value& key) {
 std::vector<Value> iterate(const Value& v) {
   std::vector<Value> out;
   if (v.is_undefined()) return out;
+  if (v.is_list() || v.is_dict()) sandbox::charge_items(v.json().size());
   if (v.is_list()) {
-    for (const auto& e : v.json()) out.emplace_back(e);
+    out.reserve(v.json().size());
+    for (const auto& e : v.json()) out.push_back(Value::part_of(v, e));
   } else if (v.is_dict()) {
     for (auto it = v.json().begin(); it != v.json().end(); ++it) out.emplace_back(Json(it.key()));
   } else if (v.is_string()) {
@@ -848,7 +883,10 @@ std::vector<Value> iterate(const Value& v) {
 
 int64_t py_len(const Value& v) {
   if (v.is_undefined()) return 0;
-  if (v.is_string()) return static_cast<int64_t>(utf8::length(v.str()));
+  if (v.is_string()) {
+    sandbox::charge_bytes(v.str().size());
+    return static_cast<int64_t>(utf8::length(v.str()));
+  }
   if (v.is_list() || v.is_dict()) return static_cast<int64_t>(v.json().size());
   if (v.kind() == Value::Kind::Namespace) return static_cast<int64_t>(v.ns()->attrs.size());
   type_error("object of type '" + type_name(v) + "' has no len()");
@@ -876,6 +914,7 @@ Value slice(const Value& v, const Value& start, const Value& stop, const Value& 
   const int64_t e = clamp(opt(stop), step > 0 ? len : -1);
   std::vector<int64_t> idx;
   for (int64_t i = b; step > 0 ? i < e : i > e; i += step) idx.push_back(i);
+  sandbox::charge_items(idx.size());
   if (v.is_list()) {
     Json out = Json::array();
     for (int64_t i : idx) out.push_back(v.json()[static_cast<size_t>(i)]);
@@ -941,6 +980,7 @@ Value call_method(const Value& object, const std::string& name, const Args& args
     }
     if (name == "find" || name == "count") {
       const std::string sub = arg_str(args, kwargs, 0, "sub", "", who);
+      sandbox::charge_search(s.size(), sub.size());
       if (name == "find") {
         const size_t pos = s.find(sub);
         return Value(Json(pos == std::string::npos

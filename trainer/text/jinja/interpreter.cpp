@@ -149,11 +149,13 @@ bool contains(const Value& container, const Value& item) {
   if (container.is_string()) {
     if (!item.is_string())
       fail("'in <string>' requires string as left operand, not " + type_name(item));
+    sandbox::charge_search(container.str().size(), item.str().size());
     return container.str().find(item.str()) != std::string::npos;
   }
   if (container.is_dict()) return item.is_string() && container.json().contains(item.str());
   if (container.kind() == Value::Kind::Namespace)
     return item.is_string() && container.ns()->attrs.count(item.str());
+  if (container.is_list()) return list_contains(container.json(), item);
   for (const auto& e : iterate(container)) {
     if (equals(e, item)) return true;
   }
@@ -237,16 +239,19 @@ class Interpreter {
 
   // A loop iteration or macro call. Without a budget, nested loops or a macro that calls itself
   // twice would run for ages, each step well inside the other limits.
-  void step() {
-    if (++steps_ > sandbox::kMaxSteps) {
-      fail("template ran more than " + std::to_string(sandbox::kMaxSteps) +
-           " loop iterations and macro calls (template sandbox limit)");
-    }
-  }
+  // Builtins charge the same budget (sandbox::charge_items() and the like) for work
+  // proportional to their input.
+  void step() { budget_.charge(sandbox::kItemsPerStep); }
 
-  // A value the template built (by an operator, filter, call or literal) must fit the limits.
+  // A value the template built (by an operator, filter, call or literal) must fit the limits, and
+  // building it (and measuring it here) costs work in proportion to its size.
   static Value built(Value v) {
-    if (v.is_data()) check_sandbox_size(v.json());
+    if (v.is_data()) {
+      const JsonSize size = json_size(v.json());
+      check_sandbox_size(size);
+      sandbox::charge_items(size.nodes);
+      sandbox::charge_bytes(size.bytes);
+    }
     return v;
   }
 
@@ -320,6 +325,11 @@ class Interpreter {
       return;
     }
     const auto n = static_cast<int64_t>(items.size());
+    // loop.previtem and loop.nextitem copy every item twice.
+    for (const auto& item : items) {
+      if (item.is_data() && item.json().is_structured())
+        sandbox::charge_items(2 * json_size(item.json()).nodes);
+    }
     for (int64_t i = 0; i < n; ++i) {
       step();
       // Field by field: an initializer list would build (and free) a temporary per field, a
@@ -466,7 +476,7 @@ class Interpreter {
       case Expr::Kind::Slice: {
         const Value target = eval(*e.a);
         const auto part = [&](const ExprPtr& p) { return p ? eval(*p) : Value(); };
-        return slice(target, part(e.b), part(e.c), part(e.d));
+        return built(slice(target, part(e.b), part(e.c), part(e.d)));
       }
       case Expr::Kind::Call:
         return built(eval_call(e));
@@ -475,7 +485,10 @@ class Interpreter {
         Args args;
         Kwargs kwargs;
         eval_args(e.args, args, kwargs);
-        return built(apply_filter(e.name, input, args, kwargs));
+        Value out = apply_filter(e.name, input, args, kwargs);
+        // A filter that hands back its input (default, safe, first, ...) built nothing.
+        if (out.is_data() && input.is_data() && &out.json() == &input.json()) return out;
+        return built(std::move(out));
       }
       case Expr::Kind::Test: {
         const Value input = eval(*e.a);
@@ -498,6 +511,7 @@ class Interpreter {
           out += to_str(eval(*item));
           sandbox::check_string_bytes(out.size());
         }
+        sandbox::charge_bytes(out.size());
         return Value(Json(std::move(out)));
       }
       case Expr::Kind::Compare:
@@ -581,10 +595,10 @@ class Interpreter {
 
   std::vector<std::map<std::string, Value>> scopes_;
   // What this render has used of the sandbox limits.
-  int depth_ = 0;       // exec()/eval() levels in progress
-  int calls_ = 0;       // macro calls in progress
-  int64_t steps_ = 0;   // loop iterations and macro calls so far
-  size_t written_ = 0;  // bytes of text written so far, captures included
+  int depth_ = 0;               // exec()/eval() levels in progress
+  int calls_ = 0;               // macro calls in progress
+  sandbox::WorkBudget budget_;  // installed for this thread while the render runs
+  size_t written_ = 0;          // bytes of text written so far, captures included
 };
 
 }  // namespace

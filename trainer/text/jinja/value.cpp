@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -31,6 +32,7 @@ bool json_equals(const Json& a, const Json& b) {
   if (a.type() != b.type()) return false;
   if (a.is_array()) {
     if (a.size() != b.size()) return false;
+    sandbox::charge_items(a.size());
     for (size_t i = 0; i < a.size(); ++i) {
       if (!json_equals(a[i], b[i])) return false;
     }
@@ -38,13 +40,49 @@ bool json_equals(const Json& a, const Json& b) {
   }
   if (a.is_object()) {
     if (a.size() != b.size()) return false;
+    sandbox::charge_items(a.size());
     for (auto it = a.begin(); it != a.end(); ++it) {
       const auto other = b.find(it.key());
       if (other == b.end() || !json_equals(it.value(), *other)) return false;
     }
     return true;
   }
+  if (a.is_string()) {
+    const auto &x = a.get_ref<const std::string&>(), &y = b.get_ref<const std::string&>();
+    if (x.size() != y.size()) return false;
+    sandbox::charge_bytes(x.size());
+    return x == y;
+  }
   return a == b;
+}
+
+size_t mix(size_t seed, size_t h) {
+  return seed ^ (h + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));
+}
+
+size_t json_hash(const Json& j) {
+  if (const auto n = as_number(j)) {
+    const double d = *n == 0.0 ? 0.0 : *n;  // -0.0 == 0.0
+    return std::isnan(d) ? 0x7ff8 : std::hash<double>()(d);
+  }
+  if (j.is_string()) {
+    sandbox::charge_bytes(j.get_ref<const std::string&>().size());
+    return std::hash<std::string>()(j.get_ref<const std::string&>());
+  }
+  if (j.is_array()) {
+    sandbox::charge_items(j.size());
+    size_t h = 0xa77a;
+    for (const auto& e : j) h = mix(h, json_hash(e));
+    return h;
+  }
+  if (j.is_object()) {  // equal dicts may list their keys in another order
+    sandbox::charge_items(j.size());
+    size_t h = 0xd1c7;
+    for (auto it = j.begin(); it != j.end(); ++it)
+      h += mix(std::hash<std::string>()(it.key()), json_hash(it.value()));
+    return h;
+  }
+  return 0x4e0e;  // null
 }
 
 void append_json_string(std::string& out, const std::string& s, bool ensure_ascii) {
@@ -294,6 +332,30 @@ bool equals(const Value& a, const Value& b) {
       return false;
   }
   return false;
+}
+
+bool equals(const Json& a, const Json& b) { return json_equals(a, b); }
+
+size_t value_hash(const Value& v) {
+  if (v.is_data()) return json_hash(v.json());
+  if (v.kind() == Value::Kind::Namespace) return std::hash<const void*>()(v.ns().get());
+  if (v.kind() == Value::Kind::Callable) return std::hash<const void*>()(v.fn().get());
+  return 0x0dd;  // all undefined values are equal
+}
+
+bool list_contains(const Json& list, const Value& item) {
+  if (!item.is_data()) return false;  // data never equals a non-data value
+  size_t looked_at = 0;
+  bool found = false;
+  for (const auto& e : list) {
+    ++looked_at;
+    if (json_equals(e, item.json())) {
+      found = true;
+      break;
+    }
+  }
+  sandbox::charge_items(looked_at);
+  return found;
 }
 
 std::string json_dumps(const Json& j, const JsonDumpOptions& options) {

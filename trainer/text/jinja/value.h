@@ -33,8 +33,18 @@ class Value {
  public:
   enum class Kind { Undefined, Data, Namespace, Callable };
 
-  Value() = default;                                         // undefined
-  Value(Json j) : kind_(Kind::Data), json_(std::move(j)) {}  // NOLINT: implicit on purpose
+  Value() = default;  // undefined
+  // Data is shared, never changed once built: copying a Value (a variable lookup, a loop item)
+  // costs the same however big the data is.
+  Value(Json j)  // NOLINT: implicit on purpose
+      : kind_(Kind::Data), json_(std::make_shared<const Json>(std::move(j))) {}
+  // `part` (an item or attribute inside `whole`'s data), sharing whole's data instead of copying.
+  static Value part_of(const Value& whole, const Json& part) {
+    Value v;
+    v.kind_ = Kind::Data;
+    v.json_ = std::shared_ptr<const Json>(whole.json_, &part);
+    return v;
+  }
   static Value undefined(std::string hint = "") {
     Value v;
     v.hint_ = std::move(hint);
@@ -56,22 +66,24 @@ class Value {
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::Undefined; }
   bool is_data() const { return kind_ == Kind::Data; }
-  bool is_none() const { return is_data() && json_.is_null(); }
-  bool is_string() const { return is_data() && json_.is_string(); }
-  bool is_int() const { return is_data() && (json_.is_number_integer()); }
-  bool is_number() const { return is_data() && json_.is_number(); }
-  bool is_bool() const { return is_data() && json_.is_boolean(); }
-  bool is_list() const { return is_data() && json_.is_array(); }
-  bool is_dict() const { return is_data() && json_.is_object(); }
+  bool is_none() const { return is_data() && json().is_null(); }
+  bool is_string() const { return is_data() && json().is_string(); }
+  bool is_int() const { return is_data() && (json().is_number_integer()); }
+  bool is_number() const { return is_data() && json().is_number(); }
+  bool is_bool() const { return is_data() && json().is_boolean(); }
+  bool is_list() const { return is_data() && json().is_array(); }
+  bool is_dict() const { return is_data() && json().is_object(); }
 
-  const Json& json() const { return json_; }
-  Json& json() { return json_; }
-  const std::string& str() const { return json_.get_ref<const std::string&>(); }
-  int64_t as_int() const {
-    return json_.is_number_integer() ? json_.get<int64_t>()
-                                     : static_cast<int64_t>(json_.get<double>());
+  const Json& json() const {
+    static const Json null_json;
+    return json_ ? *json_ : null_json;
   }
-  double as_double() const { return json_.get<double>(); }
+  const std::string& str() const { return json().get_ref<const std::string&>(); }
+  int64_t as_int() const {
+    return json().is_number_integer() ? json().get<int64_t>()
+                                      : static_cast<int64_t>(json().get<double>());
+  }
+  double as_double() const { return json().get<double>(); }
   const std::shared_ptr<Namespace>& ns() const { return ns_; }
   const std::shared_ptr<Callable>& fn() const { return fn_; }
   const std::string& hint() const { return hint_; }
@@ -84,7 +96,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::Undefined;
-  Json json_;
+  std::shared_ptr<const Json> json_;  // null for the non-data kinds
   std::shared_ptr<Namespace> ns_;
   std::shared_ptr<Callable> fn_;
   bool tuple_ = false;
@@ -101,6 +113,11 @@ std::string py_repr(const Json& j);
 std::string py_float(double d);
 // Python equality (1 == 1.0 == True, deep for lists/dicts).
 bool equals(const Value& a, const Value& b);
+bool equals(const Json& a, const Json& b);
+// A hash consistent with equals(): equal values hash alike (1, 1.0 and True too).
+size_t value_hash(const Value& v);
+// Python's `item in list`, charging the sandbox budget for the items it looks at.
+bool list_contains(const Json& list, const Value& item);
 
 struct JsonDumpOptions {
   std::optional<std::string> indent;  // nullopt = single line
