@@ -45,8 +45,9 @@ TEST(TrainConfig, EveryProblemIsReportedAtOnce) {
   config["data"].erase("train");
   auto message = problems_of(config);
   EXPECT_NE(message.find("training.learningRate: must be > 0"), std::string::npos) << message;
-  EXPECT_NE(message.find("method.type: must be one of [\"lora\",\"qlora\",\"full\"] (got \"dora\")"),
-            std::string::npos)
+  EXPECT_NE(
+      message.find("method.type: must be one of [\"lora\",\"qlora\",\"full\"] (got \"dora\")"),
+      std::string::npos)
       << message;
   EXPECT_NE(message.find("data.train: required field is missing"), std::string::npos) << message;
 }
