@@ -23,8 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json read_json(const std::string& path) { return read_json_file_strict(path); }
-
 void write_text_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -51,7 +49,7 @@ class CheckpointReader {
     const std::string index = dir + "/model.safetensors.index.json";
     if (fs::exists(index)) {
       index_path_ = index;
-      json j = read_json(index);
+      json j = read_json_file_strict(index);
       if (!j.contains("weight_map") || !j["weight_map"].is_object())
         throw std::runtime_error(index + ": field \"weight_map\": missing or not an object");
       for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it)

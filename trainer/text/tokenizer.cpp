@@ -33,12 +33,6 @@ struct Tokenizer::Impl {
   }
 };
 
-namespace {
-
-nlohmann::json read_json(const std::string& path) { return read_json_file_strict(path); }
-
-}  // namespace
-
 std::vector<EncodedToken> Tokenizer::Impl::run(std::string_view text,
                                                bool add_special_tokens) const {
   if (!utf8::is_valid(text))
@@ -68,7 +62,7 @@ std::vector<EncodedToken> Tokenizer::Impl::run(std::string_view text,
 }
 
 std::unique_ptr<Tokenizer::Impl> Tokenizer::load_json(const std::string& path) {
-  const auto j = read_json(path);
+  const auto j = read_json_file_strict(path);
   auto impl = std::make_unique<Tokenizer::Impl>();
   const auto field = [&](const char* name) {
     return j.contains(name) ? j[name] : nlohmann::json();

@@ -14,6 +14,9 @@ namespace kubetune::train {
 torch::Device pick_device(int local_rank);
 // "auto" is bfloat16 on GPU and float32 on CPU (CPU bf16 matmuls are slow and lossy).
 torch::Dtype compute_dtype(const std::string& configured, const torch::Device& device);
+// Bytes in a GiB, for every memory figure the trainer prints.
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 // GPU memory of `device` from the caching allocator; nullopt-like zeros on CPU.
 bool device_memory(const torch::Device& device, DeviceMemory& out);
 void reset_peak_memory(const torch::Device& device);

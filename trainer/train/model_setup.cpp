@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "trainer/io/hf_checkpoint.h"
 #include "trainer/model/device_copy.h"
+#include "trainer/train/device.h"
 
 namespace kubetune::train {
 
@@ -63,8 +64,7 @@ model::CausalLM load_model(const std::string& model_dir, const torch::Device& de
         model, quantization->type, quantization->block_size, quantization->double_quant, compute);
     log::info() << "qlora: decoder linear weights in " << quantization->type
                 << (quantization->double_quant ? " with double quantization" : "") << ", blocks of "
-                << quantization->block_size << ": " << bytes / (1024.0 * 1024.0 * 1024.0)
-                << " GiB on " << device.str();
+                << quantization->block_size << ": " << bytes / kGiB << " GiB on " << device.str();
   }
   return model;
 }

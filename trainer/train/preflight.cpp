@@ -10,14 +10,13 @@
 #include "trainer/data/sampler.h"
 #include "trainer/model/lora.h"
 #include "trainer/train/batch_shape.h"
+#include "trainer/train/device.h"
 #include "trainer/train/flops.h"
 #include "trainer/train/model_setup.h"
 #include "trainer/train/train_loop.h"
 
 namespace kubetune::train {
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Bytes saved for backward per token and decoder layer, per element of the hidden and of the
 // MLP's intermediate width: a least-squares-free fit (two equations, two unknowns) to the peaks

@@ -620,8 +620,6 @@ int stop_early(Run& run, int64_t total_steps) {
   return kExitRetryable;
 }
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 // The preflight's estimate of this process's peak GPU memory (preflight.h), logged before the
 // first step and again beside the measured peak at the end, so a wrong estimate shows.
 void log_gpu_memory(const Run& run, const StepStats* last) {
