@@ -14,14 +14,6 @@ inline constexpr int kExitUserError = 2;
 // A collective timed out or a peer died: the gang is restarted from the last checkpoint.
 inline constexpr int kExitRetryable = 3;
 
-// The verdicts of `kubetune-trainer preflight`, which are also the reasons of the Failed
-// condition the operator sets when the preflight stops a job.
-inline constexpr const char* kVerdictOk = "OK";
-inline constexpr const char* kVerdictDatasetInvalid = "DatasetInvalid";  // a bad line, no records
-inline constexpr const char* kVerdictDoesNotFit = "DoesNotFit";  // estimate > the GPU's memory
-// The config, the model folder or a dataset file cannot be read.
-inline constexpr const char* kVerdictInputInvalid = "InputInvalid";
-
 // Kubernetes keeps at most this many bytes of a container's termination message; the preflight
 // pod's report has to fit.
 inline constexpr size_t kTerminationMessageBytes = 4096;

@@ -55,78 +55,32 @@ nlohmann::json validate_train_config(nlohmann::json config) {
   return config;
 }
 
-TrainConfig TrainConfig::from_json(const nlohmann::json& c) {
-  TrainConfig t;
-  t.model_path = c["model"]["path"];
-  t.dtype = c["model"]["dtype"];
-  t.gradient_checkpointing = c["model"]["gradientCheckpointing"];
-  const auto& data = c["data"];
-  t.train_file = data["train"];
-  t.validation_file = data.value("validation", "");
-  t.format = data["format"];
-  t.loss_on = data["lossOn"];
-  t.max_length = data["maxLength"];
-  t.packing = data["packing"];
-  t.shuffle = data["shuffle"];
-  t.method = c["method"]["type"];
-  const auto& lora = c["method"]["lora"];
-  t.lora.r = lora["r"];
-  t.lora.alpha = lora["alpha"];
-  t.lora.dropout = lora["dropout"];
-  for (const auto& m : lora["targetModules"]) {
+TrainConfig parse_train_config(const nlohmann::json& validated) {
+  return validated.get<TrainConfig>();
+}
+
+std::vector<std::string> lora_target_modules(const api::Lora& lora) {
+  std::vector<std::string> out;
+  for (const auto& m : lora.target_modules) {
     if (m == "all-linear") {
       for (const char* name :
            {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
-        t.lora.target_modules.push_back(name);
+        out.push_back(name);
     } else {
-      t.lora.target_modules.push_back(m);
+      out.push_back(m);
     }
   }
-  const auto& q = c["method"]["quantization"];
-  t.quantization.type = q["type"];
-  t.quantization.double_quant = q["doubleQuant"];
-  t.quantization.block_size = q["blockSize"];
-  t.quantization.compute_dtype = q["computeDtype"];
-  const auto& tr = c["training"];
-  t.epochs = tr["epochs"];
-  t.max_steps = tr["maxSteps"];
-  t.micro_batch_size = tr["microBatchSize"];
-  t.gradient_accumulation_steps = tr["gradientAccumulationSteps"];
-  t.global_batch_size = tr["globalBatchSize"];
-  t.learning_rate = tr["learningRate"];
-  t.weight_decay = tr["weightDecay"];
-  t.adam_beta1 = tr["adamBeta1"];
-  t.adam_beta2 = tr["adamBeta2"];
-  t.adam_epsilon = tr["adamEpsilon"];
-  t.lr_scheduler = tr["lrScheduler"];
-  t.warmup_steps = tr["warmupSteps"];
-  t.warmup_ratio = tr["warmupRatio"];
-  t.max_grad_norm = tr["maxGradNorm"];
-  t.seed = tr["seed"];
-  t.log_every_steps = tr["logEverySteps"];
-  t.eval_every_steps = tr["evalEverySteps"];
-  t.output_dir = c["output"]["dir"];
-  t.save_merged = c["output"]["saveMerged"];
-  const auto& ck = c["checkpoint"];
-  const std::string dir = ck.value("dir", "");
-  t.checkpoint_dir = dir.empty() ? default_checkpoint_dir(t.output_dir) : dir;
-  t.checkpoint_every_steps = ck["everySteps"];
-  t.checkpoint_keep_last = ck["keepLast"];
-  t.resume = ck["resume"];
-  t.dist_backend = c["distributed"]["backend"];
-  t.collective_timeout_seconds = c["distributed"]["timeoutSeconds"];
-  t.bucket_size_mb = c["distributed"]["bucketSizeMb"];
-  t.sparse_embedding_gradients = c["distributed"]["sparseEmbeddingGradients"];
-  t.shard_optimizer = c["distributed"]["shardOptimizer"];
-  t.metrics_port = c["metrics"]["port"];
-  t.job_name = c["metrics"]["jobName"];
-  t.metrics_linger_seconds = c["metrics"]["lingerSeconds"];
-  return t;
+  return out;
+}
+
+std::string checkpoint_dir(const TrainConfig& c) {
+  const std::string dir = c.checkpoint.dir.value_or("");
+  return dir.empty() ? default_checkpoint_dir(c.output.dir) : dir;
 }
 
 TrainConfig load_train_config(const std::string& path) {
   try {
-    return TrainConfig::from_json(validate_train_config(load_yaml_or_json_file(path)));
+    return parse_train_config(validate_train_config(load_yaml_or_json_file(path)));
   } catch (const ConfigError& e) {
     std::vector<std::string> problems;
     for (const auto& p : e.problems()) problems.push_back(path + ": " + p);

@@ -41,7 +41,7 @@ int cmd_run(const std::string& file, kubetune::op::local::LocalRunOptions o) {
 int cmd_plan(const std::string& file, const std::string& trainer, const std::string& work_dir) {
   const auto job = load_job(file);
   const auto r = kubetune::op::local::run_preflight(
-      job, trainer, work_dir.empty() ? job.config.output_dir + "/.kubetune-local" : work_dir);
+      job, trainer, work_dir.empty() ? job.spec.output.dir + "/.kubetune-local" : work_dir);
   std::cout << r.output;
   return r.exit_code;
 }

@@ -52,23 +52,23 @@ int preflight_command(const std::string& config_path, const train::PreflightOpti
   try {
     result = train::preflight(load_train_config(config_path), options);
   } catch (const std::exception& e) {  // the config, the model folder or the dataset file
-    result.verdict = kVerdictInputInvalid;
-    result.report = {{"verdict", result.verdict}, {"message", e.what()}};
+    result.verdict = api::PreflightVerdict::kInputInvalid;
+    result.report = {{"verdict", *result.verdict}, {"message", e.what()}};
   }
   std::cout << result.report.dump(2) << std::endl;
   if (!termination_log.empty()) {
     std::ofstream(termination_log)
         << train::compact_report(result.report, kTerminationMessageBytes);
   }
-  if (result.verdict.empty()) return 0;
-  log::error() << result.verdict << ": " << result.report.value("message", "");
+  if (!result.verdict) return 0;
+  log::error() << *result.verdict << ": " << result.report.value("message", "");
   return kExitUserError;
 }
 
 int eval_command(const std::string& model_dir, const std::string& adapter_dir,
                  const std::string& data_path, int batch_size, int max_length, bool as_json) {
   const auto device = train::pick_device(0);
-  const auto dtype = train::compute_dtype("auto", device);
+  const auto dtype = train::compute_dtype(api::ModelDtype::kAuto, device);
   auto text = train::load_text_tools(model_dir);
   data::DatasetOptions options;
   options.max_length = max_length;

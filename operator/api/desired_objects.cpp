@@ -25,7 +25,7 @@ json metadata(const FineTuneJob& job, const std::string& name) {
 }
 
 int processes_per_pod(const FineTuneJob& job) {
-  return job.workers.gpus > 0 ? job.workers.gpus : 1;
+  return job.spec.workers.gpus_per_worker > 0 ? job.spec.workers.gpus_per_worker : 1;
 }
 
 json env_var(const std::string& name, const std::string& value) {
@@ -40,7 +40,7 @@ json container_env(const FineTuneJob& job, int rank, int attempt) {
   json env = json::array({
       env_var("MASTER_ADDR", master_address(job)),
       env_var("MASTER_PORT", std::to_string(kMasterPort)),
-      env_var("NNODES", std::to_string(job.workers.replicas)),
+      env_var("NNODES", std::to_string(job.spec.workers.replicas)),
       env_var("NODE_RANK", std::to_string(rank)),
       env_var("NPROC_PER_NODE", std::to_string(processes_per_pod(job))),
       env_var("KUBETUNE_JOB_NAME", job.name),
@@ -48,7 +48,7 @@ json container_env(const FineTuneJob& job, int rank, int attempt) {
       field_env("POD_NAME", "metadata.name"),
       field_env("POD_NAMESPACE", "metadata.namespace"),
   });
-  for (const auto& e : job.workers.env) env.push_back(e);
+  for (const auto& e : job.spec.workers.env) env.push_back(e);
   return env;
 }
 
@@ -58,7 +58,7 @@ json container_command(const FineTuneJob& job, int rank) {
           "--nproc-per-node",
           std::to_string(processes_per_pod(job)),
           "--nnodes",
-          std::to_string(job.workers.replicas),
+          std::to_string(job.spec.workers.replicas),
           "--node-rank",
           std::to_string(rank),
           "--master-addr",
@@ -74,9 +74,11 @@ json container_command(const FineTuneJob& job, int rank) {
 json resources(const Workers& w) {
   json limits = json::object();
   json requests = json::object();
-  if (w.gpus > 0) limits["nvidia.com/gpu"] = w.gpus;
-  if (!w.cpu.is_null()) limits["cpu"] = requests["cpu"] = w.cpu;
-  if (!w.memory.is_null()) limits["memory"] = requests["memory"] = w.memory;
+  if (w.gpus_per_worker > 0) limits["nvidia.com/gpu"] = w.gpus_per_worker;
+  if (!w.resources.cpu.is_null()) limits["cpu"] = requests["cpu"] = w.resources.cpu;
+  if (!w.resources.memory.is_null()) {
+    limits["memory"] = requests["memory"] = w.resources.memory;
+  }
   json out = {{"limits", limits}};
   if (!requests.empty()) out["requests"] = requests;
   return out;
@@ -86,16 +88,17 @@ void add_volumes(const FineTuneJob& job, json& pod_spec, json& mounts) {
   pod_spec["volumes"] = json::array(
       {{{"name", "kubetune-config"}, {"configMap", {{"name", config_map_name(job.name)}}}},
        {{"name", "kubetune-shm"},
-        {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", job.workers.shm_size}}}}});
+        {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", job.spec.workers.shm_size}}}}});
   mounts = json::array(
       {{{"name", "kubetune-config"}, {"mountPath", kConfigMountDir}, {"readOnly", true}},
        {{"name", "kubetune-shm"}, {"mountPath", "/dev/shm"}}});
-  for (const auto& v : job.volumes) {
+  for (const auto& v : job.spec.volumes) {
     json volume = {{"name", v.name}};
-    if (!v.claim_name.empty()) {
-      volume["persistentVolumeClaim"] = {{"claimName", v.claim_name}, {"readOnly", v.read_only}};
+    if (!v.persistent_volume_claim.claim_name.empty()) {
+      volume["persistentVolumeClaim"] = {{"claimName", v.persistent_volume_claim.claim_name},
+                                         {"readOnly", v.read_only}};
     } else {
-      volume["hostPath"] = {{"path", v.host_path}, {"type", v.host_path_type}};
+      volume["hostPath"] = {{"path", v.host_path.path}, {"type", v.host_path.type}};
     }
     pod_spec["volumes"].push_back(volume);
     mounts.push_back({{"name", v.name}, {"mountPath", v.mount_path}, {"readOnly", v.read_only}});
@@ -104,18 +107,18 @@ void add_volumes(const FineTuneJob& job, json& pod_spec, json& mounts) {
 
 // Pod-level: the user and group, volume ownership, seccomp. Container-level: no escalation, no
 // capabilities beyond the ones asked for.
-json pod_security_context(const Workers& w) {
-  json s = {{"runAsNonRoot", w.run_as_non_root}, {"seccompProfile", {{"type", "RuntimeDefault"}}}};
+json pod_security_context(const api::SecurityContext& w) {
+  json s = {{"runAsNonRoot", w.run_as_non_root},
+            {"seccompProfile", {{"type", "RuntimeDefault"}}},
+            {"fsGroup", w.fs_group},
+            // no recursive chown of a large model volume
+            {"fsGroupChangePolicy", "OnRootMismatch"}};
   if (w.run_as_user) s["runAsUser"] = *w.run_as_user;
   if (w.run_as_group) s["runAsGroup"] = *w.run_as_group;
-  if (w.fs_group) {
-    s["fsGroup"] = *w.fs_group;
-    s["fsGroupChangePolicy"] = "OnRootMismatch";  // no recursive chown of a large model volume
-  }
   return s;
 }
 
-json container_security_context(const Workers& w) {
+json container_security_context(const api::SecurityContext& w) {
   json capabilities = {{"drop", json::array({"ALL"})}};
   if (!w.add_capabilities.empty()) capabilities["add"] = w.add_capabilities;
   return {{"allowPrivilegeEscalation", false}, {"capabilities", capabilities}};
@@ -125,40 +128,40 @@ json container_security_context(const Workers& w) {
 json job_pod(const FineTuneJob& job, const std::string& name, const std::string& role,
              json container) {
   container["name"] = kTrainerContainer;
-  container["image"] = job.workers.image;
-  container["imagePullPolicy"] = job.workers.pull_policy;
-  container["securityContext"] = container_security_context(job.workers);
+  container["image"] = job.spec.workers.image;
+  container["imagePullPolicy"] = job.spec.workers.image_pull_policy;
+  container["securityContext"] = container_security_context(job.spec.workers.security_context);
   json spec = {{"restartPolicy", "Never"},  // the operator restarts the whole gang instead
-               {"securityContext", pod_security_context(job.workers)}};
+               {"securityContext", pod_security_context(job.spec.workers.security_context)}};
   json mounts;
   add_volumes(job, spec, mounts);
   container["volumeMounts"] = mounts;
   spec["containers"] = json::array({container});
-  if (!job.workers.node_selector.empty()) spec["nodeSelector"] = job.workers.node_selector;
-  if (!job.workers.tolerations.empty()) spec["tolerations"] = job.workers.tolerations;
-  if (!job.workers.priority_class.empty()) spec["priorityClassName"] = job.workers.priority_class;
-  if (!job.workers.service_account.empty()) {
-    spec["serviceAccountName"] = job.workers.service_account;
-  }
+  const Workers& w = job.spec.workers;
+  if (!w.node_selector.empty()) spec["nodeSelector"] = w.node_selector;
+  if (!w.tolerations.empty()) spec["tolerations"] = w.tolerations;
+  if (w.priority_class_name) spec["priorityClassName"] = *w.priority_class_name;
+  if (w.service_account_name) spec["serviceAccountName"] = *w.service_account_name;
   json meta = metadata(job, name);
   meta["labels"][kLabelRole] = role;
-  meta["annotations"] = {{kAnnotationSpecHash, spec_hash(job.spec)}};
+  meta["annotations"] = {{kAnnotationSpecHash, spec_hash(job.spec_json)}};
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
 }
 
 json make_pod(const FineTuneJob& job, int rank, int attempt) {
   json container = {{"command", container_command(job, rank)},
                     {"env", container_env(job, rank, attempt)},
-                    {"resources", resources(job.workers)}};
+                    {"resources", resources(job.spec.workers)}};
   container["ports"] = json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}}});
-  if (job.config.metrics_port > 0) {
-    container["ports"].push_back({{"name", "metrics"}, {"containerPort", job.config.metrics_port}});
+  if (job.spec.metrics.port > 0) {
+    container["ports"].push_back({{"name", "metrics"}, {"containerPort", job.spec.metrics.port}});
   }
   json pod = job_pod(job, pod_name(job.name, rank), kRoleWorker, container);
   pod["spec"]["hostname"] = pod_name(job.name, rank);
   pod["spec"]["subdomain"] = service_name(job.name);
   // Time to finish the step and write a checkpoint after SIGTERM (a drain).
-  pod["spec"]["terminationGracePeriodSeconds"] = job.run_policy.termination_grace_period_seconds;
+  pod["spec"]["terminationGracePeriodSeconds"] =
+      job.spec.run_policy.termination_grace_period_seconds;
   pod["metadata"]["labels"][kLabelRank] = std::to_string(rank);
   pod["metadata"]["labels"][kLabelAttempt] = std::to_string(attempt);
   return pod;
@@ -203,7 +206,7 @@ std::string spec_hash(const json& spec) {
 
 std::vector<std::string> preflight_command(const FineTuneJob& job, const std::string& config_path,
                                            std::optional<double> gpu_memory_gib) {
-  const int world = job.workers.replicas * processes_per_pod(job);
+  const int world = job.spec.workers.replicas * processes_per_pod(job);
   std::vector<std::string> argv = {"kubetune-trainer", "preflight",    "--config",
                                    config_path,        "--world-size", std::to_string(world)};
   if (gpu_memory_gib) {
@@ -221,10 +224,10 @@ json preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib,
   command.push_back("/dev/termination-log");
   // The workers' CPU and memory (it reads the same data), no GPU; NVIDIA_VISIBLE_DEVICES=void
   // keeps an image that sets it to "all" from seeing the node's GPUs anyway.
-  Workers cpu_only = job.workers;
-  cpu_only.gpus = 0;
+  Workers cpu_only = job.spec.workers;
+  cpu_only.gpus_per_worker = 0;
   json env = json::array({env_var("NVIDIA_VISIBLE_DEVICES", "void")});
-  for (const auto& e : job.workers.env) env.push_back(e);
+  for (const auto& e : job.spec.workers.env) env.push_back(e);
   json container = {{"command", command},
                     {"env", env},
                     {"resources", resources(cpu_only)},
@@ -258,7 +261,7 @@ DesiredObjects desired_objects(const FineTuneJob& job, int attempt) {
         {"ports",
          json::array(
              {{{"name", "rendezvous"}, {"port", kMasterPort}, {"targetPort", kMasterPort}}})}}}};
-  for (int rank = 0; rank < job.workers.replicas; ++rank) {
+  for (int rank = 0; rank < job.spec.workers.replicas; ++rank) {
     out.pods.push_back(make_pod(job, rank, attempt));
   }
   return out;

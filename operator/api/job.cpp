@@ -34,65 +34,6 @@ json training_part(const json& spec) {
   return out;
 }
 
-Workers parse_workers(const json& w) {
-  Workers out;
-  out.replicas = w.value("replicas", 1);
-  out.gpus = w.value("gpusPerWorker", 1);
-  if (w.contains("gpuMemoryGiB")) out.gpu_memory_gib = w["gpuMemoryGiB"].get<double>();
-  out.image = w.value("image", "");
-  out.pull_policy = w.value("imagePullPolicy", "IfNotPresent");
-  if (w.contains("resources")) {
-    out.cpu = w["resources"].value("cpu", json());
-    out.memory = w["resources"].value("memory", json());
-  }
-  out.shm_size = w.value("shmSize", json("8Gi"));
-  out.node_selector = w.value("nodeSelector", json::object());
-  out.tolerations = w.value("tolerations", json::array());
-  out.env = w.value("env", json::array());
-  out.priority_class = w.value("priorityClassName", "");
-  out.service_account = w.value("serviceAccountName", "");
-  const json security = w.value("securityContext", json::object());
-  out.run_as_non_root = security.value("runAsNonRoot", out.run_as_non_root);
-  if (security.contains("runAsUser")) out.run_as_user = security["runAsUser"].get<int64_t>();
-  if (security.contains("runAsGroup")) out.run_as_group = security["runAsGroup"].get<int64_t>();
-  out.fs_group = security.value("fsGroup", *out.fs_group);
-  out.add_capabilities = security.value("addCapabilities", std::vector<std::string>{});
-  return out;
-}
-
-RunPolicy parse_run_policy(const json& r) {
-  RunPolicy out;
-  out.backoff_limit = r.value("backoffLimit", 3);
-  if (r.contains("activeDeadlineSeconds")) out.active_deadline_seconds = r["activeDeadlineSeconds"];
-  if (r.contains("ttlSecondsAfterFinished")) {
-    out.ttl_seconds_after_finished = r["ttlSecondsAfterFinished"];
-  }
-  out.suspend = r.value("suspend", false);
-  out.preflight = r.value("preflight", out.preflight);
-  out.stall_timeout_seconds = r.value("stallTimeoutSeconds", out.stall_timeout_seconds);
-  out.termination_grace_period_seconds =
-      r.value("terminationGracePeriodSeconds", out.termination_grace_period_seconds);
-  return out;
-}
-
-std::vector<Volume> parse_volumes(const json& vs) {
-  std::vector<Volume> out;
-  for (const auto& v : vs) {
-    Volume vol;
-    vol.name = v.value("name", "");
-    vol.mount_path = v.value("mountPath", "");
-    vol.read_only = v.value("readOnly", false);
-    if (v.contains("persistentVolumeClaim"))
-      vol.claim_name = v["persistentVolumeClaim"]["claimName"];
-    if (v.contains("hostPath")) {
-      vol.host_path = v["hostPath"]["path"];
-      vol.host_path_type = v["hostPath"].value("type", "");
-    }
-    out.push_back(vol);
-  }
-  return out;
-}
-
 }  // namespace
 
 SpecError::SpecError(std::vector<std::string> problems)
@@ -145,15 +86,13 @@ FineTuneJob parse_job(const json& object) {
   job.ns = meta.value("namespace", "default");
   job.uid = meta.value("uid", "");
   job.generation = meta.value("generation", 0L);
-  job.spec = obj["spec"];
-  job.train_config = validate_train_config(training_part(job.spec));
+  job.spec_json = obj["spec"];
+  job.train_config = validate_train_config(training_part(job.spec_json));
   if (job.train_config["metrics"].value("jobName", "").empty()) {
     job.train_config["metrics"]["jobName"] = job.name;  // the `job` label of every series
   }
-  job.config = TrainConfig::from_json(job.train_config);
-  job.workers = parse_workers(job.spec["workers"]);
-  job.run_policy = parse_run_policy(job.spec["runPolicy"]);
-  job.volumes = parse_volumes(job.spec.value("volumes", json::array()));
+  job.spec = job.spec_json.get<FineTuneJobSpec>();
+  job.spec.metrics.job_name = job.train_config["metrics"]["jobName"];
   return job;
 }
 

@@ -22,54 +22,21 @@ class SpecError : public std::runtime_error {
   std::vector<std::string> problems_;
 };
 
-struct Volume {
-  std::string name;
-  std::string mount_path;
-  bool read_only = false;
-  std::string claim_name;  // persistentVolumeClaim, or
-  std::string host_path;   // hostPath
-  std::string host_path_type;
-};
-
-struct Workers {
-  int replicas = 1;
-  int gpus = 1;                          // per pod; 0 = CPU
-  std::optional<double> gpu_memory_gib;  // one GPU's memory, for the preflight's fit check
-  std::string image;
-  std::string pull_policy;
-  nlohmann::json cpu, memory, shm_size;  // quantities or null
-  nlohmann::json node_selector = nlohmann::json::object();
-  nlohmann::json tolerations = nlohmann::json::array();
-  nlohmann::json env = nlohmann::json::array();
-  std::string priority_class;
-  std::string service_account;
-  // workers.securityContext (defaults as in the CRD)
-  bool run_as_non_root = true;
-  std::optional<int64_t> run_as_user, run_as_group, fs_group = 65532;
-  std::vector<std::string> add_capabilities;
-};
-
-struct RunPolicy {
-  int backoff_limit = 3;
-  std::optional<long> active_deadline_seconds;
-  std::optional<long> ttl_seconds_after_finished;
-  bool suspend = false;
-  bool preflight = true;                        // a CPU pod checks data and memory first
-  long stall_timeout_seconds = 1800;            // 0: no stall watchdog
-  long termination_grace_period_seconds = 600;  // SIGTERM -> SIGKILL of a worker pod
-};
+// The spec's types (api::FineTuneJobSpec, api::Workers, api::RunPolicy, api::Volume) are generated
+// from the schema (common/codegen), with the schema's defaults.
+using api::FineTuneJobSpec;
+using api::RunPolicy;
+using api::Volume;
+using api::Workers;
 
 struct FineTuneJob {
   std::string name;
   std::string ns;
   std::string uid;
   long generation = 0;
-  nlohmann::json spec;          // defaulted
-  nlohmann::json train_config;  // the trainer's part of spec, defaulted by its own validator
-  TrainConfig config;           // the same, typed
-  Workers workers;
-  RunPolicy run_policy;
-  std::vector<Volume> volumes;
+  nlohmann::json spec_json;     // the spec, defaulted: what the spec hash is taken of
+  nlohmann::json train_config;  // the trainer's part of it (its config.json), metrics.jobName set
+  FineTuneJobSpec spec;         // the same, typed
 };
 
 // Defaults and validates a whole FineTuneJob object; throws SpecError listing every problem.

@@ -2,42 +2,37 @@
 
 namespace kubetune::op {
 
-using nlohmann::json;
+using api::ConditionStatus;
 
-void set_condition(json& status, const std::string& type, bool value, const std::string& reason,
-                   const std::string& message, long generation, SystemTime now) {
-  if (!status.contains("conditions") || !status["conditions"].is_array()) {
-    status["conditions"] = json::array();
+void set_condition(std::vector<Condition>& conditions, ConditionType type, bool value,
+                   Reason reason, const std::string& message, long generation, SystemTime now) {
+  const ConditionStatus status = value ? ConditionStatus::kTrue : ConditionStatus::kFalse;
+  Condition* c = nullptr;
+  for (auto& existing : conditions) {
+    if (existing.type == type) c = &existing;
   }
-  const std::string s = value ? "True" : "False";
-  for (auto& c : status["conditions"]) {
-    if (c.value("type", "") != type) continue;
-    if (c.value("status", "") != s) c["lastTransitionTime"] = format_time(now);
-    c["status"] = s;
-    c["reason"] = reason;
-    c["message"] = message;
-    c["observedGeneration"] = generation;
-    return;
+  if (!c) {
+    c = &conditions.emplace_back();
+    c->type = type;
+    c->status = ConditionStatus::kUnknown;
   }
-  status["conditions"].push_back({{"type", type},
-                                  {"status", s},
-                                  {"reason", reason},
-                                  {"message", message},
-                                  {"observedGeneration", generation},
-                                  {"lastTransitionTime", format_time(now)}});
+  if (c->status != status) c->last_transition_time = format_time(now);
+  c->status = status;
+  c->reason = to_string(reason);
+  c->message = message;
+  c->observed_generation = generation;
 }
 
-json find_condition(const json& status, const std::string& type) {
-  if (!status.is_object()) return nullptr;
-  for (const auto& c : status.value("conditions", json::array())) {
-    if (c.value("type", "") == type) return c;
+const Condition* find_condition(const std::vector<Condition>& conditions, ConditionType type) {
+  for (const auto& c : conditions) {
+    if (c.type == type) return &c;
   }
   return nullptr;
 }
 
-bool condition_is_true(const json& status, const std::string& type) {
-  const json c = find_condition(status, type);
-  return !c.is_null() && c.value("status", "") == "True";
+bool condition_is_true(const std::vector<Condition>& conditions, ConditionType type) {
+  const Condition* c = find_condition(conditions, type);
+  return c && c->status == api::ConditionStatus::kTrue;
 }
 
 }  // namespace kubetune::op

@@ -41,13 +41,13 @@ std::optional<WorkerFailure> pod_failure(const json& pod, int rank) {
     const json term = terminated_state(pod);
     const std::string pod_reason = status.value("reason", "");
     if (pod_reason == "Evicted") {
-      f.reason = "Evicted";
+      f.reason = Reason::kEvicted;
       f.message = "worker " + std::to_string(rank) + " (pod " + name +
                   ") was evicted: " + status.value("message", "");
       return f;
     }
     if (term.is_null()) {
-      f.reason = pod_reason.empty() ? "WorkerFailed" : pod_reason;
+      f.reason = Reason::kWorkerFailed;  // the pod's own reason is in the message
       f.message = "worker " + std::to_string(rank) + " (pod " + name + ") failed" +
                   (pod_reason.empty() ? "" : ": " + pod_reason);
       return f;
@@ -55,7 +55,9 @@ std::optional<WorkerFailure> pod_failure(const json& pod, int rank) {
     const int code = term.value("exitCode", 1);
     const std::string why = term.value("reason", "");
     f.permanent = code == kExitUserError && why != "OOMKilled";
-    f.reason = f.permanent ? "ConfigError" : (why == "OOMKilled" ? "OOMKilled" : "WorkerFailed");
+    f.reason = f.permanent          ? Reason::kConfigError
+               : why == "OOMKilled" ? Reason::kOOMKilled
+                                    : Reason::kWorkerFailed;
     f.message = "worker " + std::to_string(rank) + " (pod " + name + ") exited with code " +
                 std::to_string(code) + (why.empty() ? "" : " (" + why + ")") +
                 (f.permanent ? ": configuration or data error, not retried" : "");
@@ -65,12 +67,12 @@ std::optional<WorkerFailure> pod_failure(const json& pod, int rank) {
     return f;
   }
   if (phase == "Unknown") {
-    f.reason = "NodeLost";
+    f.reason = Reason::kNodeLost;
     f.message = "worker " + std::to_string(rank) + " (pod " + name + ") lost contact with its node";
     return f;
   }
   if (pod["metadata"].contains("deletionTimestamp") && phase != "Succeeded") {
-    f.reason = "WorkerDeleted";
+    f.reason = Reason::kWorkerDeleted;
     f.message = "worker " + std::to_string(rank) + " (pod " + name + ") was deleted";
     return f;
   }

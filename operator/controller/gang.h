@@ -9,11 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "operator/controller/reasons.h"
+
 namespace kubetune::op {
 
 struct WorkerFailure {
   int rank = -1;
-  std::string reason;   // condition reason: WorkerFailed, Evicted, NodeLost, WorkerDeleted...
+  Reason reason = Reason::kWorkerFailed;
   std::string message;  // for humans: which pod, which exit code
   bool permanent = false;
 };

@@ -40,10 +40,11 @@ void OperatorMetrics::reconciled(const std::string& result, double seconds) {
   reconcile_duration_.Observe(seconds);
 }
 
-void OperatorMetrics::set_phase(const std::string& ns, const std::string& job, Phase phase) {
+void OperatorMetrics::set_phase(const std::string& ns, const std::string& job,
+                                std::optional<Phase> phase) {
   for (auto p : os::kJobPhases) {
     jobs_.Add({{"namespace", ns}, {"job", job}, {"phase", std::string(p)}})
-        .Set(p == to_string(phase) ? 1 : 0);
+        .Set(phase && p == to_string(*phase) ? 1 : 0);
   }
 }
 

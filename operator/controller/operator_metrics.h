@@ -23,7 +23,7 @@ class OperatorMetrics {
   void set_queue_depth(size_t depth) { queue_depth_.Set(static_cast<double>(depth)); }
   void set_leader(bool leader) { is_leader_.Set(leader ? 1 : 0); }
   // State set: 1 for `phase`, 0 for the job's other phases.
-  void set_phase(const std::string& ns, const std::string& job, Phase phase);
+  void set_phase(const std::string& ns, const std::string& job, std::optional<Phase> phase);
   void restarted(const std::string& ns, const std::string& job);
   void set_progress(const std::string& ns, const std::string& job, double step, double total,
                     double loss, double tokens_per_second);

@@ -59,20 +59,23 @@ milliseconds until(SystemTime now, SystemTime when) {
 
 struct JobReconciler::Pass {
   std::string ns, name, key;
-  json obj;         // the job as read (its resourceVersion guards the status write)
-  json old_status;  // status as read
-  json status;      // status being computed
+  json obj;                           // the job as read (its resourceVersion guards the write)
+  api::FineTuneJobStatus old_status;  // status as read
+  api::FineTuneJobStatus status;      // status being computed
   long generation = 0;
   FineTuneJob job;
   SystemTime now;
   struct Event {
-    std::string type, reason, message;
+    std::string type;
+    Reason reason;
+    std::string message;
   };
   std::vector<Event> events;  // recorded once the status that they describe is stored
 
   std::string item() const { return kube::resources::kFineTuneJobs.item(ns, name); }
   std::string uid() const { return obj["metadata"].value("uid", ""); }
-  Phase phase() const { return parse_phase(status.value("phase", "")); }
+  std::optional<Phase> phase() const { return status.phase; }
+  api::WorkerCounts& workers() { return status.workers; }
 };
 
 JobReconciler::JobReconciler(kube::KubeClient& client, kube::Informer& jobs, kube::Informer& pods,
@@ -101,8 +104,7 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
   if (p.obj["metadata"].contains("deletionTimestamp")) return {};
   p.now = options_.clock();
   p.generation = p.obj["metadata"].value("generation", 0L);
-  p.old_status = p.obj.value("status", json::object());
-  if (!p.old_status.is_object()) p.old_status = json::object();
+  p.old_status = p.obj.value("status", json::object()).get<api::FineTuneJobStatus>();
   p.status = p.old_status;
 
   try {
@@ -110,27 +112,27 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
   } catch (const SpecError& e) {
     return invalid_spec(p, e.problems());
   }
-  const json failed = find_condition(p.status, kCondFailed);
-  if (p.phase() == Phase::kFailed && failed.value("reason", "") == "InvalidSpec" &&
-      failed.value("observedGeneration", 0L) < p.generation) {
-    p.status = json::object();  // the spec was fixed: start over
-    p.events.push_back({"Normal", "SpecAccepted", "the corrected spec is valid; starting the job"});
+  const Condition* failed = find_condition(p.status.conditions, ConditionType::kFailed);
+  if (p.phase() == Phase::kFailed && failed && failed->reason == to_string(Reason::kInvalidSpec) &&
+      failed->observed_generation.value_or(0) < p.generation) {
+    p.status = {};  // the spec was fixed: start over
+    p.events.push_back(
+        {"Normal", Reason::kSpecAccepted, "the corrected spec is valid; starting the job"});
   }
   if (is_finished(p.phase())) return finished(p);
-  if (p.job.run_policy.suspend) return suspend(p);
-  if (condition_is_true(p.status, kCondSuspended)) resume(p);
-  if (p.phase() == Phase::kNone) p.status["phase"] = to_string(Phase::kPending);
-  if (!p.status.contains("startTime")) p.status["startTime"] = format_time(p.now);
-  if (!p.status.contains("restarts")) p.status["restarts"] = 0;
-  if (!p.status.contains("workers")) p.status["workers"] = json::object();
+  if (p.job.spec.run_policy.suspend) return suspend(p);
+  if (condition_is_true(p.status.conditions, ConditionType::kSuspended)) resume(p);
+  if (!p.phase()) p.status.phase = Phase::kPending;
+  if (!p.status.start_time) p.status.start_time = format_time(p.now);
+  if (!p.status.restarts) p.status.restarts = 0;
 
-  if (p.job.run_policy.active_deadline_seconds) {
-    const auto deadline = parse_time(p.status["startTime"]) +
-                          std::chrono::seconds(*p.job.run_policy.active_deadline_seconds);
+  if (p.job.spec.run_policy.active_deadline_seconds) {
+    const auto deadline = parse_time(*p.status.start_time) +
+                          std::chrono::seconds(*p.job.spec.run_policy.active_deadline_seconds);
     if (p.now >= deadline) {
-      return fail(p, "DeadlineExceeded",
+      return fail(p, Reason::kDeadlineExceeded,
                   "the job was active longer than runPolicy.activeDeadlineSeconds=" +
-                      std::to_string(*p.job.run_policy.active_deadline_seconds));
+                      std::to_string(*p.job.spec.run_policy.active_deadline_seconds));
     }
     ReconcileResult r = run_gang(p);
     const auto left = until(p.now, deadline);
@@ -141,8 +143,8 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
 }
 
 ReconcileResult JobReconciler::run_gang(Pass& p) {
-  const int attempt = p.status.value("restarts", 0);
-  const std::string hash = spec_hash(p.job.spec);
+  const int64_t attempt = p.status.restarts.value_or(0);
+  const std::string hash = spec_hash(p.job.spec_json);
   std::vector<json> current;
   int older = 0;
   for (const auto& pod : gang_pods(p)) {
@@ -158,7 +160,7 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
     if (a < attempt || (!pod_hash.empty() && pod_hash != hash)) {
       ++older;
       // Made from another spec: the gang is replaced, which is not a failure to count.
-      if (a == attempt) p.status["workers"]["created"] = 0;
+      if (a == attempt) p.workers().created = 0;
       if (!pod["metadata"].contains("deletionTimestamp")) {
         client_.remove(kube::resources::kPods.item(p.ns, pod["metadata"]["name"]));
       }
@@ -170,38 +172,38 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
     write_status(p);
     return {kShortRequeue};
   }
-  if (current.empty() && p.job.run_policy.preflight) {
+  if (current.empty() && p.job.spec.run_policy.preflight) {
     if (auto r = preflight(p, hash)) return *r;
   }
 
-  GangState g = assess_gang(current, p.job.workers.replicas);
-  const bool created = p.status["workers"].value("created", 0) >= p.job.workers.replicas;
+  GangState g = assess_gang(current, p.job.spec.workers.replicas);
+  const bool created = p.workers().created.value_or(0) >= p.job.spec.workers.replicas;
   if (!g.failure && created) {
     for (int rank : g.missing) {
       if (!confirm_lost(p, rank)) return {kShortRequeue};  // our pod cache is behind
       g.failure = WorkerFailure{
-          rank, "WorkerLost",
+          rank, Reason::kWorkerLost,
           "worker " + std::to_string(rank) + " (pod " + pod_name(p.name, rank) + ") disappeared",
           false};
       break;
     }
   }
-  p.status["workers"]["active"] = g.active();
-  p.status["workers"]["succeeded"] = g.succeeded;
-  p.status["workers"]["failed"] = g.failed;
+  p.workers().active = g.active();
+  p.workers().succeeded = g.succeeded;
+  p.workers().failed = g.failed;
   if (g.failure) return handle_failure(p, *g.failure);
   if (g.all_succeeded()) return succeed(p);
 
   if (!g.missing.empty()) create_gang(p, g.missing);
   ReconcileResult result;
   if (g.all_running()) {
-    transition(p, Phase::kRunning, kCondRunning, "AllWorkersRunning",
+    transition(p, Phase::kRunning, ConditionType::kRunning, Reason::kAllWorkersRunning,
                "all " + std::to_string(g.replicas) + " workers are running", false);
-    if (condition_is_true(p.status, kCondRestarting)) {
-      set_condition(p.status, kCondRestarting, false, "GangRunning",
+    if (condition_is_true(p.status.conditions, ConditionType::kRestarting)) {
+      set_condition(p.status.conditions, ConditionType::kRestarting, false, Reason::kGangRunning,
                     "the restarted gang is running", p.generation, p.now);
     }
-    if (p.job.config.metrics_port > 0) {
+    if (p.job.spec.metrics.port > 0) {
       update_progress(p, *g.pods[0]);
       if (auto stall = stalled(p)) return handle_failure(p, *stall);
       result.requeue_after = options_.progress_period;
@@ -212,17 +214,17 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
 }
 
 void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
-  const int attempt = p.status.value("restarts", 0);
+  const int attempt = static_cast<int>(p.status.restarts.value_or(0));
   const DesiredObjects want = desired_objects(p.job, attempt);
   create_children(p, [&] {
     ensure_child(p, kube::resources::kConfigMaps, want.config_map);
     ensure_child(p, kube::resources::kServices, want.service);
     for (int rank : missing) ensure_child(p, kube::resources::kPods, want.pods[rank]);
   });
-  p.status["workers"]["created"] = p.job.workers.replicas;
+  p.workers().created = p.job.spec.workers.replicas;
   if (p.phase() != Phase::kRunning) {
-    transition(p, Phase::kCreated, kCondCreated, "GangCreated",
-               "created " + std::to_string(p.job.workers.replicas) + " worker pods (gang " +
+    transition(p, Phase::kCreated, ConditionType::kCreated, Reason::kGangCreated,
+               "created " + std::to_string(p.job.spec.workers.replicas) + " worker pods (gang " +
                    std::to_string(attempt) + ")",
                false);
   }
@@ -232,22 +234,26 @@ void JobReconciler::create_children(Pass& p, const std::function<void()>& create
   try {
     create();
   } catch (const ChildNotCreated& e) {
-    const json before = find_condition(p.status, kCondCreated);
-    if (before.is_null() || before.value("reason", "") != e.reason ||
-        before.value("message", "") != e.what()) {
+    const Condition* before = find_condition(p.status.conditions, ConditionType::kCreated);
+    if (!before || before->reason != to_string(e.reason) || before->message != e.what()) {
       p.events.push_back({e.warning ? "Warning" : "Normal", e.reason, e.what()});
     }
-    set_condition(p.status, kCondCreated, false, e.reason, e.what(), p.generation, p.now);
+    set_condition(p.status.conditions, ConditionType::kCreated, false, e.reason, e.what(),
+                  p.generation, p.now);
     write_status(p);
     throw;
   }
 }
 
 std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::string& hash) {
-  json record = p.status.value("preflight", json::object());
-  if (record.value("specHash", "") != hash) record = {{"specHash", hash}, {"failures", 0}};
-  if (record.value("verdict", "") == kVerdictOk) return std::nullopt;
-  const int attempt = record.value("failures", 0);
+  api::Preflight record = p.status.preflight;
+  if (record.spec_hash != hash) {
+    record = {};
+    record.spec_hash = hash;
+    record.failures = 0;
+  }
+  if (record.verdict == api::PreflightVerdict::kOK) return std::nullopt;
+  const int attempt = static_cast<int>(record.failures.value_or(0));
   const std::string name = preflight_pod_name(p.name);
   auto pod = pods_.get(p.ns, name);
   if (pod && owned_by(*pod, p.uid())) {
@@ -255,7 +261,7 @@ std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::stri
         (*pod)["metadata"].value("annotations", json::object()).value(kAnnotationSpecHash, "");
     if (attempt_of(*pod) == attempt && pod_hash == hash) {
       if (!is_terminal(*pod)) return ReconcileResult{};  // its next status change wakes us
-      p.status["preflight"] = record;  // of this spec, even if the write after creating was lost
+      p.status.preflight = record;  // of this spec, even if the write after creating was lost
       return preflight_ended(p, *pod);
     }
     // One of an earlier spec or try: it goes before the new one (same name).
@@ -271,18 +277,19 @@ std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::stri
     ensure_child(p, kube::resources::kPods, pod_object);
   });
   if (gib) {
-    record["gpuMemoryGiB"] = *gib;
-    record["gpuMemorySource"] = source;
+    record.gpu_memory_gib = *gib;
+    record.gpu_memory_source = source;
   }
-  p.status["preflight"] = record;
+  p.status.preflight = record;
   const std::string message =
       "pod " + name +
       " (no GPU) reads the model's config and the whole dataset and estimates the GPU memory" +
       (gib ? " against " + source : std::string(" (no GPU memory known to check against)"));
-  if (!find_condition(p.status, kCondPreflightPassed).is_object()) {
-    p.events.push_back({"Normal", "PreflightStarted", message});
+  if (!find_condition(p.status.conditions, ConditionType::kPreflightPassed)) {
+    p.events.push_back({"Normal", Reason::kPreflightStarted, message});
   }
-  set_condition(p.status, kCondPreflightPassed, false, "Checking", message, p.generation, p.now);
+  set_condition(p.status.conditions, ConditionType::kPreflightPassed, false, Reason::kChecking,
+                message, p.generation, p.now);
   write_status(p);
   return ReconcileResult{};
 }
@@ -298,62 +305,66 @@ std::optional<ReconcileResult> JobReconciler::preflight_ended(Pass& p, const jso
   const std::string text = terminated.is_object() ? terminated.value("message", "") : "";
   json report = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!report.is_object()) report = nullptr;
-  json& record = p.status["preflight"];
+  api::Preflight& record = p.status.preflight;
   const std::string name = preflight_pod_name(p.name);
 
   const bool passed = pod["status"].value("phase", "") == "Succeeded";
   if (passed || code == kExitUserError) {
-    std::string verdict = report_text(report, "verdict");
-    if (passed) verdict = kVerdictOk;
-    if (verdict != kVerdictOk && verdict != kVerdictDatasetInvalid &&
-        verdict != kVerdictDoesNotFit) {
-      verdict = kVerdictInputInvalid;
+    // Anything in the pod can write its termination message: a verdict that is none of the
+    // schema's, or none at all, means the input could not be read.
+    api::PreflightVerdict verdict = api::PreflightVerdict::kInputInvalid;
+    if (passed || !parse(report_text(report, "verdict"), verdict) ||
+        verdict == api::PreflightVerdict::kOK) {
+      verdict = passed ? api::PreflightVerdict::kOK : api::PreflightVerdict::kInputInvalid;
     }
     if (report.is_object()) report["verdict"] = verdict;
     const std::string summary = report.is_object() ? preflight_summary(report) : text;
-    record["verdict"] = verdict;
-    record["summary"] = summary.substr(0, 4096);
-    record["completionTime"] = format_time(p.now);
-    if (report.is_object()) record["report"] = report;
+    record.verdict = verdict;
+    record.summary = summary.substr(0, 4096);
+    record.completion_time = format_time(p.now);
+    if (report.is_object()) record.report = report;
     if (passed) {
-      set_condition(p.status, kCondPreflightPassed, true, "Passed", summary, p.generation, p.now);
-      p.events.push_back({"Normal", "PreflightPassed", summary});
+      set_condition(p.status.conditions, ConditionType::kPreflightPassed, true, Reason::kPassed,
+                    summary, p.generation, p.now);
+      p.events.push_back({"Normal", Reason::kPreflightPassed, summary});
       return std::nullopt;
     }
     const std::string message = report_text(report, "message", summary) +
                                 " (found by the preflight; kubectl logs pod/" + name +
                                 " has the whole report)";
-    set_condition(p.status, kCondPreflightPassed, false, verdict, message, p.generation, p.now);
-    return fail(p, verdict, message);
+    set_condition(p.status.conditions, ConditionType::kPreflightPassed, false, reason_for(verdict),
+                  message, p.generation, p.now);
+    return fail(p, reason_for(verdict), message);
   }
 
   // Ended without a verdict: evicted, out of memory, killed. Tried again, like a gang.
   const std::string why =
       pod["status"].value("reason", terminated.is_object() ? terminated.value("reason", "") : "");
-  const int failures = record.value("failures", 0) + 1;
+  const int64_t failures = record.failures.value_or(0) + 1;
   const std::string message = "preflight pod " + name + " ended without a verdict (" +
                               (why.empty() ? "exit code " + std::to_string(code) : why) + ")";
-  if (failures > p.job.run_policy.backoff_limit) {
-    return fail(p, "PreflightFailed",
+  if (failures > p.job.spec.run_policy.backoff_limit) {
+    return fail(p, Reason::kPreflightFailed,
                 message + "; tried " + std::to_string(failures) + " time(s) (backoffLimit " +
-                    std::to_string(p.job.run_policy.backoff_limit) +
+                    std::to_string(p.job.spec.run_policy.backoff_limit) +
                     "); runPolicy.preflight: false skips the check");
   }
-  record["failures"] = failures;
-  p.events.push_back({"Warning", "PreflightRetry", message + "; trying again"});
+  record.failures = failures;
+  p.events.push_back({"Warning", Reason::kPreflightRetry, message + "; trying again"});
   write_status(p);  // first: a stale pass fails here and counts nothing
   client_.remove(kube::resources::kPods.item(p.ns, name));
   return ReconcileResult{kShortRequeue};
 }
 
 std::pair<std::optional<double>, std::string> JobReconciler::gpu_memory(const Pass& p) {
-  if (p.job.workers.gpu_memory_gib) return {p.job.workers.gpu_memory_gib, "workers.gpuMemoryGiB"};
-  if (p.job.workers.gpus == 0) return {std::nullopt, ""};
+  if (p.job.spec.workers.gpu_memory_gib)
+    return {p.job.spec.workers.gpu_memory_gib, "workers.gpuMemoryGiB"};
+  if (p.job.spec.workers.gpus_per_worker == 0) return {std::nullopt, ""};
   // GPU feature discovery labels each GPU node with its GPUs' memory; the workers may land on
   // any node their nodeSelector allows, so the smallest counts.
   std::string selector = kNodeLabelGpuMemory;
-  for (const auto& [key, value] : p.job.workers.node_selector.items()) {
-    selector += "," + key + "=" + value.get<std::string>();
+  for (const auto& [key, value] : p.job.spec.workers.node_selector) {
+    selector += "," + key + "=" + value;
   }
   json nodes;
   try {
@@ -388,7 +399,7 @@ void JobReconciler::ensure_child(Pass& p, const kube::Resource& kind, const json
   } catch (const kube::ApiError& e) {
     if (e.code() == 0 || e.code() >= 500 || e.conflict()) throw;  // transient: retry as is
     if (!e.already_exists()) {
-      throw ChildNotCreated("FailedCreate", "cannot create " + what + ": " + e.what(), true);
+      throw ChildNotCreated(Reason::kFailedCreate, "cannot create " + what + ": " + e.what(), true);
     }
   }
   // It exists: from an earlier pass (idempotent), or someone else's under our name.
@@ -399,16 +410,16 @@ void JobReconciler::ensure_child(Pass& p, const kube::Resource& kind, const json
     // rewritten below. A pod never is: it may be training another spec.
     existing["metadata"]["ownerReferences"] = object["metadata"]["ownerReferences"];
     existing = client_.update(kind.item(p.ns, name), existing);
-    p.events.push_back({"Normal", "Adopted", "adopted the orphaned " + what});
+    p.events.push_back({"Normal", Reason::kAdopted, "adopted the orphaned " + what});
   }
   if (!owned_by(existing, p.uid())) {
     if (existing["metadata"].contains("deletionTimestamp")) {
-      throw ChildNotCreated("WaitingForOldObjects",
+      throw ChildNotCreated(Reason::kWaitingForOldObjects,
                             what + " of an earlier FineTuneJob named " + p.name +
                                 " is still being deleted; waiting for it to go",
                             false);
     }
-    throw ChildNotCreated("NameConflict",
+    throw ChildNotCreated(Reason::kNameConflict,
                           what + " exists and is not owned by this FineTuneJob (uid " + p.uid() +
                               "); delete it so that the job can create its own",
                           true);
@@ -432,20 +443,21 @@ bool JobReconciler::confirm_lost(Pass& p, int rank) {
 
 ReconcileResult JobReconciler::handle_failure(Pass& p, const WorkerFailure& f) {
   if (f.permanent) return fail(p, f.reason, f.message);
-  const int restarts = p.status.value("restarts", 0);
-  const int limit = p.job.run_policy.backoff_limit;
+  const int64_t restarts = p.status.restarts.value_or(0);
+  const int limit = p.job.spec.run_policy.backoff_limit;
   if (restarts >= limit) {
-    return fail(p, "BackoffLimitExceeded",
+    return fail(p, Reason::kBackoffLimitExceeded,
                 "the gang failed " + std::to_string(restarts + 1) + " times (backoffLimit " +
                     std::to_string(limit) + "); last failure: " + f.message);
   }
-  p.status["restarts"] = restarts + 1;
-  p.status["workers"]["created"] = 0;
+  p.status.restarts = restarts + 1;
+  p.workers().created = 0;
   const std::string message = f.message + "; restarting all workers (restart " +
                               std::to_string(restarts + 1) + " of " + std::to_string(limit) +
                               "), resuming from the last checkpoint";
-  transition(p, Phase::kRestarting, kCondRestarting, f.reason, message, true);
-  set_condition(p.status, kCondRunning, false, f.reason, f.message, p.generation, p.now);
+  transition(p, Phase::kRestarting, ConditionType::kRestarting, f.reason, message, true);
+  set_condition(p.status.conditions, ConditionType::kRunning, false, f.reason, f.message,
+                p.generation, p.now);
   // The status goes first: if this pass is based on a stale job, the write fails with 409 and
   // nothing is deleted, so the failure is counted once.
   write_status(p);
@@ -454,37 +466,38 @@ ReconcileResult JobReconciler::handle_failure(Pass& p, const WorkerFailure& f) {
   return {kShortRequeue};
 }
 
-ReconcileResult JobReconciler::fail(Pass& p, const std::string& reason,
-                                    const std::string& message) {
-  p.status["completionTime"] = format_time(p.now);
-  transition(p, Phase::kFailed, kCondFailed, reason, message, true);
-  set_condition(p.status, kCondRunning, false, reason, message, p.generation, p.now);
+ReconcileResult JobReconciler::fail(Pass& p, Reason reason, const std::string& message) {
+  p.status.completion_time = format_time(p.now);
+  transition(p, Phase::kFailed, ConditionType::kFailed, reason, message, true);
+  set_condition(p.status.conditions, ConditionType::kRunning, false, reason, message, p.generation,
+                p.now);
   write_status(p);
   delete_pods(p, false);  // frees the GPUs; finished pods stay for their logs
   return {ttl_requeue(p)};
 }
 
 ReconcileResult JobReconciler::succeed(Pass& p) {
-  p.status["completionTime"] = format_time(p.now);
+  p.status.completion_time = format_time(p.now);
   const std::string message =
-      "all " + std::to_string(p.job.workers.replicas) + " workers completed successfully";
-  transition(p, Phase::kSucceeded, kCondSucceeded, "Completed", message, false);
-  set_condition(p.status, kCondRunning, false, "Completed", message, p.generation, p.now);
+      "all " + std::to_string(p.job.spec.workers.replicas) + " workers completed successfully";
+  transition(p, Phase::kSucceeded, ConditionType::kSucceeded, Reason::kCompleted, message, false);
+  set_condition(p.status.conditions, ConditionType::kRunning, false, Reason::kCompleted, message,
+                p.generation, p.now);
   write_status(p);
   return {ttl_requeue(p)};
 }
 
 ReconcileResult JobReconciler::invalid_spec(Pass& p, const std::vector<std::string>& problems) {
   const std::string message = "invalid spec: " + join(problems, "; ");
-  const json failed = find_condition(p.status, kCondFailed);
-  if (p.phase() == Phase::kFailed && failed.value("reason", "") == "InvalidSpec" &&
-      failed.value("message", "") == message) {
+  const Condition* failed = find_condition(p.status.conditions, ConditionType::kFailed);
+  if (p.phase() == Phase::kFailed && failed && failed->reason == to_string(Reason::kInvalidSpec) &&
+      failed->message == message) {
     return {};
   }
-  if (!p.status.contains("completionTime")) p.status["completionTime"] = format_time(p.now);
-  transition(p, Phase::kFailed, kCondFailed, "InvalidSpec", message, true);
-  if (parse_phase(p.old_status.value("phase", "")) == Phase::kFailed) {
-    p.events.push_back({"Warning", "InvalidSpec", message});  // same phase, new problems
+  if (!p.status.completion_time) p.status.completion_time = format_time(p.now);
+  transition(p, Phase::kFailed, ConditionType::kFailed, Reason::kInvalidSpec, message, true);
+  if (p.old_status.phase == Phase::kFailed) {
+    p.events.push_back({"Warning", Reason::kInvalidSpec, message});  // same phase, new problems
   }
   write_status(p);
   delete_pods(p, false);
@@ -498,9 +511,9 @@ ReconcileResult JobReconciler::finished(Pass& p) {
 }
 
 std::chrono::milliseconds JobReconciler::ttl_requeue(Pass& p) {
-  const auto& ttl = p.job.run_policy.ttl_seconds_after_finished;
-  if (!ttl || !p.status.contains("completionTime")) return milliseconds(0);
-  const auto expiry = parse_time(p.status["completionTime"]) + std::chrono::seconds(*ttl);
+  const auto& ttl = p.job.spec.run_policy.ttl_seconds_after_finished;
+  if (!ttl || !p.status.completion_time) return milliseconds(0);
+  const auto expiry = parse_time(*p.status.completion_time) + std::chrono::seconds(*ttl);
   if (p.now < expiry) return until(p.now, expiry);
   spdlog::info("deleting {}: ttlSecondsAfterFinished={} expired", p.key, *ttl);
   client_.remove(p.item(), "Background");  // the garbage collector takes its pods
@@ -509,27 +522,28 @@ std::chrono::milliseconds JobReconciler::ttl_requeue(Pass& p) {
 
 ReconcileResult JobReconciler::suspend(Pass& p) {
   const int left = delete_pods(p, true);
-  p.status["workers"]["active"] = left;
-  if (!condition_is_true(p.status, kCondSuspended)) {
-    p.status["workers"]["created"] = 0;
+  p.workers().active = left;
+  if (!condition_is_true(p.status.conditions, ConditionType::kSuspended)) {
+    p.workers().created = 0;
     // Like a Kubernetes Job, the deadline clock restarts when the job resumes.
-    p.status.erase("startTime");
-    transition(p, Phase::kSuspended, kCondSuspended, "Suspended",
+    p.status.start_time.reset();
+    transition(p, Phase::kSuspended, ConditionType::kSuspended, Reason::kSuspended,
                "runPolicy.suspend is true: worker pods deleted", false);
-    set_condition(p.status, kCondRunning, false, "Suspended", "the job is suspended", p.generation,
-                  p.now);
+    set_condition(p.status.conditions, ConditionType::kRunning, false, Reason::kSuspended,
+                  "the job is suspended", p.generation, p.now);
   }
   write_status(p);
   return left > 0 ? ReconcileResult{kShortRequeue} : ReconcileResult{};
 }
 
 void JobReconciler::resume(Pass& p) {
-  set_condition(p.status, kCondSuspended, false, "Resumed",
+  set_condition(p.status.conditions, ConditionType::kSuspended, false, Reason::kResumed,
                 "runPolicy.suspend is false: recreating the workers, which resume from the last "
                 "checkpoint",
                 p.generation, p.now);
-  p.status["phase"] = to_string(Phase::kPending);
-  p.events.push_back({"Normal", "Resumed", "recreating the workers from the last checkpoint"});
+  p.status.phase = Phase::kPending;
+  p.events.push_back(
+      {"Normal", Reason::kResumed, "recreating the workers from the last checkpoint"});
 }
 
 void JobReconciler::update_progress(Pass& p, const json& pod0) {
@@ -543,7 +557,7 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   const std::string ip = pod0.value("status", json::object()).value("podIP", "");
   if (ip.empty()) return;
   const std::string url =
-      "http://" + ip + ":" + std::to_string(p.job.config.metrics_port) + "/metrics";
+      "http://" + ip + ":" + std::to_string(p.job.spec.metrics.port) + "/metrics";
   Progress pr;
   try {
     pr = scrape_progress(url, options_.scrape_timeout_ms);
@@ -555,80 +569,78 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
     std::lock_guard<std::mutex> lock(scrape_mutex_);
     scrapes_[p.key].answered = p.now;
   }
-  json progress = p.status.value("progress", json::object());
+  api::Progress& progress = p.status.progress;
   const json before = progress;
-  const int world = p.job.workers.replicas * std::max(1, p.job.workers.gpus);
-  auto put = [&](const char* field, const std::optional<double>& v, double scale = 1) {
-    if (v && std::isfinite(*v)) progress[field] = *v * scale;
+  const int world = p.job.spec.workers.replicas * std::max(1, p.job.spec.workers.gpus_per_worker);
+  auto put = [](std::optional<double>& field, const std::optional<double>& v, double scale = 1) {
+    if (v && std::isfinite(*v)) field = *v * scale;
   };
-  if (pr.step && (!progress.contains("stepTime") || progress.value("step", -1L) != *pr.step)) {
-    progress["stepTime"] = format_time(p.now);  // the stall watchdog's clock
+  const auto step = pr.step ? std::optional<int64_t>(static_cast<int64_t>(*pr.step)) : std::nullopt;
+  if (step && (!progress.step_time || progress.step != step)) {
+    progress.step_time = format_time(p.now);  // the stall watchdog's clock
   }
-  if (pr.step) progress["step"] = static_cast<long>(*pr.step);
-  if (pr.total_steps) progress["totalSteps"] = static_cast<long>(*pr.total_steps);
-  put("epoch", pr.epoch);
-  put("loss", pr.loss);
-  put("tokensPerSecond", pr.tokens_per_second, world);  // rank 0's rate times the world size
-  put("etaSeconds", pr.eta_seconds);
-  if (progress.contains("etaSeconds")) progress["eta"] = format_duration(progress["etaSeconds"]);
-  progress["summary"] = std::to_string(progress.value("step", 0L)) + "/" +
-                        std::to_string(progress.value("totalSteps", 0L));
-  if (progress != before) progress["updateTime"] = format_time(p.now);
-  p.status["progress"] = progress;
-  if (pr.checkpoints &&
-      *pr.checkpoints > p.status.value("lastCheckpoint", json::object()).value("count", 0.0)) {
-    const std::string& dir = p.job.config.checkpoint_dir;
-    p.status["lastCheckpoint"] = {{"count", static_cast<long>(*pr.checkpoints)},
-                                  {"step", progress.value("step", 0L)},
-                                  {"path", dir},
-                                  {"time", format_time(p.now)}};
+  if (step) progress.step = step;
+  if (pr.total_steps) progress.total_steps = static_cast<int64_t>(*pr.total_steps);
+  put(progress.epoch, pr.epoch);
+  put(progress.loss, pr.loss);
+  put(progress.tokens_per_second, pr.tokens_per_second, world);  // rank 0's rate x world size
+  put(progress.eta_seconds, pr.eta_seconds);
+  if (progress.eta_seconds) progress.eta = format_duration(*progress.eta_seconds);
+  progress.summary = std::to_string(progress.step.value_or(0)) + "/" +
+                     std::to_string(progress.total_steps.value_or(0));
+  if (json(progress) != before) progress.update_time = format_time(p.now);
+  api::LastCheckpoint& last = p.status.last_checkpoint;
+  if (pr.checkpoints && *pr.checkpoints > static_cast<double>(last.count.value_or(0))) {
+    last.count = static_cast<int64_t>(*pr.checkpoints);
+    last.step = progress.step.value_or(0);
+    last.path = checkpoint_dir(p.job.spec);
+    last.time = format_time(p.now);
   }
   if (metrics_) {
-    metrics_->set_progress(p.ns, p.name, progress.value("step", 0.0),
-                           progress.value("totalSteps", 0.0), progress.value("loss", 0.0),
-                           progress.value("tokensPerSecond", 0.0));
+    metrics_->set_progress(p.ns, p.name, static_cast<double>(progress.step.value_or(0)),
+                           static_cast<double>(progress.total_steps.value_or(0)),
+                           progress.loss.value_or(0), progress.tokens_per_second.value_or(0));
   }
 }
 
 std::optional<WorkerFailure> JobReconciler::stalled(const Pass& p) {
-  const long timeout = p.job.run_policy.stall_timeout_seconds;
+  const long timeout = p.job.spec.run_policy.stall_timeout_seconds;
   if (timeout <= 0) return std::nullopt;
   // The clock starts when the gang last became Running or when the step last advanced, whichever
   // is later: loading the model counts, a restarted gang starts afresh.
-  const json running = find_condition(p.status, kCondRunning);
-  if (running.value("status", "") != "True") return std::nullopt;
-  SystemTime since = parse_time(running.value("lastTransitionTime", format_time(p.now)));
+  const Condition* running = find_condition(p.status.conditions, ConditionType::kRunning);
+  if (!running || running->status != api::ConditionStatus::kTrue) return std::nullopt;
+  SystemTime since = parse_time(running->last_transition_time);
   {
     std::lock_guard<std::mutex> lock(scrape_mutex_);
     const auto scrapes = scrapes_.find(p.key);
     if (scrapes == scrapes_.end() || scrapes->second.answered < since) return std::nullopt;
   }
-  const json progress = p.status.value("progress", json::object());
-  if (progress.contains("stepTime")) since = std::max(since, parse_time(progress["stepTime"]));
+  const api::Progress& progress = p.status.progress;
+  if (progress.step_time) since = std::max(since, parse_time(*progress.step_time));
   if (p.now - since < std::chrono::seconds(timeout)) return std::nullopt;
-  const std::string step =
-      progress.contains("step") ? "step " + std::to_string(progress.value("step", 0L)) : "no step";
-  return WorkerFailure{0, "Stalled",
+  const std::string step = progress.step ? "step " + std::to_string(*progress.step) : "no step";
+  return WorkerFailure{0, Reason::kStalled,
                        "rank 0 has not finished a step for " + std::to_string(timeout) +
                            " s (runPolicy.stallTimeoutSeconds; last seen: " + step + ")",
                        false};
 }
 
-void JobReconciler::transition(Pass& p, Phase phase, const std::string& condition,
-                               const std::string& reason, const std::string& message,
-                               bool warning) {
+void JobReconciler::transition(Pass& p, Phase phase, ConditionType condition, Reason reason,
+                               const std::string& message, bool warning) {
   if (p.phase() != phase) {
-    p.status["phase"] = to_string(phase);
+    p.status.phase = phase;
     p.events.push_back({warning ? "Warning" : "Normal", reason, message});
   }
-  set_condition(p.status, condition, true, reason, message, p.generation, p.now);
+  set_condition(p.status.conditions, condition, true, reason, message, p.generation, p.now);
 }
 
 void JobReconciler::write_status(Pass& p) {
-  p.status["observedGeneration"] = p.generation;
-  if (p.status != p.old_status) {
+  p.status.observed_generation = p.generation;
+  const json status = p.status;
+  if (status != json(p.old_status)) {
     json obj = p.obj;
-    obj["status"] = p.status;
+    obj["status"] = status;
     for (int attempt = 0;; ++attempt) {
       try {
         p.obj = client_.update_status(p.item(), obj);
@@ -639,16 +651,17 @@ void JobReconciler::write_status(Pass& p) {
         // otherwise start over from the fresh object.
         json fresh = client_.get(p.item());
         if (fresh["metadata"].value("generation", 0L) != p.generation ||
-            fresh.value("status", json::object()) != p.old_status) {
+            json(fresh.value("status", json::object()).get<api::FineTuneJobStatus>()) !=
+                json(p.old_status)) {
           throw StaleObjectError(p.key + ": changed while reconciling; retrying");
         }
         obj = fresh;
-        obj["status"] = p.status;
+        obj["status"] = status;
       }
     }
     p.old_status = p.status;
   }
-  for (const auto& e : p.events) events_.record(p.obj, e.type, e.reason, e.message);
+  for (const auto& e : p.events) events_.record(p.obj, e.type, to_string(e.reason), e.message);
   p.events.clear();
   if (metrics_) metrics_->set_phase(p.ns, p.name, p.phase());
 }

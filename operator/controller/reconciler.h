@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "operator/api/job.h"
+#include "operator/controller/conditions.h"
 #include "operator/controller/events.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/operator_metrics.h"
@@ -65,7 +66,7 @@ class JobReconciler {
   // else the smallest nvidia.com/gpu.memory label of the nodes the workers may be placed on.
   std::pair<std::optional<double>, std::string> gpu_memory(const Pass& p);
   ReconcileResult handle_failure(Pass& p, const WorkerFailure& f);
-  ReconcileResult fail(Pass& p, const std::string& reason, const std::string& message);
+  ReconcileResult fail(Pass& p, Reason reason, const std::string& message);
   ReconcileResult succeed(Pass& p);
   void create_gang(Pass& p, const std::vector<int>& missing);
   // Runs `create` (ensure_child calls). A child the server refuses is shown in the Created
@@ -80,7 +81,7 @@ class JobReconciler {
   std::optional<WorkerFailure> stalled(const Pass& p);
   bool confirm_lost(Pass& p, int rank);
 
-  void transition(Pass& p, Phase phase, const std::string& condition, const std::string& reason,
+  void transition(Pass& p, Phase phase, ConditionType condition, Reason reason,
                   const std::string& message, bool warning);
   void write_status(Pass& p);
   // Deletes the job's pods that are still running (all = also finished ones); returns how many
@@ -110,9 +111,9 @@ class JobReconciler {
 // A child the job needs could not be created; `reason` becomes the Created condition's reason.
 class ChildNotCreated : public std::runtime_error {
  public:
-  ChildNotCreated(std::string reason, const std::string& message, bool warning)
-      : std::runtime_error(message), reason(std::move(reason)), warning(warning) {}
-  std::string reason;
+  ChildNotCreated(Reason reason, const std::string& message, bool warning)
+      : std::runtime_error(message), reason(reason), warning(warning) {}
+  Reason reason;
   bool warning;
 };
 

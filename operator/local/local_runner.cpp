@@ -44,8 +44,9 @@ struct Placement {
 Placement place(const FineTuneJob& job, const LocalRunOptions& o) {
   Placement p;
   const int gpus = o.local_gpus >= 0 ? o.local_gpus : count_local_gpus();
-  if (job.workers.gpus > 0 && gpus > 0) {
-    p.gpus_per_worker = std::max(1, std::min(job.workers.gpus, gpus / job.workers.replicas));
+  if (job.spec.workers.gpus_per_worker > 0 && gpus > 0) {
+    p.gpus_per_worker =
+        std::max(1, std::min(job.spec.workers.gpus_per_worker, gpus / job.spec.workers.replicas));
   }
   p.master_port = metrics::pick_free_port("127.0.0.1");
   return p;
@@ -117,10 +118,10 @@ ProcessSpec to_process(const json& pod, const FineTuneJob& job, const LocalRunOp
 
 // Rank 0's progress, or nothing when it is not serving yet (loading) or between steps.
 std::optional<Progress> read_progress(const FineTuneJob& job) {
-  if (job.config.metrics_port <= 0) return std::nullopt;
+  if (job.spec.metrics.port <= 0) return std::nullopt;
   try {
     const Progress p = scrape_progress(
-        "http://127.0.0.1:" + std::to_string(job.config.metrics_port) + "/metrics", 1000);
+        "http://127.0.0.1:" + std::to_string(job.spec.metrics.port) + "/metrics", 1000);
     if (p.step) return p;
   } catch (const std::exception&) {
   }
@@ -212,7 +213,7 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
   const Placement pl = place(job, o);
   const DesiredObjects want = desired_objects(job, attempt);
   ProcessGang gang(out);
-  for (int rank = 0; rank < job.workers.replicas; ++rank) {
+  for (int rank = 0; rank < job.spec.workers.replicas; ++rank) {
     const int nproc = pl.gpus_per_worker > 0 ? pl.gpus_per_worker : 1;
     const std::string config = write_config(job, dir, rank, nproc);
     gang.spawn(to_process(want.pods[rank], job, o, pl, rank, config));
@@ -220,11 +221,11 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
   const auto stall_check_period = std::chrono::seconds(1);
   auto next_progress = std::chrono::steady_clock::now() + o.progress_period;
   auto next_stall_check = std::chrono::steady_clock::now() + stall_check_period;
-  StallWatch stall(job.config.metrics_port > 0 ? job.run_policy.stall_timeout_seconds : 0);
+  StallWatch stall(job.spec.metrics.port > 0 ? job.spec.run_policy.stall_timeout_seconds : 0);
   AttemptResult result;
   while (gang.running() > 0) {
     if (interrupted != 0) {
-      gang.terminate(std::chrono::seconds(job.run_policy.termination_grace_period_seconds));
+      gang.terminate(std::chrono::seconds(job.spec.run_policy.termination_grace_period_seconds));
       result.end = GangEnd::kInterrupted;
       return result;
     }
@@ -264,14 +265,15 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
 
 int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& out) {
   const std::string dir =
-      o.work_dir.empty() ? job.config.output_dir + "/.kubetune-local" : o.work_dir;
+      o.work_dir.empty() ? job.spec.output.dir + "/.kubetune-local" : o.work_dir;
   fs::create_directories(dir);
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = job.run_policy.active_deadline_seconds
-                            ? start + std::chrono::seconds(*job.run_policy.active_deadline_seconds)
-                            : std::chrono::steady_clock::time_point::max();
+  const auto deadline =
+      job.spec.run_policy.active_deadline_seconds
+          ? start + std::chrono::seconds(*job.spec.run_policy.active_deadline_seconds)
+          : std::chrono::steady_clock::time_point::max();
   // The preflight first: a bad line or a job too big for its GPUs fails before any worker starts.
-  if (job.run_policy.preflight) {
+  if (job.spec.run_policy.preflight) {
     const PreflightResult preflight = run_preflight(job, o.trainer, dir);
     out << "[kubetune] preflight: " << preflight_summary(preflight.report) << "\n" << std::flush;
     if (preflight.exit_code != 0) {
@@ -280,10 +282,10 @@ int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& ou
       return preflight.exit_code == kExitUserError ? kExitUserError : 1;
     }
   }
-  const int limit = job.run_policy.backoff_limit;
+  const int limit = job.spec.run_policy.backoff_limit;
   InterruptHandler interrupt_handler;
   for (int restarts = 0;; ++restarts) {
-    out << "[kubetune] starting " << job.workers.replicas << " worker(s) of " << job.name
+    out << "[kubetune] starting " << job.spec.workers.replicas << " worker(s) of " << job.name
         << " (gang " << restarts << ")\n"
         << std::flush;
     const AttemptResult r = run_attempt(job, o, restarts, dir, deadline, out);
@@ -298,7 +300,7 @@ int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& ou
     }
     if (r.end == GangEnd::kDeadline) {
       out << "[kubetune] " << job.name
-          << " failed: activeDeadlineSeconds=" << *job.run_policy.active_deadline_seconds
+          << " failed: activeDeadlineSeconds=" << *job.spec.run_policy.active_deadline_seconds
           << " exceeded\n";
       return 1;
     }

@@ -58,7 +58,7 @@ PreflightResult run_preflight(const FineTuneJob& job, const std::string& trainer
   std::filesystem::create_directories(work_dir);
   const std::string config = work_dir + "/preflight-config.json";
   std::ofstream(config) << job.train_config.dump(2) << "\n";
-  std::vector<std::string> argv = preflight_command(job, config, job.workers.gpu_memory_gib);
+  std::vector<std::string> argv = preflight_command(job, config, job.spec.workers.gpu_memory_gib);
   argv[0] = trainer;
   PreflightResult r;
   std::tie(r.exit_code, r.output) = run_capturing_stdout(argv);

@@ -89,7 +89,7 @@ class Mutator {
 void load_config(const std::string& text) {
   try {
     const nlohmann::json j = yaml_to_json(text, "fuzz.yaml");
-    TrainConfig::from_json(validate_train_config(j));
+    parse_train_config(validate_train_config(j));
   } catch (const std::runtime_error&) {
   }
 }

@@ -22,13 +22,65 @@ std::string problems_of(nlohmann::json config) {
 }
 
 TEST(TrainConfig, DefaultsComeFromTheSchema) {
-  auto config = TrainConfig::from_json(validate_train_config(minimal()));
+  const TrainConfig config = parse_train_config(validate_train_config(minimal()));
   const auto& schema = train_config_schema()["properties"];
-  EXPECT_EQ(config.method, schema["method"]["properties"]["type"]["default"]);
-  EXPECT_EQ(config.learning_rate, schema["training"]["properties"]["learningRate"]["default"]);
-  EXPECT_EQ(config.max_length, schema["data"]["properties"]["maxLength"]["default"]);
-  EXPECT_EQ(config.checkpoint_dir, "out/checkpoints");
-  EXPECT_EQ(config.lora.target_modules.size(), 7u);  // all-linear expands to the 7 projections
+  EXPECT_EQ(nlohmann::json(config.method.type), schema["method"]["properties"]["type"]["default"]);
+  EXPECT_EQ(config.training.learning_rate,
+            schema["training"]["properties"]["learningRate"]["default"]);
+  EXPECT_EQ(config.data.max_length, schema["data"]["properties"]["maxLength"]["default"]);
+  EXPECT_EQ(checkpoint_dir(config), "out/checkpoints");
+  EXPECT_FALSE(config.data.validation.has_value());  // no default: absent, not ""
+  // all-linear expands to the 7 projections
+  EXPECT_EQ(lora_target_modules(config.method.lora).size(), 7u);
+}
+
+// The generated structs' member initializers are the schema's defaults: a config built in C++
+// with only the required fields is the config the validator fills in.
+TEST(GeneratedTypes, MemberDefaultsAreTheSchemaDefaults) {
+  TrainConfig config;
+  config.model.path = "m";
+  config.data.train = "t.jsonl";
+  config.output.dir = "out";
+  EXPECT_EQ(nlohmann::json(config), validate_train_config(minimal()));
+}
+
+// Every field of the schema survives JSON -> struct -> JSON: none is missing from the struct.
+TEST(GeneratedTypes, EveryFieldRoundTrips) {
+  const nlohmann::json full = validate_train_config(nlohmann::json::parse(R"({
+    "model": {"path": "/m", "dtype": "bfloat16", "gradientCheckpointing": true},
+    "data": {"train": "t.jsonl", "validation": "v.jsonl", "format": "prompt_completion",
+             "lossOn": "all", "maxLength": 512, "packing": true, "shuffle": false},
+    "method": {"type": "qlora", "lora": {"r": 8, "alpha": 16, "dropout": 0.05,
+                                         "targetModules": ["q_proj", "v_proj"]},
+               "quantization": {"type": "fp4", "doubleQuant": false, "blockSize": 128,
+                                "computeDtype": "float16"}},
+    "training": {"epochs": 3, "maxSteps": 100, "microBatchSize": 4,
+                 "gradientAccumulationSteps": 2, "globalBatchSize": 0, "learningRate": 0.001,
+                 "weightDecay": 0.1, "adamBeta1": 0.8, "adamBeta2": 0.99, "adamEpsilon": 1e-6,
+                 "lrScheduler": "linear", "warmupSteps": 10, "warmupRatio": 0.1,
+                 "maxGradNorm": 0.5, "seed": 4294967295, "logEverySteps": 5,
+                 "evalEverySteps": 50},
+    "output": {"dir": "/out", "saveMerged": true},
+    "checkpoint": {"dir": "/ck", "everySteps": 20, "keepLast": 3, "resume": "never"},
+    "distributed": {"backend": "gloo", "timeoutSeconds": 60, "bucketSizeMb": 25,
+                    "sparseEmbeddingGradients": false, "shardOptimizer": false},
+    "metrics": {"port": 9400, "jobName": "j", "lingerSeconds": 5}})"));
+  const TrainConfig config = parse_train_config(full);
+  EXPECT_EQ(nlohmann::json(config), full);
+  EXPECT_EQ(config.training.seed, 4294967295);  // wider than int: int64_t
+  EXPECT_EQ(config.method.quantization.type, api::QuantizationType::kFp4);
+  EXPECT_EQ(checkpoint_dir(config), "/ck");
+}
+
+TEST(GeneratedTypes, EnumsRefuseValuesTheSchemaDoesNot) {
+  api::MethodType method = api::MethodType::kFull;
+  EXPECT_TRUE(parse("lora", method));
+  EXPECT_EQ(method, api::MethodType::kLora);
+  EXPECT_FALSE(parse("LoRA", method));
+  EXPECT_THROW(nlohmann::json("prefix").get<api::MethodType>(), std::invalid_argument);
+  for (api::MethodType m : api::kMethodTypeValues) {
+    EXPECT_EQ(nlohmann::json(m).get<api::MethodType>(), m);
+  }
 }
 
 TEST(TrainConfig, UnknownFieldIsNamedWithItsPath) {

@@ -36,7 +36,7 @@ TEST(Gang, ExitCodeTwoIsPermanent) {
   const GangState g = assess_gang({pod(0, "Running"), terminated(1, 2, "Error")}, 2);
   ASSERT_TRUE(g.failure);
   EXPECT_TRUE(g.failure->permanent);
-  EXPECT_EQ(g.failure->reason, "ConfigError");
+  EXPECT_EQ(g.failure->reason, Reason::kConfigError);
   EXPECT_EQ(g.failure->rank, 1);
 }
 
@@ -48,14 +48,14 @@ TEST(Gang, OtherExitCodesSignalsAndEvictionsAreRetryable) {
   }
   auto oom = pod_failure(terminated(0, 2, "OOMKilled"), 0);
   EXPECT_FALSE(oom->permanent);
-  EXPECT_EQ(oom->reason, "OOMKilled");
+  EXPECT_EQ(oom->reason, Reason::kOOMKilled);
   json evicted = pod(0, "Failed");
   evicted["status"]["reason"] = "Evicted";
-  EXPECT_EQ(pod_failure(evicted, 0)->reason, "Evicted");
-  EXPECT_EQ(pod_failure(pod(0, "Unknown"), 0)->reason, "NodeLost");
+  EXPECT_EQ(pod_failure(evicted, 0)->reason, Reason::kEvicted);
+  EXPECT_EQ(pod_failure(pod(0, "Unknown"), 0)->reason, Reason::kNodeLost);
   json deleting = pod(0, "Running");
   deleting["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z";
-  EXPECT_EQ(pod_failure(deleting, 0)->reason, "WorkerDeleted");
+  EXPECT_EQ(pod_failure(deleting, 0)->reason, Reason::kWorkerDeleted);
 }
 
 TEST(Gang, PermanentFailureWinsOverRetryable) {

@@ -289,13 +289,16 @@ TEST(Crd, PhasesAgreeWithTheOperatorAndItsMetrics) {
   std::vector<std::string> ours, metric_values;
   for (Phase p : kAllPhases) {
     ours.emplace_back(to_string(p));
-    EXPECT_EQ(parse_phase(to_string(p)), p);
+    Phase parsed = Phase::kFailed;
+    EXPECT_TRUE(parse(to_string(p), parsed));
+    EXPECT_EQ(parsed, p);
   }
   for (auto v : metrics::operator_series::kJobPhases) metric_values.emplace_back(v);
   const json schema = checked_in_schema()["properties"]["status"]["properties"]["phase"]["enum"];
   EXPECT_EQ(schema.get<std::vector<std::string>>(), ours);
   EXPECT_EQ(metric_values, ours);
-  EXPECT_EQ(parse_phase("Bogus"), Phase::kNone);
+  Phase bogus = Phase::kFailed;
+  EXPECT_FALSE(parse("Bogus", bogus));
 }
 
 TEST(Crd, RuleWithoutEvaluatorIsReported) {
@@ -315,6 +318,42 @@ TEST(Examples, ValidOnesPass) {
     const json obj = load_yaml_or_json_file(f);
     EXPECT_EQ(joined(validate_with_checked_in_crd(obj)), "") << f;
     EXPECT_NO_THROW(parse_job(obj)) << f;  // the operator's own check (adds the trainer's)
+  }
+}
+
+// The generated spec type holds every field a real manifest uses: the typed spec written back is
+// the defaulted spec the API server stores.
+TEST(Examples, TypedSpecHoldsEveryField) {
+  for (const auto& f : example_files(source_dir() + "/examples/jobs")) {
+    const FineTuneJob job = parse_job(load_yaml_or_json_file(f));
+    json expected = job.spec_json;
+    expected["metrics"]["jobName"] = job.name;  // parse_job names the series after the job
+    EXPECT_EQ(json(job.spec), expected) << f;
+  }
+}
+
+// So does the generated status type, for a status with every field the operator writes.
+TEST(Crd, TypedStatusHoldsEveryField) {
+  const json status = json::parse(R"({
+    "phase": "Running", "observedGeneration": 3, "restarts": 1,
+    "startTime": "2026-11-23T10:00:00Z", "completionTime": "2026-11-23T11:00:00Z",
+    "conditions": [{"type": "Running", "status": "True", "reason": "AllWorkersRunning",
+                    "message": "all 2 workers are running", "observedGeneration": 3,
+                    "lastTransitionTime": "2026-11-23T10:01:00Z"}],
+    "workers": {"active": 2, "created": 2, "failed": 0, "succeeded": 0},
+    "progress": {"step": 10, "totalSteps": 100, "summary": "10/100", "epoch": 0.1, "loss": 2.5,
+                 "tokensPerSecond": 1000.5, "etaSeconds": 90, "eta": "1m30s",
+                 "stepTime": "2026-11-23T10:02:00Z", "updateTime": "2026-11-23T10:02:00Z"},
+    "lastCheckpoint": {"count": 1, "step": 10, "path": "/out/checkpoints",
+                       "time": "2026-11-23T10:02:00Z"},
+    "preflight": {"specHash": "abc", "failures": 0, "verdict": "OK", "summary": "fits",
+                  "completionTime": "2026-11-23T10:00:30Z", "gpuMemoryGiB": 80,
+                  "gpuMemorySource": "workers.gpuMemoryGiB", "report": {"steps": 100}}})");
+  EXPECT_EQ(json(status.get<api::FineTuneJobStatus>()), status);
+  // Every property of the schema's status was set above.
+  for (const auto& [key, property] :
+       checked_in_schema()["properties"]["status"]["properties"].items()) {
+    EXPECT_TRUE(status.contains(key)) << key;
   }
 }
 

@@ -5,11 +5,12 @@
 namespace kubetune::train {
 
 BatchShape batch_shape(const TrainConfig& c, int world, int64_t resumed_global_batch) {
-  int64_t global = c.global_batch_size > 0 ? c.global_batch_size
-                                           : static_cast<int64_t>(c.micro_batch_size) *
-                                                 c.gradient_accumulation_steps * world;
+  int64_t global = c.training.global_batch_size > 0
+                       ? c.training.global_batch_size
+                       : static_cast<int64_t>(c.training.micro_batch_size) *
+                             c.training.gradient_accumulation_steps * world;
   if (resumed_global_batch > 0) global = resumed_global_batch;
-  const int64_t per_step = static_cast<int64_t>(c.micro_batch_size) * world;
+  const int64_t per_step = static_cast<int64_t>(c.training.micro_batch_size) * world;
   if (global % per_step != 0)
     throw ConfigError(
         {"training.globalBatchSize: " + std::to_string(global) +
@@ -18,7 +19,7 @@ BatchShape batch_shape(const TrainConfig& c, int world, int64_t resumed_global_b
 }
 
 int64_t total_steps(const TrainConfig& c, int64_t steps_per_epoch) {
-  return c.max_steps > 0 ? c.max_steps : c.epochs * steps_per_epoch;
+  return c.training.max_steps > 0 ? c.training.max_steps : c.training.epochs * steps_per_epoch;
 }
 
 }  // namespace kubetune::train

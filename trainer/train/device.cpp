@@ -25,9 +25,9 @@ torch::Device pick_device(int local_rank) {
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
-torch::Dtype compute_dtype(const std::string& configured, const torch::Device& device) {
-  if (configured == "float32") return torch::kFloat32;
-  if (configured == "bfloat16") return torch::kBFloat16;
+torch::Dtype compute_dtype(api::ModelDtype configured, const torch::Device& device) {
+  if (configured == api::ModelDtype::kFloat32) return torch::kFloat32;
+  if (configured == api::ModelDtype::kBfloat16) return torch::kBFloat16;
   return device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "common/finetunejob_types.h"
 #include "trainer/train/step_stats.h"
 
 namespace kubetune::train {
@@ -13,7 +14,7 @@ namespace kubetune::train {
 // cuda:<local_rank> when GPUs are present, else CPU.
 torch::Device pick_device(int local_rank);
 // "auto" is bfloat16 on GPU and float32 on CPU (CPU bf16 matmuls are slow and lossy).
-torch::Dtype compute_dtype(const std::string& configured, const torch::Device& device);
+torch::Dtype compute_dtype(api::ModelDtype configured, const torch::Device& device);
 // Bytes in a GiB, for every memory figure the trainer prints.
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 

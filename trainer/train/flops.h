@@ -13,8 +13,9 @@ inline constexpr double kPeakBf16FlopsPerSecond = 989e12;
 // Model FLOPs per trained token (PaLM's MFU convention): 6N for full fine-tuning, 4N for LoRA
 // (no weight gradients for the frozen matrices), plus attention's 12 x layers x width x length.
 inline double model_flops_per_token(const TrainConfig& c, const model::ModelConfig& mc) {
-  return (c.method == "full" ? 6.0 : 4.0) * static_cast<double>(mc.num_parameters()) +
-         12.0 * mc.num_hidden_layers * mc.num_attention_heads * mc.head_dim * c.max_length;
+  return (c.method.type == api::MethodType::kFull ? 6.0 : 4.0) *
+             static_cast<double>(mc.num_parameters()) +
+         12.0 * mc.num_hidden_layers * mc.num_attention_heads * mc.head_dim * c.data.max_length;
 }
 
 }  // namespace kubetune::train

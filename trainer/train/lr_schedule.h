@@ -2,12 +2,12 @@
 // get_{linear,cosine,constant}_schedule_with_warmup.
 #pragma once
 
-#include <string>
+#include "common/finetunejob_types.h"
 
 namespace kubetune::train {
 
 struct LrSchedule {
-  std::string kind;  // cosine | linear | constant
+  api::TrainingLrScheduler kind = api::TrainingLrScheduler::kCosine;
   double peak_lr = 0;
   long warmup_steps = 0;
   long total_steps = 0;

@@ -25,9 +25,9 @@ TextTools load_text_tools(const std::string& model_dir) {
 
 data::DatasetOptions dataset_options(const TrainConfig& c) {
   data::DatasetOptions o;
-  o.format = data::parse_format(c.format);
-  o.loss_on = data::parse_loss_on(c.loss_on);
-  o.max_length = c.max_length;
+  o.format = data::parse_format(api::to_string(c.data.format));
+  o.loss_on = data::parse_loss_on(api::to_string(c.data.loss_on));
+  o.max_length = c.data.max_length;
   return o;
 }
 
@@ -43,7 +43,7 @@ void check_checkpoint_fits_method(const model::ModelConfig& config, const std::s
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
                            bool full_finetune, uint64_t seed,
-                           const std::optional<QuantizationSettings>& quantization) {
+                           const std::optional<api::Quantization>& quantization) {
   auto config = model::ModelConfig::from_dir(model_dir);
   check_checkpoint_fits_method(config, model_dir, quantization.has_value());
   model::CausalLM model(config);
@@ -57,12 +57,15 @@ model::CausalLM load_model(const std::string& model_dir, const torch::Device& de
   }
   for (auto& b : model->buffers()) b.set_data(b.to(device));
   if (quantization) {
-    const auto compute = quantization->compute_dtype == "float32"   ? torch::kFloat32
-                         : quantization->compute_dtype == "float16" ? torch::kFloat16
-                                                                    : torch::kBFloat16;
-    const int64_t bytes = model::quantize_decoder_linears(
-        model, quantization->type, quantization->block_size, quantization->double_quant, compute);
-    log::info() << "qlora: decoder linear weights in " << quantization->type
+    using api::QuantizationComputeDtype;
+    const auto compute =
+        quantization->compute_dtype == QuantizationComputeDtype::kFloat32   ? torch::kFloat32
+        : quantization->compute_dtype == QuantizationComputeDtype::kFloat16 ? torch::kFloat16
+                                                                            : torch::kBFloat16;
+    const std::string type(api::to_string(quantization->type));
+    const int64_t bytes = model::quantize_decoder_linears(model, type, quantization->block_size,
+                                                          quantization->double_quant, compute);
+    log::info() << "qlora: decoder linear weights in " << type
                 << (quantization->double_quant ? " with double quantization" : "") << ", blocks of "
                 << quantization->block_size << ": " << bytes / kGiB << " GiB on " << device.str();
   }

@@ -39,7 +39,7 @@ void check_checkpoint_fits_method(const model::ModelConfig& config, const std::s
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
                            bool full_finetune, uint64_t seed,
-                           const std::optional<QuantizationSettings>& quantization = std::nullopt);
+                           const std::optional<api::Quantization>& quantization = std::nullopt);
 
 struct NamedParams {
   std::vector<std::string> names;

@@ -39,7 +39,7 @@ nlohmann::json time_estimate(const model::ModelConfig& m, const TrainConfig& c,
                              int64_t total_steps, int world_size) {
   const double tokens_per_gpu =
       static_cast<double>(train.tokens) / std::max<int64_t>(1, steps_per_epoch) / world_size;
-  const double mfu = c.gradient_checkpointing ? kMeasuredMfuRecompute : kMeasuredMfu;
+  const double mfu = c.model.gradient_checkpointing ? kMeasuredMfuRecompute : kMeasuredMfu;
   const double seconds =
       tokens_per_gpu * model_flops_per_token(c, m) / (kPeakBf16FlopsPerSecond * mfu);
   return {{"secondsPerStep", std::round(seconds * 1000) / 1000},
@@ -102,16 +102,16 @@ nlohmann::json MemoryEstimate::to_json() const {
 }
 
 int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) {
-  if (c.method == "full") return m.num_parameters();
+  if (c.method.type == api::MethodType::kFull) return m.num_parameters();
   int64_t n = 0;
   for (int64_t layer = 0; layer < m.num_hidden_layers; ++layer) {
     for (const auto& linear : decoder_linears(m)) {
       const std::string name =
           "model.layers." + std::to_string(layer) + "." + std::string(linear.module);
-      const auto& targets = c.lora.target_modules;
+      const auto& targets = lora_target_modules(c.method.lora);
       if (std::any_of(targets.begin(), targets.end(),
                       [&](const std::string& t) { return model::matches_target(name, t); }))
-        n += c.lora.r * (linear.in + linear.out);
+        n += c.method.lora.r * (linear.in + linear.out);
     }
   }
   return n;
@@ -121,32 +121,35 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
                                    int world_size) {
   MemoryEstimate e;
   const int64_t all = m.num_parameters(), trainable = trainable_parameters(m, c);
-  const bool full = c.method == "full", bf16 = c.dtype != "float32";
+  const bool full = c.method.type == api::MethodType::kFull,
+             bf16 = c.model.dtype != api::ModelDtype::kFloat32;
   // Frozen weights are stored in the compute dtype; trainable ones in fp32 (model_setup.cpp).
   e.frozen_weights = full ? 0 : all * (bf16 ? 2 : 4);
-  if (c.method == "qlora") {
+  if (c.method.type == api::MethodType::kQlora) {
     // The decoder's linear weights in 4 bits plus one scale per block (a float32, or a byte and
     // 1/256 of a float32 with double quantization); the rest stays in the compute dtype.
     int64_t linear = 0;
     for (const auto& l : decoder_linears(m)) linear += l.in * l.out;
     linear *= m.num_hidden_layers;
-    const double scale_bytes = c.quantization.double_quant ? 1.0 + 4.0 / 256 : 4.0;
-    e.frozen_weights = static_cast<int64_t>(
-        (all - linear) * (bf16 ? 2 : 4) + linear * (0.5 + scale_bytes / c.quantization.block_size));
+    const double scale_bytes = c.method.quantization.double_quant ? 1.0 + 4.0 / 256 : 4.0;
+    e.frozen_weights =
+        static_cast<int64_t>((all - linear) * (bf16 ? 2 : 4) +
+                             linear * (0.5 + scale_bytes / c.method.quantization.block_size));
   }
   e.trainable_weights = trainable * 4;
   // Several processes: the reduction's buckets hold another copy of the gradients.
   e.gradients = trainable * 4 * (world_size > 1 ? 2 : 1);
-  e.optimizer_states = trainable * 8 / (world_size > 1 && c.shard_optimizer ? world_size : 1);
+  e.optimizer_states =
+      trainable * 8 / (world_size > 1 && c.distributed.shard_optimizer ? world_size : 1);
   // Measured: with checkpointing the forward keeps no cast copies (22.4 GiB estimated with
   // them against 19.6 GiB measured for the 1B's full fine-tuning).
-  e.autocast_copies = bf16 && !c.gradient_checkpointing ? trainable * 2 : 0;
-  const double tokens = static_cast<double>(c.micro_batch_size) * c.max_length;
+  e.autocast_copies = bf16 && !c.model.gradient_checkpointing ? trainable * 2 : 0;
+  const double tokens = static_cast<double>(c.training.micro_batch_size) * c.data.max_length;
   const double per_layer = kActivationBytesPerHidden * m.hidden_size +
                            kActivationBytesPerIntermediate * m.intermediate_size;
   const double scale = bf16 ? 1.0 : 2.0;  // fp32 activations take twice the bytes
   e.activations = static_cast<int64_t>(
-      c.gradient_checkpointing
+      c.model.gradient_checkpointing
           ? tokens * scale *
                 (kCheckpointBytesPerHidden * m.hidden_size * m.num_hidden_layers + per_layer)
           : tokens * scale * per_layer * m.num_hidden_layers);
@@ -188,41 +191,41 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
   model::ModelConfig model;
   std::optional<TextTools> text;
   try {
-    model = model::ModelConfig::from_dir(c.model_path);
-    check_checkpoint_fits_method(model, c.model_path, c.method == "qlora");
-    text = load_text_tools(c.model_path);
+    model = model::ModelConfig::from_dir(c.model.path);
+    check_checkpoint_fits_method(model, c.model.path, c.method.type == api::MethodType::kQlora);
+    text = load_text_tools(c.model.path);
   } catch (const std::exception& e) {
     throw UserInputError(e.what());
   }
   const auto options = dataset_options(c);
   const data::DatasetScan train =
-      data::scan_jsonl(c.train_file, text->tokenizer, text->chat.get(), options);
+      data::scan_jsonl(c.data.train, text->tokenizer, text->chat.get(), options);
   nlohmann::json data = {
-      {"train", data_report(c.train_file, train, c.max_length, o.invalid_lines_listed)}};
+      {"train", data_report(c.data.train, train, c.data.max_length, o.invalid_lines_listed)}};
   size_t invalid = train.invalid.size();
-  if (!c.validation_file.empty()) {
+  if (c.data.validation) {
     const auto validation =
-        data::scan_jsonl(c.validation_file, text->tokenizer, text->chat.get(), options);
+        data::scan_jsonl(*c.data.validation, text->tokenizer, text->chat.get(), options);
     data["validation"] =
-        data_report(c.validation_file, validation, c.max_length, o.invalid_lines_listed);
+        data_report(*c.data.validation, validation, c.data.max_length, o.invalid_lines_listed);
     invalid += validation.invalid.size();
   }
 
   PreflightReport out;
   nlohmann::json& r = out.report;
-  r["model"] = {{"path", c.model_path},
+  r["model"] = {{"path", c.model.path},
                 {"modelType", model.model_type},
                 {"layers", model.num_hidden_layers},
                 {"hiddenSize", model.hidden_size},
                 {"parameters", model.num_parameters()},
-                {"method", c.method},
+                {"method", c.method.type},
                 {"trainableParameters", trainable_parameters(model, c)}};
   r["data"] = data;
   if (!train.examples.empty()) {
     const BatchShape shape = batch_shape(c, o.world_size, 0);
     data::DistributedSampler sampler(train.examples.size(), shape.global_batch,
-                                     static_cast<int>(shape.accumulation), 0, o.world_size, c.seed,
-                                     c.shuffle);
+                                     static_cast<int>(shape.accumulation), 0, o.world_size,
+                                     c.training.seed, c.data.shuffle);
     const int64_t total = total_steps(c, sampler.steps_per_epoch());
     r["steps"] = {{"worldSize", o.world_size},
                   {"globalBatch", shape.global_batch},
@@ -232,21 +235,22 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
   }
   const MemoryEstimate memory = estimate_gpu_memory(model, c, o.world_size);
   r["memory"] = memory.to_json();
-  r["memory"]["microBatchTokens"] = static_cast<int64_t>(c.micro_batch_size) * c.max_length;
-  r["memory"]["gradientCheckpointing"] = c.gradient_checkpointing;
+  r["memory"]["microBatchTokens"] =
+      static_cast<int64_t>(c.training.micro_batch_size) * c.data.max_length;
+  r["memory"]["gradientCheckpointing"] = c.model.gradient_checkpointing;
   if (o.gpu_memory_gib) r["memory"]["gpuMemoryGiB"] = *o.gpu_memory_gib;
 
   if (invalid > 0 || train.examples.empty()) {
-    out.verdict = kVerdictDatasetInvalid;
+    out.verdict = api::PreflightVerdict::kDatasetInvalid;
     r["message"] =
         train.examples.empty() && invalid == 0
-            ? c.train_file + ": no records"
+            ? c.data.train + ": no records"
             : std::to_string(invalid) + " invalid record(s); first: " +
                   (train.invalid.empty()
                        ? data["validation"]["invalidLines"][0]["error"].get<std::string>()
                        : train.invalid.front().error);
   } else if (o.gpu_memory_gib && memory.total() > *o.gpu_memory_gib * kGiB) {
-    out.verdict = kVerdictDoesNotFit;
+    out.verdict = api::PreflightVerdict::kDoesNotFit;
     char text_gib[64];
     std::snprintf(text_gib, sizeof text_gib, "%.1f GiB per GPU, more than the GPU's %.1f GiB",
                   memory.total() / kGiB, *o.gpu_memory_gib);
@@ -254,7 +258,7 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
                    " (try model.gradientCheckpointing, a smaller training.microBatchSize or "
                    "data.maxLength, LoRA, or more GPUs with distributed.shardOptimizer)";
   }
-  r["verdict"] = out.verdict.empty() ? kVerdictOk : out.verdict;
+  r["verdict"] = out.verdict.value_or(api::PreflightVerdict::kOK);
   return out;
 }
 

@@ -42,9 +42,8 @@ struct PreflightOptions {
 
 struct PreflightReport {
   nlohmann::json report;
-  // Empty when the job can start; else kVerdictDatasetInvalid or kVerdictDoesNotFit
-  // (common/contracts.h).
-  std::string verdict;
+  // nullopt when the job can start; else DatasetInvalid or DoesNotFit.
+  std::optional<api::PreflightVerdict> verdict;
 };
 
 // The report cut down to at most `max_bytes` of JSON: lists of lines shortened, long messages cut,

@@ -35,9 +35,9 @@ std::map<std::string, const torch::Tensor*> by_name(const NamedTensors& tensors)
 void check_resumable(const CheckpointContents& checkpoint, const TrainConfig& config,
                      const NamedParams& trainable, int world, size_t examples) {
   const TrainerState& state = checkpoint.state;
-  if (state.method != config.method)
+  if (state.method != api::to_string(config.method.type))
     throw CheckpointUnusable("written by a \"" + state.method + "\" run; this config trains \"" +
-                             config.method + "\"");
+                             api::to_string(config.method.type) + "\"");
   const auto weights = by_name(checkpoint.trainable);
   const auto moments = by_name(checkpoint.optimizer);
   for (size_t i = 0; i < trainable.names.size(); ++i) {

@@ -64,12 +64,12 @@ double seconds_since(Clock::time_point t) {
 }
 
 std::optional<model::LoraConfig> lora_config(const TrainConfig& c) {
-  if (!c.adapters()) return std::nullopt;
+  if (!trains_adapters(c)) return std::nullopt;
   model::LoraConfig l;
-  l.r = c.lora.r;
-  l.alpha = c.lora.alpha;
-  l.dropout = c.lora.dropout;
-  l.target_modules = c.lora.target_modules;
+  l.r = c.method.lora.r;
+  l.alpha = c.method.lora.alpha;
+  l.dropout = c.method.lora.dropout;
+  l.target_modules = lora_target_modules(c.method.lora);
   return l;
 }
 
@@ -83,8 +83,8 @@ data::MicroBatch collate(const std::vector<data::Example>& examples,
   std::vector<const data::Example*> picked;
   for (size_t i : indices) picked.push_back(&examples[i]);
   if (picked.empty()) return {};
-  return c.packing ? data::pack_batch(picked, c.max_length, pad_id)
-                   : data::pad_batch(picked, pad_id);
+  return c.data.packing ? data::pack_batch(picked, c.data.max_length, pad_id)
+                        : data::pad_batch(picked, pad_id);
 }
 
 // The whole run's state that a step reads and writes.
@@ -149,7 +149,7 @@ torch::Tensor clip_gradients(Run& run) {
   }
   std::function<void(torch::Tensor&)> sum;
   if (run.shards) sum = [&](torch::Tensor& t) { run.comm.all_reduce_sum(t, "gradient norm"); };
-  return clip_grad_norm(gradients, counted, run.config.max_grad_norm, sum);
+  return clip_grad_norm(gradients, counted, run.config.training.max_grad_norm, sum);
 }
 
 // A step whose work is queued on the device but whose results have not been read back yet. The
@@ -196,7 +196,8 @@ PendingStep queue_step(Run& run) {
   // loss by 1/global_targets: the result is (sum over all targets) / global_targets.
   const torch::Tensor scale =
       (1.0 / counts[0].clamp_min(1).to(torch::kFloat64)).to(torch::kFloat32);
-  torch::manual_seed(run.config.seed + 1000003ULL * run.state.step + run.comm.rank());  // dropout
+  torch::manual_seed(run.config.training.seed + 1000003ULL * run.state.step +
+                     run.comm.rank());  // dropout
   auto loss_sum =
       torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
   for (size_t m = 0; m < micro.size(); ++m) {
@@ -308,7 +309,7 @@ void stop_if_diverged(const Run& run, const StepStats& s) {
 // carry the output layer's part.
 void sync_embedding_by_rows(Run& run) {
   auto& embedding = run.model->model->embed_tokens;
-  if (run.comm.world_size() > 1 && run.config.sparse_embedding_gradients &&
+  if (run.comm.world_size() > 1 && run.config.distributed.sparse_embedding_gradients &&
       embedding->weight.requires_grad())
     run.embedding_sync = std::make_unique<EmbeddingGradientSync>(embedding, run.comm);
 }
@@ -362,8 +363,9 @@ int64_t model_stage_of(const std::string& name, int64_t layers) {
 void set_up_distributed_update(Run& run) {
   sync_embedding_by_rows(run);
   const NamedParams bucketed = bucketed_in_gradient_order(run);
-  const auto plan = dist::plan_gradient_buckets(bucketed.tensors, run.config.bucket_size_mb);
-  if (run.comm.world_size() > 1 && run.config.shard_optimizer) {
+  const auto plan =
+      dist::plan_gradient_buckets(bucketed.tensors, run.config.distributed.bucket_size_mb);
+  if (run.comm.world_size() > 1 && run.config.distributed.shard_optimizer) {
     const int64_t layers = run.model->config().num_hidden_layers;
     run.shards = std::make_unique<WeightShards>(
         bucketed.tensors, bucketed.names, plan, run.comm.rank(), run.comm.world_size(),
@@ -372,9 +374,9 @@ void set_up_distributed_update(Run& run) {
       shards->wait_for_stage(stage);
     };
   }
-  run.optimizer =
-      AdamW(optimizer_entries(run, bucketed), {run.config.adam_beta1, run.config.adam_beta2,
-                                               run.config.adam_epsilon, run.config.weight_decay});
+  run.optimizer = AdamW(optimizer_entries(run, bucketed),
+                        {run.config.training.adam_beta1, run.config.training.adam_beta2,
+                         run.config.training.adam_epsilon, run.config.training.weight_decay});
   run.comm.attach_gradient_sync(bucketed.tensors, bucketed.names, plan,
                                 run.shards ? dist::Communicator::Reduction::kReduceScatter
                                            : dist::Communicator::Reduction::kAllReduce);
@@ -396,12 +398,12 @@ void write_checkpoint(Run& run) {
   if (run.comm.rank() == 0) {
     const auto lora = lora_config(run.config);
     auto path =
-        save_checkpoint(run.config.checkpoint_dir, run.state, named(run.trainable), optimizer_state,
-                        [&](const std::string& tmp) {
+        save_checkpoint(checkpoint_dir(run.config), run.state, named(run.trainable),
+                        optimizer_state, [&](const std::string& tmp) {
                           if (lora)
-                            io::save_peft_adapter(run.model, *lora, run.config.model_path, tmp);
+                            io::save_peft_adapter(run.model, *lora, run.config.model.path, tmp);
                         });
-    prune_checkpoints(run.config.checkpoint_dir, run.config.checkpoint_keep_last);
+    prune_checkpoints(checkpoint_dir(run.config), run.config.checkpoint.keep_last);
     for (auto& o : run.observers) o->on_checkpoint(run.state.step, path);
   }
   run.comm.barrier("checkpoint written");
@@ -433,15 +435,16 @@ void restore_optimizer(Run& run, const CheckpointContents& c) {
 // or none. Checkpoints that exist but cannot be resumed are the user's to sort out (exit 2).
 std::optional<CheckpointContents> find_resume_point(const TrainConfig& c,
                                                     const ResumeCheck& fits_run) {
-  if (c.resume == "never") return std::nullopt;
+  if (c.checkpoint.resume == "never") return std::nullopt;
   try {
-    if (c.resume == "auto") return load_latest_checkpoint(c.checkpoint_dir, fits_run);
-    auto checkpoint = load_checkpoint(c.resume);
+    if (c.checkpoint.resume == "auto") return load_latest_checkpoint(checkpoint_dir(c), fits_run);
+    auto checkpoint = load_checkpoint(c.checkpoint.resume);
     fits_run(checkpoint);
     return checkpoint;
   } catch (const CheckpointUnusable& e) {
-    throw UserInputError(c.resume == "auto" ? e.what()
-                                            : "checkpoint.resume " + c.resume + ": " + e.what());
+    throw UserInputError(c.checkpoint.resume == "auto"
+                             ? e.what()
+                             : "checkpoint.resume " + c.checkpoint.resume + ": " + e.what());
   }
 }
 
@@ -472,7 +475,8 @@ std::optional<CheckpointContents> agree_on_resume_point(dist::Communicator& comm
     throw UserInputError(comm.rank() == 0 ? refusal
                                           : "rank 0 refused the checkpoints (its log says why)");
   if (comm.rank() == 0 || step == kNone) return found;
-  return load_checkpoint(c.resume == "auto" ? checkpoint_path(c.checkpoint_dir, step) : c.resume,
+  return load_checkpoint(c.checkpoint.resume == "auto" ? checkpoint_path(checkpoint_dir(c), step)
+                                                       : c.checkpoint.resume,
                          /*verify_files=*/false);
 }
 
@@ -480,32 +484,32 @@ void save_outputs(Run& run) {
   wait_for_weights(run);
   if (run.comm.rank() != 0) return;
   const auto& c = run.config;
-  fs::create_directories(c.output_dir);
+  fs::create_directories(c.output.dir);
   if (const auto lora = lora_config(c)) {
-    io::save_peft_adapter(run.model, *lora, c.model_path, c.output_dir);
-    if (c.save_merged) {
-      auto merged = load_model(c.model_path, torch::Device(torch::kCPU), torch::kFloat32, lora,
-                               false, c.seed);
+    io::save_peft_adapter(run.model, *lora, c.model.path, c.output.dir);
+    if (c.output.save_merged) {
+      auto merged = load_model(c.model.path, torch::Device(torch::kCPU), torch::kFloat32, lora,
+                               false, c.training.seed);
       torch::NoGradGuard no_grad;
       auto ours = run.model->named_parameters();
       for (auto& item : merged->named_parameters())
         if (item.value().requires_grad()) item.value().copy_(ours[item.key()].to(torch::kCPU));
       model::merge_lora(merged);
-      io::save_hf_model(merged, c.output_dir + "/merged", torch::kFloat32);
-      io::copy_tokenizer_files(c.model_path, c.output_dir + "/merged");
+      io::save_hf_model(merged, c.output.dir + "/merged", torch::kFloat32);
+      io::copy_tokenizer_files(c.model.path, c.output.dir + "/merged");
     }
   } else {
-    io::save_hf_model(run.model, c.output_dir, torch::kFloat32);
-    io::copy_tokenizer_files(c.model_path, c.output_dir);
+    io::save_hf_model(run.model, c.output.dir, torch::kFloat32);
+    io::copy_tokenizer_files(c.model.path, c.output.dir);
   }
   log::info() << "saved " << (lora_config(c) ? "PEFT adapter" : "model")
-              << " output=" << c.output_dir;
+              << " output=" << c.output.dir;
 }
 
 double run_validation(Run& run) {
   wait_for_weights(run);
-  auto result = evaluate(*run.model, run.validation, run.config.micro_batch_size, run.text.pad_id,
-                         run.device, run.dtype, &run.comm);
+  auto result = evaluate(*run.model, run.validation, run.config.training.micro_batch_size,
+                         run.text.pad_id, run.device, run.dtype, &run.comm);
   return result.mean_loss;
 }
 
@@ -518,15 +522,18 @@ struct UserInputs {
 // Everything read from the user's files: a failure here is theirs to fix, not ours to retry.
 UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, torch::Dtype dtype) {
   try {
-    auto text = load_text_tools(c.model_path);
+    auto text = load_text_tools(c.model.path);
     auto options = dataset_options(c);
-    auto train = data::load_jsonl(c.train_file, text.tokenizer, text.chat.get(), options);
+    auto train = data::load_jsonl(c.data.train, text.tokenizer, text.chat.get(), options);
     std::vector<data::Example> validation;
-    if (!c.validation_file.empty())
-      validation = data::load_jsonl(c.validation_file, text.tokenizer, text.chat.get(), options);
-    torch::manual_seed(c.seed);
-    auto model = load_model(c.model_path, device, dtype, lora_config(c), c.method == "full", c.seed,
-                            c.method == "qlora" ? std::optional(c.quantization) : std::nullopt);
+    if (c.data.validation)
+      validation = data::load_jsonl(*c.data.validation, text.tokenizer, text.chat.get(), options);
+    torch::manual_seed(c.training.seed);
+    auto model =
+        load_model(c.model.path, device, dtype, lora_config(c),
+                   c.method.type == api::MethodType::kFull, c.training.seed,
+                   c.method.type == api::MethodType::kQlora ? std::optional(c.method.quantization)
+                                                            : std::nullopt);
     return {std::move(text), std::move(train), std::move(validation), model};
   } catch (const std::exception& e) {
     throw UserInputError(e.what());
@@ -536,12 +543,12 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
 // What is trained, how and where, in one line of the log.
 void log_start(const Run& run, const BatchShape& shape, int64_t total_steps) {
   const TrainConfig& c = run.config;
-  log::info() << "training " << c.method << " on " << run.train.size()
+  log::info() << "training " << c.method.type << " on " << run.train.size()
               << " examples: " << total_steps << " steps, global batch " << shape.global_batch
-              << " (" << c.micro_batch_size << " x " << shape.accumulation << " accumulation x "
-              << run.comm.world_size() << " processes), " << run.trainable.names.size()
-              << " trainable tensors, device " << run.device.str() << ", backend "
-              << run.comm.backend_name()
+              << " (" << c.training.micro_batch_size << " x " << shape.accumulation
+              << " accumulation x " << run.comm.world_size() << " processes), "
+              << run.trainable.names.size() << " trainable tensors, device " << run.device.str()
+              << ", backend " << run.comm.backend_name()
               << (run.shards ? ", optimizer sharded across processes (" +
                                    std::to_string(run.shards->sharded_buckets()) + " of " +
                                    std::to_string(run.shards->buckets()) + " buckets)"
@@ -557,14 +564,14 @@ StepStats train_steps(Run& run, int64_t total_steps) {
   const int64_t first_step = run.state.step;
   StepStats last;
   double smoothed_tps = 0;
-  StepProfiler profiler(c.output_dir, run.comm.rank());
+  StepProfiler profiler(c.output.dir, run.comm.rank());
   auto evaluates_after = [&](int64_t step) {
-    return c.eval_every_steps > 0 && !run.validation.empty() && step < total_steps &&
-           step % c.eval_every_steps == 0;
+    return c.training.eval_every_steps > 0 && !run.validation.empty() && step < total_steps &&
+           step % c.training.eval_every_steps == 0;
   };
   auto checkpoints_after = [&](int64_t step) {
-    return c.checkpoint_every_steps > 0 && step < total_steps &&
-           step % c.checkpoint_every_steps == 0;
+    return c.checkpoint.every_steps > 0 && step < total_steps &&
+           step % c.checkpoint.every_steps == 0;
   };
   // A step that ends in an evaluation, a checkpoint or the end of training must be read back
   // before the next one changes the weights; any other step is read back while the next one runs.
@@ -615,7 +622,7 @@ int stop_early(Run& run, int64_t total_steps) {
   if (run.comm.rank() == 0) {
     log::warn() << "stopping at step=" << run.state.step << "/" << total_steps
                 << " on request (SIGTERM/SIGINT): checkpoint written to "
-                << run.config.checkpoint_dir << "; a restart resumes from it";
+                << checkpoint_dir(run.config) << "; a restart resumes from it";
   }
   return kExitRetryable;
 }
@@ -655,8 +662,9 @@ int run_training(const TrainConfig& c) {
   const auto env = dist::DistEnv::from_environment();
   const auto device = pick_device(env.local_rank);
   if (device.is_cuda()) torch::cuda::synchronize(device.index());  // fail early on a bad device
-  const auto dtype = compute_dtype(c.dtype, device);
-  auto comm = dist::Communicator::create(env, c.dist_backend, device, c.collective_timeout_seconds);
+  const auto dtype = compute_dtype(c.model.dtype, device);
+  auto comm = dist::Communicator::create(env, api::to_string(c.distributed.backend), device,
+                                         c.distributed.timeout_seconds);
   const bool lead = env.rank == 0;
 
   auto inputs = load_user_inputs(c, device, dtype);
@@ -668,15 +676,15 @@ int run_training(const TrainConfig& c) {
   const auto shape =
       batch_shape(c, env.world_size, checkpoint ? checkpoint->state.global_batch : 0);
   data::DistributedSampler sampler(inputs.train.size(), shape.global_batch, shape.accumulation,
-                                   env.rank, env.world_size, c.seed, c.shuffle);
+                                   env.rank, env.world_size, c.training.seed, c.data.shuffle);
   const int64_t total_steps = train::total_steps(c, sampler.steps_per_epoch());
-  LrSchedule schedule{c.lr_scheduler, c.learning_rate,
-                      c.warmup_steps > 0
-                          ? c.warmup_steps
-                          : static_cast<long>(std::ceil(c.warmup_ratio * total_steps)),
+  LrSchedule schedule{c.training.lr_scheduler, c.training.learning_rate,
+                      c.training.warmup_steps > 0
+                          ? c.training.warmup_steps
+                          : static_cast<long>(std::ceil(c.training.warmup_ratio * total_steps)),
                       total_steps};
 
-  model->set_gradient_checkpointing(c.gradient_checkpointing);
+  model->set_gradient_checkpointing(c.model.gradient_checkpointing);
 
   Run run{c,
           *comm,
@@ -694,8 +702,8 @@ int run_training(const TrainConfig& c) {
           {}};
   run.state.global_batch = shape.global_batch;
   run.state.world_size = env.world_size;
-  run.state.seed = c.seed;
-  run.state.method = c.method;
+  run.state.seed = c.training.seed;
+  run.state.method = api::to_string(c.method.type);
   run.observers = make_observers(c, env, device);
 
   if (checkpoint) restore_weights(run, *checkpoint);

@@ -1,0 +1,58 @@
+// How the generated FineTuneJob types (common/finetunejob_types.h) read and write their fields:
+// the few rules of the Kubernetes JSON conventions that nlohmann::json does not have by itself.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kubetune::api {
+
+// A field that is absent (or null) keeps the member's default: the schema's default, or nullopt.
+template <class T>
+void read_field(const nlohmann::json& j, const char* key, T& out) {
+  const auto it = j.find(key);
+  if (it != j.end() && !it->is_null()) it->get_to(out);
+}
+
+template <class T>
+void read_field(const nlohmann::json& j, const char* key, std::optional<T>& out) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  out = it->template get<T>();
+}
+
+// kWhenEmpty: a field the schema neither requires nor defaults is left out while it holds nothing:
+// an optional not set, an empty list or map, a struct equal to a default-constructed one (a
+// volume's hostPath when it uses a persistentVolumeClaim). So an object written back is the
+// object that was read.
+enum class Omit { kNever, kWhenEmpty };
+
+template <class T>
+void write_field(nlohmann::json& j, const char* key, const T& value, Omit omit) {
+  nlohmann::json v = value;
+  if (omit == Omit::kWhenEmpty && v == nlohmann::json(T{})) return;
+  j[key] = std::move(v);
+}
+
+template <class T>
+void write_field(nlohmann::json& j, const char* key, const std::optional<T>& value, Omit omit) {
+  if (value) {
+    j[key] = *value;
+  } else if (omit == Omit::kNever) {
+    j[key] = nullptr;
+  }
+}
+
+// A string that is not one of the enum's values (the schema's `enum`).
+template <class Enum>
+void parse_enum(const nlohmann::json& j, const char* type, Enum& out) {
+  if (!j.is_string() || !parse(j.get_ref<const std::string&>(), out)) {
+    throw std::invalid_argument(std::string(type) + ": unknown value " + j.dump());
+  }
+}
+
+}  // namespace kubetune::api

@@ -1,0 +1,357 @@
+// Writes the FineTuneJob's C++ types from its OpenAPI schema (common/finetunejob_schema.json), as
+// kubebuilder's controller-gen writes Go types: one struct per object, one enum class per string
+// enum, with the schema's defaults as member initializers and nlohmann::json conversions. The build
+// runs it; nobody edits its output.
+//
+//   generate_api_types SCHEMA OUT_HEADER OUT_SOURCE
+//
+// Mapping (the schema's own words, so that adding a field is one schema edit):
+//   object with properties -> struct (name: x-kubetune-type, else the property's name in Pascal
+//                             case); spec is split into TrainConfig (the trainer's part) and
+//                             FineTuneJobSpec, which adds the x-kubetune-operator properties
+//   string with enum       -> enum class (name: x-kubetune-type, else struct name + field name)
+//   integer                -> int when the schema bounds it to 32 bits, else int64_t
+//   number, boolean        -> double, bool
+//   array, string map      -> std::vector, std::map
+//   int-or-string, free    -> nlohmann::json (a quantity, a report)
+// A scalar with neither a default nor `required` is std::optional: absent is not zero. Structs,
+// lists and maps are always there and are left out of the JSON when empty.
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+// The schema's own order of properties is the order of the members.
+using json = nlohmann::ordered_json;
+
+struct Field {
+  std::string json_name;
+  std::string cpp_name;
+  std::string cpp_type;
+  std::string initializer;  // "" = value-initialized (zero, empty)
+  std::string comment;
+  bool required = false;   // always written, even when empty
+  bool defaulted = false;  // the schema has a default: always written too
+};
+
+struct Struct {
+  std::string name;
+  std::string base;  // "" or the struct it extends
+  std::string comment;
+  std::vector<Field> fields;
+};
+
+struct Enum {
+  std::string name;
+  std::string comment;
+  std::vector<std::string> values;
+};
+
+[[noreturn]] void fail(const std::string& path, const std::string& why) {
+  throw std::runtime_error(path + ": " + why);
+}
+
+std::string pascal(const std::string& name) {
+  std::string out;
+  bool up = true;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) {
+      up = true;
+      continue;
+    }
+    out += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    up = false;
+  }
+  return out;
+}
+
+// gradientCheckpointing -> gradient_checkpointing; a last capital is no word of its own, as in a
+// unit: gpuMemoryGiB -> gpu_memory_gib.
+std::string snake(const std::string& name) {
+  static const std::set<std::string> keywords = {"operator", "default", "class", "namespace",
+                                                 "template", "delete",  "new",   "union"};
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool upper = std::isupper(static_cast<unsigned char>(c));
+    if (upper && i > 0 && i + 1 < name.size() &&
+        (std::islower(static_cast<unsigned char>(name[i - 1])) ||
+         std::isdigit(static_cast<unsigned char>(name[i - 1])))) {
+      out += '_';
+    }
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return keywords.count(out) ? out + "_" : out;
+}
+
+std::string one_line(std::string text) {
+  for (char& c : text) {
+    if (c == '\n') c = ' ';
+  }
+  return text;
+}
+
+class Generator {
+ public:
+  void run(const json& schema) {
+    split_spec(schema.at("spec"));
+    add_struct("FineTuneJobStatus", schema.at("status"), "status", "");
+  }
+  std::string header() const;
+  std::string source() const;
+
+ private:
+  // spec = TrainConfig (what `kubetune-trainer train --config` reads) + the operator's fields.
+  void split_spec(const json& spec) {
+    json trainer = spec, operator_part = spec;
+    trainer["properties"] = json::object();
+    operator_part["properties"] = json::object();
+    for (const auto& [name, property] : spec.at("properties").items()) {
+      const bool ours = property.value("x-kubetune-operator", false);
+      (ours ? operator_part : trainer)["properties"][name] = property;
+    }
+    trainer["description"] = "What to train and how: the trainer's --config file.";
+    add_struct("TrainConfig", trainer, "spec", "");
+    operator_part["description"] =
+        "The FineTuneJob's spec: the training config plus how the operator runs it.";
+    add_struct("FineTuneJobSpec", operator_part, "spec", "TrainConfig");
+  }
+
+  void add_struct(const std::string& name, const json& node, const std::string& path,
+                  const std::string& base) {
+    if (!type_names_.insert(name).second) fail(path, "type name " + name + " is used twice");
+    Struct s{name, base, one_line(node.value("description", "")), {}};
+    std::set<std::string> required;
+    for (const auto& r : node.value("required", json::array())) required.insert(r);
+    for (const auto& [key, property] : node.at("properties").items()) {
+      Field f;
+      f.json_name = key;
+      f.cpp_name = snake(key);
+      f.comment = one_line(property.value("description", ""));
+      f.required = required.count(key) > 0;
+      const std::string where = path + "." + key;
+      f.cpp_type = type_of(property, name, key, where);
+      const bool scalar = is_scalar(property);
+      f.defaulted = property.contains("default");
+      if (f.defaulted) {
+        f.initializer = literal(property["default"], property, f.cpp_type, where);
+      } else if (scalar && !f.required) {
+        f.cpp_type = "std::optional<" + f.cpp_type + ">";
+      }
+      s.fields.push_back(f);
+    }
+    structs_.push_back(s);  // after the structs of its fields: definitions come in this order
+  }
+
+  static bool is_scalar(const json& p) {
+    const std::string type = p.value("type", "");
+    return type == "string" || type == "integer" || type == "number" || type == "boolean";
+  }
+
+  std::string type_of(const json& p, const std::string& owner, const std::string& key,
+                      const std::string& path) {
+    if (p.value("x-kubernetes-int-or-string", false)) return "nlohmann::json";
+    const std::string type = p.value("type", "");
+    if (type == "boolean") return "bool";
+    if (type == "number") return "double";
+    if (type == "integer") {
+      const double lo = p.value("minimum", -1e300), hi = p.value("maximum", 1e300);
+      const bool fits =
+          lo >= std::numeric_limits<int>::min() && hi <= std::numeric_limits<int>::max();
+      return fits ? "int" : "int64_t";
+    }
+    if (type == "string") {
+      if (!p.contains("enum") || has_empty_value(p["enum"])) return "std::string";
+      const std::string name = p.value("x-kubetune-type", owner + pascal(key));
+      if (!type_names_.insert(name).second) fail(path, "type name " + name + " is used twice");
+      enums_.push_back({name, one_line(p.value("description", "")), p["enum"]});
+      return name;
+    }
+    if (type == "array") {
+      const json& items = p.at("items");
+      if (items.value("type", "") == "object") {
+        if (!items.contains("x-kubetune-type")) {
+          fail(path, "a list of objects needs x-kubetune-type on its items (the struct's name)");
+        }
+        add_struct(items["x-kubetune-type"], items, path + "[]", "");
+        return "std::vector<" + items["x-kubetune-type"].get<std::string>() + ">";
+      }
+      if (!is_scalar(items)) fail(path, "lists of lists are not supported");
+      // Listed strings stay strings, enum or not: they are names (modules, capabilities).
+      if (items.value("type", "") == "string") return "std::vector<std::string>";
+      return "std::vector<" + type_of(items, owner, key, path + "[]") + ">";
+    }
+    if (type == "object") {
+      if (p.contains("properties")) {
+        const std::string name = p.value("x-kubetune-type", pascal(key));
+        add_struct(name, p, path, "");
+        return name;
+      }
+      if (p.contains("additionalProperties") && p["additionalProperties"].is_object() &&
+          p["additionalProperties"].value("type", "") == "string") {
+        return "std::map<std::string, std::string>";
+      }
+      if (p.value("x-kubernetes-preserve-unknown-fields", false)) return "nlohmann::json";
+    }
+    fail(path, "no C++ type for this schema: " + p.dump());
+  }
+
+  static bool has_empty_value(const json& values) {
+    for (const auto& v : values) {
+      if (v == "") return true;
+    }
+    return false;
+  }
+
+  std::string literal(const json& value, const json& p, const std::string& cpp_type,
+                      const std::string& path) const {
+    if (cpp_type == "nlohmann::json") return "nlohmann::json(" + value.dump() + ")";
+    if (value.is_boolean() || value.is_number_integer()) return value.dump();
+    if (value.is_number()) {
+      std::string text = value.dump();
+      if (text.find_first_of(".e") == std::string::npos) text += ".0";
+      return text;
+    }
+    if (value.is_string()) {
+      if (cpp_type == "std::string") return value.dump();
+      return cpp_type + "::" + enum_constant(value);  // an enum
+    }
+    if (value.is_object() && value.empty()) return "";  // the struct's own defaults
+    if (value.is_array()) {
+      std::string out = "{";
+      for (const auto& v : value) {
+        out += (out.size() > 1 ? ", " : "") + literal(v, p.at("items"), "std::string", path);
+      }
+      return out + "}";
+    }
+    fail(path, "cannot write default " + value.dump() + " in C++");
+  }
+
+  static std::string enum_constant(const std::string& value) { return "k" + pascal(value); }
+
+  std::set<std::string> type_names_;
+  std::vector<Struct> structs_;
+  std::vector<Enum> enums_;
+};
+
+std::string Generator::header() const {
+  std::ostringstream h;
+  h << "// Generated from common/finetunejob_schema.json by common/codegen/generate_api_types.cpp."
+       "\n// Do not edit: change the schema.\n#pragma once\n\n#include <array>\n#include "
+       "<cstdint>\n#include <map>\n#include <nlohmann/json.hpp>\n#include <optional>\n#include "
+       "<ostream>\n#include "
+       "<string>\n#include <string_view>\n#include <vector>\n\nnamespace kubetune::api {\n";
+  for (const auto& e : enums_) {
+    h << "\n";
+    if (!e.comment.empty()) h << "// " << e.comment << "\n";
+    h << "enum class " << e.name << " {";
+    for (size_t i = 0; i < e.values.size(); ++i) {
+      h << (i ? ", " : " ") << enum_constant(e.values[i]);
+    }
+    h << " };\ninline constexpr std::array<" << e.name << ", " << e.values.size() << "> k" << e.name
+      << "Values = {";
+    for (size_t i = 0; i < e.values.size(); ++i) {
+      h << (i ? ", " : "") << e.name << "::" << enum_constant(e.values[i]);
+    }
+    h << "};\nstd::string to_string(" << e.name << " value);\n"
+      << "// false when `text` is not one of the schema's values.\n"
+      << "bool parse(std::string_view text, " << e.name << "& out);\n"
+      << "std::ostream& operator<<(std::ostream& out, " << e.name << " value);\n"
+      << "void to_json(nlohmann::json& j, " << e.name << " value);\n"
+      << "void from_json(const nlohmann::json& j, " << e.name << "& value);\n";
+  }
+  for (const auto& s : structs_) {
+    h << "\n";
+    if (!s.comment.empty()) h << "// " << s.comment << "\n";
+    h << "struct " << s.name << (s.base.empty() ? "" : " : " + s.base) << " {\n";
+    for (const auto& f : s.fields) {
+      if (!f.comment.empty()) h << "  // " << f.comment << "\n";
+      h << "  " << f.cpp_type << " " << f.cpp_name;
+      h << (f.initializer.empty() ? "{}" : " = " + f.initializer);  // never uninitialized
+      h << ";  // " << f.json_name << "\n";
+    }
+    h << "};\nvoid to_json(nlohmann::json& j, const " << s.name << "& value);\n"
+      << "void from_json(const nlohmann::json& j, " << s.name << "& value);\n";
+  }
+  h << "\n}  // namespace kubetune::api\n";
+  return h.str();
+}
+
+std::string Generator::source() const {
+  std::ostringstream c;
+  c << "// Generated from common/finetunejob_schema.json by common/codegen/generate_api_types.cpp."
+       "\n#include \"common/finetunejob_types.h\"\n\n#include \"common/api_json.h\"\n\n"
+       "namespace kubetune::api {\n";
+  for (const auto& e : enums_) {
+    c << "\nstd::string to_string(" << e.name << " value) {\n  switch (value) {\n";
+    for (const auto& v : e.values) {
+      c << "    case " << e.name << "::" << enum_constant(v) << ":\n      return " << json(v).dump()
+        << ";\n";
+    }
+    c << "  }\n  return \"\";\n}\n\nbool parse(std::string_view text, " << e.name
+      << "& out) {\n  for (" << e.name << " v : k" << e.name
+      << "Values) {\n    if (to_string(v) == text) {\n      out = v;\n      return true;\n    }\n  "
+         "}\n"
+      << "  return false;\n}\n\nstd::ostream& operator<<(std::ostream& out, " << e.name
+      << " value) { return out << to_string(value); }\n\nvoid to_json(nlohmann::json& j, " << e.name
+      << " value) { j = to_string(value); }\n\nvoid from_json(const nlohmann::json& j, " << e.name
+      << "& value) { parse_enum(j, \"" << e.name << "\", value); }\n";
+  }
+  for (const auto& s : structs_) {
+    c << "\nvoid to_json(nlohmann::json& j, const " << s.name << "& value) {\n";
+    if (s.base.empty()) {
+      c << "  j = nlohmann::json::object();\n";
+    } else {
+      c << "  to_json(j, static_cast<const " << s.base << "&>(value));\n";
+    }
+    for (const auto& f : s.fields) {
+      c << "  write_field(j, \"" << f.json_name << "\", value." << f.cpp_name << ", "
+        << (f.required || f.defaulted ? "Omit::kNever" : "Omit::kWhenEmpty") << ");\n";
+    }
+    c << "}\n\nvoid from_json(const nlohmann::json& j, " << s.name << "& value) {\n";
+    if (!s.base.empty()) c << "  from_json(j, static_cast<" << s.base << "&>(value));\n";
+    for (const auto& f : s.fields) {
+      c << "  read_field(j, \"" << f.json_name << "\", value." << f.cpp_name << ");\n";
+    }
+    c << "}\n";
+  }
+  c << "\n}  // namespace kubetune::api\n";
+  return c.str();
+}
+
+void write_if_changed(const std::string& path, const std::string& text) {
+  std::ifstream in(path);
+  std::stringstream old;
+  old << in.rdbuf();
+  if (in && old.str() == text) return;  // keeps the timestamp: nothing recompiles
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::cerr << "usage: generate_api_types SCHEMA OUT_HEADER OUT_SOURCE\n";
+    return 2;
+  }
+  try {
+    std::ifstream in(argv[1]);
+    Generator g;
+    g.run(json::parse(in));
+    write_if_changed(argv[2], g.header());
+    write_if_changed(argv[3], g.source());
+  } catch (const std::exception& e) {
+    std::cerr << argv[1] << ": " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
