@@ -144,7 +144,8 @@ json job_pod(const FineTuneJob& job, const std::string& name, const std::string&
   if (w.service_account_name) spec["serviceAccountName"] = *w.service_account_name;
   json meta = metadata(job, name);
   meta["labels"][kLabelRole] = role;
-  meta["annotations"] = {{kAnnotationSpecHash, spec_hash(job.spec_json)}};
+  meta["annotations"] = job.spec.workers.annotations;
+  meta["annotations"][kAnnotationSpecHash] = spec_hash(job.spec_json);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
 }
 

@@ -105,7 +105,10 @@ TEST(DesiredObjects, SecurityContextFromTheSpec) {
                                                {"runAsGroup", 1000},
                                                {"fsGroup", 2000},
                                                {"addCapabilities", {"IPC_LOCK"}}};
+  obj["spec"]["workers"]["annotations"] = {{"sidecar.istio.io/inject", "false"}};
   const json pod = desired_objects(parse_job(obj), 0).pods[0];
+  EXPECT_EQ(pod["metadata"]["annotations"]["sidecar.istio.io/inject"], "false");
+  EXPECT_TRUE(pod["metadata"]["annotations"].contains("kubetune.io/spec-hash"));
   const json& s = pod["spec"]["securityContext"];
   EXPECT_EQ(s["runAsNonRoot"], false);
   EXPECT_EQ(s["runAsUser"], 1000);
