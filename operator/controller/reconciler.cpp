@@ -75,7 +75,6 @@ struct JobReconciler::Pass {
   std::string item() const { return kube::resources::kFineTuneJobs.item(ns, name); }
   std::string uid() const { return obj["metadata"].value("uid", ""); }
   std::optional<Phase> phase() const { return status.phase; }
-  api::WorkerCounts& workers() { return status.workers; }
 };
 
 JobReconciler::JobReconciler(kube::KubeClient& client, kube::Informer& jobs, kube::Informer& pods,
@@ -160,7 +159,7 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
     if (a < attempt || (!pod_hash.empty() && pod_hash != hash)) {
       ++older;
       // Made from another spec: the gang is replaced, which is not a failure to count.
-      if (a == attempt) p.workers().created = 0;
+      if (a == attempt) p.status.workers.created = 0;
       if (!pod["metadata"].contains("deletionTimestamp")) {
         client_.remove(kube::resources::kPods.item(p.ns, pod["metadata"]["name"]));
       }
@@ -177,7 +176,7 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
   }
 
   GangState g = assess_gang(current, p.job.spec.workers.replicas);
-  const bool created = p.workers().created.value_or(0) >= p.job.spec.workers.replicas;
+  const bool created = p.status.workers.created.value_or(0) >= p.job.spec.workers.replicas;
   if (!g.failure && created) {
     for (int rank : g.missing) {
       if (!confirm_lost(p, rank)) return {kShortRequeue};  // our pod cache is behind
@@ -188,9 +187,9 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
       break;
     }
   }
-  p.workers().active = g.active();
-  p.workers().succeeded = g.succeeded;
-  p.workers().failed = g.failed;
+  p.status.workers.active = g.active();
+  p.status.workers.succeeded = g.succeeded;
+  p.status.workers.failed = g.failed;
   if (g.failure) return handle_failure(p, *g.failure);
   if (g.all_succeeded()) return succeed(p);
 
@@ -221,7 +220,7 @@ void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
     ensure_child(p, kube::resources::kServices, want.service);
     for (int rank : missing) ensure_child(p, kube::resources::kPods, want.pods[rank]);
   });
-  p.workers().created = p.job.spec.workers.replicas;
+  p.status.workers.created = p.job.spec.workers.replicas;
   if (p.phase() != Phase::kRunning) {
     transition(p, Phase::kCreated, ConditionType::kCreated, Reason::kGangCreated,
                "created " + std::to_string(p.job.spec.workers.replicas) + " worker pods (gang " +
@@ -451,7 +450,7 @@ ReconcileResult JobReconciler::handle_failure(Pass& p, const WorkerFailure& f) {
                     std::to_string(limit) + "); last failure: " + f.message);
   }
   p.status.restarts = restarts + 1;
-  p.workers().created = 0;
+  p.status.workers.created = 0;
   const std::string message = f.message + "; restarting all workers (restart " +
                               std::to_string(restarts + 1) + " of " + std::to_string(limit) +
                               "), resuming from the last checkpoint";
@@ -522,9 +521,9 @@ std::chrono::milliseconds JobReconciler::ttl_requeue(Pass& p) {
 
 ReconcileResult JobReconciler::suspend(Pass& p) {
   const int left = delete_pods(p, true);
-  p.workers().active = left;
+  p.status.workers.active = left;
   if (!condition_is_true(p.status.conditions, ConditionType::kSuspended)) {
-    p.workers().created = 0;
+    p.status.workers.created = 0;
     // Like a Kubernetes Job, the deadline clock restarts when the job resumes.
     p.status.start_time.reset();
     transition(p, Phase::kSuspended, ConditionType::kSuspended, Reason::kSuspended,
