@@ -17,8 +17,8 @@ using testing::read_fixture_json;
 
 DatasetOptions options_of(const nlohmann::json& spec) {
   DatasetOptions options;
-  options.format = parse_format(spec.at("format").get<std::string>());
-  options.loss_on = parse_loss_on(spec.at("loss_on").get<std::string>());
+  options.format = spec.at("format").get<Format>();
+  options.loss_on = spec.at("loss_on").get<LossOn>();
   options.max_length = spec.at("max_length").get<int>();
   return options;
 }
@@ -98,22 +98,6 @@ TEST(Dataset, CountTargetsSkipsPositionZero) {
   EXPECT_EQ(count_targets(Example{{1, 2, 3, 4}, {1, kIgnoreIndex, 3, 4}, 1}), 2);
   EXPECT_EQ(count_targets(Example{{1}, {1}, 1}), 0);
   EXPECT_EQ(count_targets(Example{}), 0);
-}
-
-TEST(Dataset, ParsesConfigStrings) {
-  EXPECT_EQ(parse_format("auto"), Format::Auto);
-  EXPECT_EQ(parse_format("messages"), Format::Messages);
-  EXPECT_EQ(parse_format("prompt_completion"), Format::PromptCompletion);
-  EXPECT_EQ(parse_format("text"), Format::Text);
-  EXPECT_EQ(parse_loss_on("completion"), LossOn::Completion);
-  EXPECT_EQ(parse_loss_on("all"), LossOn::All);
-  try {
-    parse_format("sharegpt");
-    ADD_FAILURE() << "expected an error";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("data.format"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(parse_loss_on("prompt"), std::runtime_error);
 }
 
 }  // namespace

@@ -17,13 +17,13 @@ class FormatChecker {
 
   Format check(const nlohmann::json& record, size_t line) {
     const Format format = resolve_format(record, requested_);
-    if (first_ == Format::Auto) {  // the first record
+    if (first_ == Format::kAuto) {  // the first record
       first_ = format;
       first_line_ = line;
     } else if (first_ != format) {
-      throw std::runtime_error(std::string("record is in ") + format_name(format) +
+      throw std::runtime_error(std::string("record is in ") + api::to_string(format) +
                                " format but line " + std::to_string(first_line_) + " is in " +
-                               format_name(first_) +
+                               api::to_string(first_) +
                                " format; all records of a file must share one format");
     }
     return format;
@@ -31,7 +31,7 @@ class FormatChecker {
 
  private:
   Format requested_;
-  Format first_ = Format::Auto;  // the format of the first record; Auto before it
+  Format first_ = Format::kAuto;  // the format of the first record; Auto before it
   size_t first_line_ = 0;
 };
 
@@ -57,36 +57,6 @@ void check_has_targets(const Example& example, size_t untruncated_length, int ma
 }
 
 }  // namespace
-
-Format parse_format(std::string_view name) {
-  if (name == "auto" || name.empty()) return Format::Auto;
-  if (name == "messages") return Format::Messages;
-  if (name == "prompt_completion") return Format::PromptCompletion;
-  if (name == "text") return Format::Text;
-  throw std::runtime_error("data.format: unknown value \"" + std::string(name) +
-                           "\" (expected auto, messages, prompt_completion or text)");
-}
-
-LossOn parse_loss_on(std::string_view name) {
-  if (name == "completion" || name.empty()) return LossOn::Completion;
-  if (name == "all") return LossOn::All;
-  throw std::runtime_error("data.lossOn: unknown value \"" + std::string(name) +
-                           "\" (expected completion or all)");
-}
-
-const char* format_name(Format format) {
-  switch (format) {
-    case Format::Auto:
-      return "auto";
-    case Format::Messages:
-      return "messages";
-    case Format::PromptCompletion:
-      return "prompt_completion";
-    case Format::Text:
-      return "text";
-  }
-  return "?";
-}
 
 DatasetScan scan_jsonl(const std::string& path, const text::Tokenizer& tokenizer,
                        const text::ChatTemplate* chat, const DatasetOptions& options) {

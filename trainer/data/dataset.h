@@ -5,33 +5,29 @@
 //   {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", ...}, ...]}
 //   {"prompt": "...", "completion": "..."}   (or prompt/completion as message lists)
 //   {"text": "..."}
-// With LossOn::Completion only assistant turns / the completion (plus their end-of-turn marker or
-// EOS) are targets; with LossOn::All every token is. Text records always train on every token.
+// With LossOn::kCompletion only assistant turns / the completion (plus their end-of-turn marker or
+// EOS) are targets; with LossOn::kAll every token is. Text records always train on every token.
 
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/finetunejob_types.h"
 #include "trainer/data/example.h"
 #include "trainer/text/chat_template.h"
 #include "trainer/text/tokenizer.h"
 
 namespace kubetune::data {
 
-enum class Format { Auto, Messages, PromptCompletion, Text };
-enum class LossOn { Completion, All };
+// The schema's data.format and data.lossOn (common/finetunejob_schema.json), by shorter names.
+using Format = api::DataFormat;
+using LossOn = api::DataLossOn;
 
 struct DatasetOptions {
-  Format format = Format::Auto;
-  LossOn loss_on = LossOn::Completion;
+  Format format = Format::kAuto;
+  LossOn loss_on = LossOn::kCompletion;
   int max_length = 2048;  // examples are truncated to this many tokens, keeping the start
 };
-
-// Config strings ("auto" | "messages" | "prompt_completion" | "text", "completion" | "all");
-// unknown values throw std::runtime_error naming data.format / data.lossOn.
-Format parse_format(std::string_view name);
-LossOn parse_loss_on(std::string_view name);
-const char* format_name(Format format);
 
 // Reads a JSONL file, one record per line; blank lines are skipped. `chat` may be null but is
 // required by message records. Every user-caused problem throws std::runtime_error whose message

@@ -54,7 +54,7 @@ Example encode_conversation(const nlohmann::json& messages, size_t first_target,
   text::Encoding encoding = tokenizer.encode_with_offsets(full, false);
 
   Example example;
-  if (context.loss_on == LossOn::All) {
+  if (context.loss_on == LossOn::kAll) {
     example.labels = encoding.ids;
   } else {
     const auto spans = assistant_spans(*context.chat, messages, first_target, extra, full);
@@ -107,7 +107,7 @@ Example encode_prompt_completion(const nlohmann::json& record, const EncodeConte
   append_eos(example.input_ids, eos);
 
   example.labels = example.input_ids;
-  if (context.loss_on == LossOn::Completion) {
+  if (context.loss_on == LossOn::kCompletion) {
     std::fill(example.labels.begin(), example.labels.begin() + prompt_length, kIgnoreIndex);
   }
   return example;
@@ -127,13 +127,13 @@ Example encode_text(const nlohmann::json& record, const EncodeContext& context) 
 
 Example encode_record(const nlohmann::json& record, Format format, const EncodeContext& context) {
   switch (format) {
-    case Format::Messages:
+    case Format::kMessages:
       return encode_messages(record, context);
-    case Format::PromptCompletion:
+    case Format::kPromptCompletion:
       return encode_prompt_completion(record, context);
-    case Format::Text:
+    case Format::kText:
       return encode_text(record, context);
-    case Format::Auto:
+    case Format::kAuto:
       break;
   }
   throw std::logic_error("encode_record: the format must be resolved before encoding");

@@ -18,14 +18,14 @@ std::string keys_of(const nlohmann::json& record) {
 }  // namespace
 
 std::optional<Format> detect_format(const nlohmann::json& record) {
-  if (record.contains("messages")) return Format::Messages;
-  if (record.contains("prompt") && record.contains("completion")) return Format::PromptCompletion;
-  if (record.contains("text")) return Format::Text;
+  if (record.contains("messages")) return Format::kMessages;
+  if (record.contains("prompt") && record.contains("completion")) return Format::kPromptCompletion;
+  if (record.contains("text")) return Format::kText;
   return std::nullopt;
 }
 
 Format resolve_format(const nlohmann::json& record, Format requested) {
-  if (requested != Format::Auto) return requested;
+  if (requested != Format::kAuto) return requested;
   if (const auto detected = detect_format(record)) return *detected;
   throw std::runtime_error(
       "unknown record format: expected a \"messages\" field, \"prompt\" and \"completion\" "

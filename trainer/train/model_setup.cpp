@@ -25,8 +25,8 @@ TextTools load_text_tools(const std::string& model_dir) {
 
 data::DatasetOptions dataset_options(const TrainConfig& c) {
   data::DatasetOptions o;
-  o.format = data::parse_format(api::to_string(c.data.format));
-  o.loss_on = data::parse_loss_on(api::to_string(c.data.loss_on));
+  o.format = c.data.format;
+  o.loss_on = c.data.loss_on;
   o.max_length = c.data.max_length;
   return o;
 }

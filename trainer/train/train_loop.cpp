@@ -104,10 +104,10 @@ struct Run {
   std::vector<std::unique_ptr<TrainingObserver>> observers;
   // Called by a hook whenever a trainable parameter receives its gradient: the last call of a
   // step is when this rank's own backward ended and waiting for the other ranks began.
-  std::shared_ptr<std::function<void()>> on_gradient = std::make_shared<std::function<void()>>();
-  std::unique_ptr<EmbeddingGradientSync> embedding_sync = nullptr;  // null: autograd + buckets
-  std::unique_ptr<WeightShards> shards = nullptr;  // null: every rank updates everything
-  int64_t checkpointed_step = -1;                  // the step the last checkpoint holds
+  std::shared_ptr<std::function<void()>> on_gradient;
+  std::unique_ptr<EmbeddingGradientSync> embedding_sync;  // null: autograd + buckets
+  std::unique_ptr<WeightShards> shards;                   // null: every rank updates everything
+  int64_t checkpointed_step = -1;                         // the step the last checkpoint holds
 };
 
 void attach_gradient_probe(Run& run) {
@@ -307,46 +307,59 @@ void stop_if_diverged(const Run& run, const StepStats& s) {
 // A trainable embedding of a multi-process run has its gradient summed by rows
 // (embedding_gradient_sync.h). Untied, it then leaves DDP's buckets; tied, the buckets still
 // carry the output layer's part.
-void sync_embedding_by_rows(Run& run) {
-  auto& embedding = run.model->model->embed_tokens;
-  if (run.comm.world_size() > 1 && run.config.distributed.sparse_embedding_gradients &&
+// How the weights are updated once their gradients exist: the reductions between ranks and the
+// optimizer. Made once the weights are final (restored, broadcast), before the Run that uses it.
+struct WeightUpdate {
+  std::unique_ptr<EmbeddingGradientSync> embedding_sync;  // null: autograd + buckets
+  std::unique_ptr<WeightShards> shards;                   // null: every rank updates everything
+  AdamW optimizer;
+};
+
+std::unique_ptr<EmbeddingGradientSync> embedding_sync_by_rows(const TrainConfig& c,
+                                                              dist::Communicator& comm,
+                                                              model::CausalLM& model) {
+  auto& embedding = model->model->embed_tokens;
+  if (comm.world_size() > 1 && c.distributed.sparse_embedding_gradients &&
       embedding->weight.requires_grad())
-    run.embedding_sync = std::make_unique<EmbeddingGradientSync>(embedding, run.comm);
+    return std::make_unique<EmbeddingGradientSync>(embedding, comm);
+  return nullptr;
 }
 
 // The tensors DDP's buckets reduce, in the order backward produces their gradients (buckets go
 // in order, each once all its gradients are ready): the reverse of the model's order. A tied
 // embedding summed by rows gets from autograd only the output layer's part, which comes first;
 // an untied one leaves the buckets.
-NamedParams bucketed_in_gradient_order(const Run& run) {
-  const auto& embedding = run.model->model->embed_tokens->weight;
+NamedParams bucketed_in_gradient_order(model::CausalLM& model, const NamedParams& trainable,
+                                       bool embedding_by_rows) {
+  const auto& embedding = model->model->embed_tokens->weight;
   NamedParams out;
-  for (size_t k = run.trainable.tensors.size(); k-- > 0;) {
-    const auto& t = run.trainable.tensors[k];
-    if (run.embedding_sync && t.is_same(embedding)) {
-      if (run.model->lm_head) continue;
-      out.names.insert(out.names.begin(), run.trainable.names[k]);
+  for (size_t k = trainable.tensors.size(); k-- > 0;) {
+    const auto& t = trainable.tensors[k];
+    if (embedding_by_rows && t.is_same(embedding)) {
+      if (model->lm_head) continue;
+      out.names.insert(out.names.begin(), trainable.names[k]);
       out.tensors.insert(out.tensors.begin(), t);
       continue;
     }
-    out.names.push_back(run.trainable.names[k]);
+    out.names.push_back(trainable.names[k]);
     out.tensors.push_back(t);
   }
   return out;
 }
 
-// Every trainable tensor once: the slices a sharded optimizer gives this rank plus the tensors
-// outside the buckets, or all of them whole.
-std::vector<AdamWParam> optimizer_entries(Run& run, const NamedParams& bucketed) {
+// AdamW's parameters: a sharded optimizer's slices of the bucketed tensors, and whole tensors for
+// everything else.
+std::vector<AdamWParam> optimizer_entries(const NamedParams& trainable, const NamedParams& bucketed,
+                                          WeightShards* shards) {
   std::vector<AdamWParam> entries;
-  if (run.shards) entries = run.shards->optimizer_entries(decays);
-  for (size_t i = 0; i < run.trainable.tensors.size(); ++i) {
-    const auto& t = run.trainable.tensors[i];
+  if (shards) entries = shards->optimizer_entries(decays);
+  for (size_t i = 0; i < trainable.tensors.size(); ++i) {
+    const auto& t = trainable.tensors[i];
     const bool in_shards =
-        run.shards && std::any_of(bucketed.tensors.begin(), bucketed.tensors.end(),
-                                  [&](const torch::Tensor& b) { return b.is_same(t); });
+        shards && std::any_of(bucketed.tensors.begin(), bucketed.tensors.end(),
+                              [&](const torch::Tensor& b) { return b.is_same(t); });
     if (!in_shards)
-      entries.push_back({run.trainable.names[i], t, decays(run.trainable.names[i], t), {}, {}});
+      entries.push_back({trainable.names[i], t, decays(trainable.names[i], t), {}, {}});
   }
   return entries;
 }
@@ -359,27 +372,27 @@ int64_t model_stage_of(const std::string& name, int64_t layers) {
   return layers;  // the final norm and the output layer
 }
 
-// Gradient synchronisation and the optimizer, once the weights are final (restored, broadcast).
-void set_up_distributed_update(Run& run) {
-  sync_embedding_by_rows(run);
-  const NamedParams bucketed = bucketed_in_gradient_order(run);
-  const auto plan =
-      dist::plan_gradient_buckets(bucketed.tensors, run.config.distributed.bucket_size_mb);
-  if (run.comm.world_size() > 1 && run.config.distributed.shard_optimizer) {
-    const int64_t layers = run.model->config().num_hidden_layers;
-    run.shards = std::make_unique<WeightShards>(
-        bucketed.tensors, bucketed.names, plan, run.comm.rank(), run.comm.world_size(),
+WeightUpdate set_up_weight_update(const TrainConfig& c, dist::Communicator& comm,
+                                  model::CausalLM& model, const NamedParams& trainable) {
+  auto embedding_sync = embedding_sync_by_rows(c, comm, model);
+  const NamedParams bucketed =
+      bucketed_in_gradient_order(model, trainable, embedding_sync != nullptr);
+  const auto plan = dist::plan_gradient_buckets(bucketed.tensors, c.distributed.bucket_size_mb);
+  std::unique_ptr<WeightShards> shards;
+  if (comm.world_size() > 1 && c.distributed.shard_optimizer) {
+    const int64_t layers = model->config().num_hidden_layers;
+    shards = std::make_unique<WeightShards>(
+        bucketed.tensors, bucketed.names, plan, comm.rank(), comm.world_size(),
         [layers](const std::string& name) { return model_stage_of(name, layers); });
-    run.model->before_stage = [shards = run.shards.get()](int64_t stage) {
-      shards->wait_for_stage(stage);
-    };
+    model->before_stage = [s = shards.get()](int64_t stage) { s->wait_for_stage(stage); };
   }
-  run.optimizer = AdamW(optimizer_entries(run, bucketed),
-                        {run.config.training.adam_beta1, run.config.training.adam_beta2,
-                         run.config.training.adam_epsilon, run.config.training.weight_decay});
-  run.comm.attach_gradient_sync(bucketed.tensors, bucketed.names, plan,
-                                run.shards ? dist::Communicator::Reduction::kReduceScatter
-                                           : dist::Communicator::Reduction::kAllReduce);
+  AdamW optimizer(optimizer_entries(trainable, bucketed, shards.get()),
+                  {c.training.adam_beta1, c.training.adam_beta2, c.training.adam_epsilon,
+                   c.training.weight_decay});
+  comm.attach_gradient_sync(bucketed.tensors, bucketed.names, plan,
+                            shards ? dist::Communicator::Reduction::kReduceScatter
+                                   : dist::Communicator::Reduction::kAllReduce);
+  return {std::move(embedding_sync), std::move(shards), std::move(optimizer)};
 }
 
 NamedTensors named(const NamedParams& p) {
@@ -411,14 +424,27 @@ void write_checkpoint(Run& run) {
 }
 
 // The checkpoint was checked to fit (resume_check.h): names and shapes match.
-void restore_weights(Run& run, const CheckpointContents& c) {
+void restore_weights(NamedParams& trainable, const CheckpointContents& c) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> by_name(c.trainable.begin(), c.trainable.end());
-  for (size_t i = 0; i < run.trainable.names.size(); ++i)
-    run.trainable.tensors[i].copy_(by_name.at(run.trainable.names[i]));
-  run.state.step = c.state.step;
-  run.state.tokens_seen = c.state.tokens_seen;
-  run.state.samples_seen = c.state.samples_seen;
+  for (size_t i = 0; i < trainable.names.size(); ++i)
+    trainable.tensors[i].copy_(by_name.at(trainable.names[i]));
+}
+
+// Where the run starts: step 0, or the counters of the checkpoint it resumes from.
+TrainerState start_state(const TrainConfig& c, const BatchShape& shape, int world_size,
+                         const std::optional<CheckpointContents>& checkpoint) {
+  TrainerState state;
+  if (checkpoint) {
+    state.step = checkpoint->state.step;
+    state.tokens_seen = checkpoint->state.tokens_seen;
+    state.samples_seen = checkpoint->state.samples_seen;
+  }
+  state.global_batch = shape.global_batch;
+  state.world_size = world_size;
+  state.seed = c.training.seed;
+  state.method = api::to_string(c.method.type);
+  return state;
 }
 
 void restore_optimizer(Run& run, const CheckpointContents& c) {
@@ -685,6 +711,10 @@ int run_training(const TrainConfig& c) {
                       total_steps};
 
   model->set_gradient_checkpointing(c.model.gradient_checkpointing);
+  if (checkpoint) restore_weights(trainable, *checkpoint);
+  // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
+  comm->broadcast(trainable.tensors, 0, "initial weights");
+  WeightUpdate update = set_up_weight_update(c, *comm, model, trainable);
 
   Run run{c,
           *comm,
@@ -692,24 +722,17 @@ int run_training(const TrainConfig& c) {
           dtype,
           model,
           trainable,
-          AdamW({}, {}),  // set up below, once the weights are final
+          std::move(update.optimizer),
           schedule,
           std::move(sampler),
           std::move(inputs.train),
           std::move(inputs.validation),
           std::move(inputs.text),
-          {},
-          {}};
-  run.state.global_batch = shape.global_batch;
-  run.state.world_size = env.world_size;
-  run.state.seed = c.training.seed;
-  run.state.method = api::to_string(c.method.type);
-  run.observers = make_observers(c, env, device);
-
-  if (checkpoint) restore_weights(run, *checkpoint);
-  // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
-  run.comm.broadcast(run.trainable.tensors, 0, "initial weights");
-  set_up_distributed_update(run);
+          start_state(c, shape, env.world_size, checkpoint),
+          make_observers(c, env, device),
+          std::make_shared<std::function<void()>>(),
+          std::move(update.embedding_sync),
+          std::move(update.shards)};
   if (checkpoint) {
     restore_optimizer(run, *checkpoint);
     if (lead) {
