@@ -23,6 +23,12 @@ std::tuple<torch::Tensor, torch::Tensor> swiglu_backward_cpu(const torch::Tensor
   return {d_gate.to(gate.scalar_type()), d_up.to(up.scalar_type())};
 }
 
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> swiglu_backward_with_output_cpu(
+    const torch::Tensor& grad, const torch::Tensor& gate, const torch::Tensor& up) {
+  auto [d_gate, d_up] = swiglu_backward_cpu(grad, gate, up);
+  return {d_gate, d_up, swiglu_forward_cpu(gate, up)};
+}
+
 class SwiGLUFunction : public torch::autograd::Function<SwiGLUFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate,
@@ -53,6 +59,22 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
   return SwiGLUFunction::apply(gate.contiguous(), up.contiguous());
 }
 
+torch::Tensor swiglu_forward_op(const torch::Tensor& gate, const torch::Tensor& up) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("kubetune::swiglu_forward", "")
+                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>();
+  return op.call(gate.contiguous(), up.contiguous());
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> swiglu_backward_with_output(
+    const torch::Tensor& grad, const torch::Tensor& gate, const torch::Tensor& up) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("kubetune::swiglu_backward_with_output", "")
+                       .typed<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(
+                           const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>();
+  return op.call(grad.contiguous(), gate.contiguous(), up.contiguous());
+}
+
 torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& up) {
   return torch::silu(gate) * up;
 }
@@ -60,11 +82,15 @@ torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& u
 TORCH_LIBRARY(kubetune, m) {
   m.def("swiglu_forward(Tensor gate, Tensor up) -> Tensor");
   m.def("swiglu_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");
+  m.def(
+      "swiglu_backward_with_output(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor, "
+      "Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(kubetune, CPU, m) {
   m.impl("swiglu_forward", swiglu_forward_cpu);
   m.impl("swiglu_backward", swiglu_backward_cpu);
+  m.impl("swiglu_backward_with_output", swiglu_backward_with_output_cpu);
 }
 
 }  // namespace kubetune::kernels

@@ -8,10 +8,19 @@
 
 #include <torch/types.h>
 
+#include <tuple>
+
 namespace kubetune::kernels {
 
 // Differentiable; gate and up have the same shape and dtype.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+
+// The ops without autograd, for a caller with its own backward (the frozen LoRA MLP):
+// silu(gate) * up, and, from the output's gradient, (d_gate, d_up, silu(gate) * up) in one pass,
+// so the output need not be kept from forward.
+torch::Tensor swiglu_forward_op(const torch::Tensor& gate, const torch::Tensor& up);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> swiglu_backward_with_output(
+    const torch::Tensor& grad, const torch::Tensor& gate, const torch::Tensor& up);
 
 // The plain-LibTorch formula the kernels are checked against.
 torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& up);

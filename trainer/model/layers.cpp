@@ -6,8 +6,10 @@
 
 #include <cmath>
 
+#include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "trainer/model/device_copy.h"
+#include "trainer/model/frozen_linear_group.h"
 #include "trainer/model/linear_4bit.h"
 #include "trainer/model/rope.h"
 
@@ -26,6 +28,7 @@ torch::Tensor LinearImpl::base_forward(const torch::Tensor& x) {
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  if (can_group(x, {this})) return frozen_linear_group(x, {this})[0];
   torch::Tensor out = base_forward(x);
   if (!has_lora()) return out;
   // PEFT: the input is cast to the adapter's dtype, dropout only touches the LoRA branch, and
@@ -167,12 +170,24 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& in) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto heads = [&](const torch::Tensor& t) {
-    return t.view({B, T, -1, head_dim_}).transpose(1, 2);
-  };
-  torch::Tensor q = apply_rope(heads(q_proj->forward(x)), in.cos, in.sin);
-  torch::Tensor k = apply_rope(heads(k_proj->forward(x)), in.cos, in.sin);
-  torch::Tensor v = heads(v_proj->forward(x));
+  torch::Tensor q, k, v;
+  const std::vector<LinearImpl*> qkv{q_proj.get(), k_proj.get(), v_proj.get()};
+  if (can_group(x, qkv)) {
+    auto out = frozen_linear_group(x, qkv);
+    q = out[0], k = out[1], v = out[2];
+  } else {
+    q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
+  }
+  // [B,T,heads*D] -> [B,T,heads,D], a view.
+  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, -1, head_dim_}); };
+  if (x.is_cuda()) {  // the fused kernel on [B,T,heads,D]; the CPU keeps transformers' formula
+    q = kernels::rope(heads(q), in.cos, in.sin).transpose(1, 2);
+    k = kernels::rope(heads(k), in.cos, in.sin).transpose(1, 2);
+  } else {
+    q = apply_rope(heads(q).transpose(1, 2), in.cos, in.sin);
+    k = apply_rope(heads(k).transpose(1, 2), in.cos, in.sin);
+  }
+  v = heads(v).transpose(1, 2);
   // Flash attention reads grouped key/value heads itself (as transformers asks it to); other
   // backends and the CPU get the heads repeated.
   const bool gqa_in_kernel = x.is_cuda() && !in.mask.defined();
@@ -198,6 +213,8 @@ MLPImpl::MLPImpl(const ModelConfig& c, const torch::TensorOptions& opts) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  if (can_group(x, {gate_proj.get(), up_proj.get(), down_proj.get()}))
+    return frozen_swiglu_mlp(x, *gate_proj, *up_proj, *down_proj);
   auto gate = gate_proj->forward(x), up = up_proj->forward(x);
   // On GPUs the fused kernel saves a pass over memory and one saved activation; the CPU path stays
   // the plain formula, which is what the parity tests hold against transformers.

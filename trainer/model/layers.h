@@ -51,6 +51,8 @@ class LinearImpl : public torch::nn::Module {
   const kernels::Quant4State& quantized() const { return quantized_; }
   torch::Tensor& lora_A() { return lora_A_->weight; }
   torch::Tensor& lora_B() { return lora_B_->weight; }
+  double lora_scaling() const { return scaling_; }
+  double lora_dropout() const { return dropout_; }
 
   torch::Tensor weight, bias;  // bias is undefined when the layer has none
 

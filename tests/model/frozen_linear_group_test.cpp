@@ -1,0 +1,141 @@
+// The grouped frozen layers (trainer/model/frozen_linear_group.h) against PEFT's LoRA formula
+// written out in LibTorch ops: outputs and the gradients of the input and of both adapter
+// factors. On the CPU in fp32 here (the group is forced on; the model uses it on CUDA only), and
+// on CUDA in fp32 and under bf16 autocast where a GPU is present.
+#include "trainer/model/frozen_linear_group.h"
+
+#include <ATen/autocast_mode.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include "kernels/swiglu.h"
+
+namespace kubetune::model {
+namespace {
+
+// A frozen layer with an adapter whose B is not zero (PEFT starts it at zero; a trained one is
+// not).
+Linear make_linear(int64_t in, int64_t out, bool lora, torch::Device device) {
+  Linear l(in, out, /*bias=*/false, torch::TensorOptions().device(device));
+  torch::NoGradGuard no_grad;
+  l->weight.normal_(0, 0.2);
+  l->weight.set_requires_grad(false);
+  if (lora)
+    l->add_lora((torch::randn({8, in}) * 0.2).to(device).requires_grad_(true),
+                (torch::randn({out, 8}) * 0.2).to(device).requires_grad_(true), 2.0, 0.0);
+  return l;
+}
+
+// PEFT: x W^T + scaling * (x A^T) B^T.
+torch::Tensor peft_formula(const torch::Tensor& x, LinearImpl& l) {
+  auto y = torch::nn::functional::linear(x, l.weight);
+  if (!l.has_lora()) return y;
+  return y +
+         torch::nn::functional::linear(torch::nn::functional::linear(x, l.lora_A()), l.lora_B()) *
+             l.lora_scaling();
+}
+
+struct Grads {
+  std::vector<torch::Tensor> values;  // outputs, then d x, then d A and d B of each adapter
+};
+
+Grads run(bool grouped, bool mlp, std::vector<Linear>& layers, const torch::Tensor& x0,
+          const std::vector<torch::Tensor>& dys, bool autocast) {
+  for (auto& l : layers)
+    if (l->has_lora()) {
+      l->lora_A().mutable_grad() = torch::Tensor();
+      l->lora_B().mutable_grad() = torch::Tensor();
+    }
+  auto x = x0.detach().clone().requires_grad_(true);
+  std::vector<LinearImpl*> ptrs;
+  for (auto& l : layers) ptrs.push_back(l.get());
+  const auto device = x.device().type();
+  at::autocast::set_autocast_enabled(device, autocast);
+  at::autocast::set_autocast_dtype(device, torch::kBFloat16);
+  std::vector<torch::Tensor> outs;
+  if (mlp) {
+    if (grouped) {
+      EXPECT_TRUE(can_group(x, ptrs, /*require_cuda=*/false));
+      outs = {frozen_swiglu_mlp(x, *ptrs[0], *ptrs[1], *ptrs[2])};
+    } else {
+      auto gate = peft_formula(x, *ptrs[0]), up = peft_formula(x, *ptrs[1]);
+      outs = {peft_formula(kernels::swiglu_reference(gate, up), *ptrs[2])};
+    }
+  } else {
+    if (grouped) {
+      EXPECT_TRUE(can_group(x, ptrs, /*require_cuda=*/false));
+      outs = frozen_linear_group(x, ptrs);
+    } else {
+      for (auto* l : ptrs) outs.push_back(peft_formula(x, *l));
+    }
+  }
+  at::autocast::set_autocast_enabled(device, false);
+  at::autocast::clear_cache();
+  torch::Tensor total = torch::zeros({}, x.options().dtype(torch::kFloat32));
+  for (size_t i = 0; i < outs.size(); ++i)
+    total = total + (outs[i].to(torch::kFloat32) * dys[i]).sum();
+  total.backward();
+  Grads g;
+  for (auto& o : outs) g.values.push_back(o.detach().to(torch::kFloat32).cpu());
+  g.values.push_back(x.grad().to(torch::kFloat32).cpu());
+  for (auto& l : layers)
+    if (l->has_lora()) {
+      g.values.push_back(l->lora_A().grad().cpu());
+      g.values.push_back(l->lora_B().grad().cpu());
+    }
+  return g;
+}
+
+// Largest difference relative to the reference's largest magnitude, per tensor.
+void expect_close(const Grads& a, const Grads& b, double tol, const std::string& what) {
+  ASSERT_EQ(a.values.size(), b.values.size()) << what;
+  for (size_t i = 0; i < a.values.size(); ++i) {
+    const double scale = b.values[i].abs().max().item<double>() + 1e-12;
+    const double diff = (a.values[i] - b.values[i]).abs().max().item<double>();
+    EXPECT_LE(diff / scale, tol) << what << ": tensor " << i;
+  }
+}
+
+void check(torch::Device device, bool autocast, double tol) {
+  torch::manual_seed(0);
+  const int64_t H = 48, I = 80, kv = 16;
+  auto x = torch::randn({2, 5, H}).to(device);
+  // q/k/v shapes, one of them without an adapter (a target list that leaves v_proj out).
+  std::vector<Linear> qkv{make_linear(H, H, true, device), make_linear(H, kv, true, device),
+                          make_linear(H, kv, false, device)};
+  std::vector<torch::Tensor> dys{torch::randn({2, 5, H}).to(device),
+                                 torch::randn({2, 5, kv}).to(device),
+                                 torch::randn({2, 5, kv}).to(device)};
+  expect_close(run(true, false, qkv, x, dys, autocast), run(false, false, qkv, x, dys, autocast),
+               tol, "q/k/v group");
+  std::vector<Linear> mlp{make_linear(H, I, true, device), make_linear(H, I, true, device),
+                          make_linear(I, H, true, device)};
+  std::vector<torch::Tensor> dy{torch::randn({2, 5, H}).to(device)};
+  expect_close(run(true, true, mlp, x, dy, autocast), run(false, true, mlp, x, dy, autocast), tol,
+               "SwiGLU MLP");
+}
+
+TEST(FrozenLinearGroup, EqualsPeftFormulaOnCpu) { check(torch::kCPU, false, 1e-5); }
+
+TEST(FrozenLinearGroup, RefusesDropoutQuantizedAndTrainableWeights) {
+  auto x = torch::randn({2, 3, 16});
+  Linear frozen = make_linear(16, 8, true, torch::kCPU);
+  EXPECT_TRUE(can_group(x, {frozen.get()}, false));
+  EXPECT_FALSE(can_group(x, {frozen.get()}));  // the model uses it on CUDA only
+  Linear trainable(16, 8, false, torch::TensorOptions());
+  EXPECT_FALSE(can_group(x, {frozen.get(), trainable.get()}, false));
+  Linear dropout(16, 8, false, torch::TensorOptions());
+  dropout->weight.set_requires_grad(false);
+  dropout->add_lora(torch::zeros({4, 16}), torch::zeros({8, 4}), 1.0, 0.1);
+  EXPECT_FALSE(can_group(x, {dropout.get()}, false));
+}
+
+TEST(FrozenLinearGroup, CudaEqualsPeftFormulaInFp32AndUnderAutocast) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  check(torch::kCUDA, false, 1e-4);  // TF32 is off by default in LibTorch's matmuls
+  check(torch::kCUDA, true, 0.03);   // bf16 products, summed in a different order than autograd
+}
+
+}  // namespace
+}  // namespace kubetune::model

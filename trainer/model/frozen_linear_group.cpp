@@ -1,0 +1,233 @@
+#include "trainer/model/frozen_linear_group.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
+
+#include "kernels/swiglu.h"
+
+namespace kubetune::model {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Slots per layer in the saved tensors: weight, bias, lora A, lora B, x A^T.
+constexpr size_t kSlots = 5;
+
+// The dtype the products run in: autocast's, as for the plain layers, else the input's.
+at::ScalarType product_dtype(const Tensor& x) {
+  const auto device = x.device().type();
+  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
+                                                   : x.scalar_type();
+}
+
+// One layer's tensors in the product dtype. a and b are undefined without an adapter.
+struct Member {
+  Tensor weight, bias, a, b, xa;  // xa = x A^T, [tokens, r], kept for B's gradient
+  double scaling = 0;
+  bool has_lora() const { return a.defined(); }
+};
+
+// The layers' tensors, with the adapters taken from `adapters` (their autograd inputs), in order.
+std::vector<Member> members_of(const std::vector<LinearImpl*>& linears, torch::TensorList adapters,
+                               at::ScalarType dtype) {
+  std::vector<Member> out;
+  size_t k = 0;
+  for (auto* l : linears) {
+    Member m;
+    m.weight = l->weight.to(dtype);
+    if (l->bias.defined()) m.bias = l->bias.to(dtype);
+    if (l->has_lora()) {
+      m.a = adapters[k++].to(dtype);
+      m.b = adapters[k++].to(dtype);
+      m.scaling = l->lora_scaling();
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<Tensor> adapters_of(const std::vector<LinearImpl*>& linears) {
+  std::vector<Tensor> out;
+  for (auto* l : linears)
+    if (l->has_lora()) {
+      out.push_back(l->lora_A());
+      out.push_back(l->lora_B());
+    }
+  return out;
+}
+
+// y = x W^T + b + scaling (x A^T) B^T, the LoRA sum in the GEMM's epilogue.
+Tensor member_forward(const Tensor& x2, Member& m) {
+  Tensor y = m.bias.defined() ? at::addmm(m.bias, x2, m.weight.t()) : at::mm(x2, m.weight.t());
+  if (m.has_lora()) {
+    m.xa = at::mm(x2, m.a.t());
+    y.addmm_(m.xa, m.b.t(), /*beta=*/1, /*alpha=*/m.scaling);
+  }
+  return y;
+}
+
+// dX += dY W (the first layer writes dX), and for an adapter dX += t A with t = scaling dY B,
+// which is returned for the adapter's gradients.
+Tensor add_input_gradient(const Tensor& dy, const Member& m, bool need_x, Tensor& dx) {
+  if (need_x) dx = dx.defined() ? dx.addmm_(dy, m.weight) : at::mm(dy, m.weight);
+  if (!m.has_lora()) return {};
+  Tensor t = at::mm(dy, m.b).mul_(m.scaling);
+  if (need_x) dx.addmm_(t, m.a);
+  return t;
+}
+
+// d A = t^T x, d B = scaling dY^T (x A^T), in the adapters' own dtype.
+void add_adapter_gradients(const Tensor& dy, const Tensor& x2, const Tensor& t, const Member& m,
+                           at::ScalarType adapter_dtype, variable_list& out) {
+  out.push_back(at::mm(t.t(), x2).to(adapter_dtype));
+  out.push_back(at::mm(dy.t(), m.xa).mul_(m.scaling).to(adapter_dtype));
+}
+
+void save(AutogradContext* ctx, const Tensor& x2, const std::vector<Tensor>& extra,
+          const std::vector<Member>& members, const Tensor& x, torch::TensorList adapters) {
+  variable_list saved{x2};
+  saved.insert(saved.end(), extra.begin(), extra.end());
+  std::vector<double> scalings;
+  for (const auto& m : members) {
+    saved.insert(saved.end(), {m.weight, m.bias, m.a, m.b, m.xa});
+    scalings.push_back(m.scaling);
+  }
+  ctx->save_for_backward(saved);
+  ctx->saved_data["scalings"] = scalings;
+  ctx->saved_data["x_sizes"] = x.sizes().vec();
+  ctx->saved_data["extra"] = static_cast<int64_t>(extra.size());
+  ctx->saved_data["adapter_dtype"] =
+      static_cast<int64_t>(adapters.empty() ? x.scalar_type() : adapters.front().scalar_type());
+}
+
+struct Saved {
+  Tensor x2;
+  std::vector<Tensor> extra;
+  std::vector<Member> members;
+  std::vector<int64_t> x_sizes;
+  at::ScalarType adapter_dtype;
+};
+
+Saved restore(AutogradContext* ctx) {
+  Saved s;
+  auto saved = ctx->get_saved_variables();
+  const auto extra = static_cast<size_t>(ctx->saved_data["extra"].toInt());
+  const auto scalings = ctx->saved_data["scalings"].toDoubleVector();
+  s.x2 = saved[0];
+  s.extra.assign(saved.begin() + 1, saved.begin() + 1 + static_cast<std::ptrdiff_t>(extra));
+  for (size_t i = 0; i < scalings.size(); ++i) {
+    const size_t at = 1 + extra + i * kSlots;
+    s.members.push_back(
+        {saved[at], saved[at + 1], saved[at + 2], saved[at + 3], saved[at + 4], scalings[i]});
+  }
+  s.x_sizes = ctx->saved_data["x_sizes"].toIntVector();
+  s.adapter_dtype = static_cast<at::ScalarType>(ctx->saved_data["adapter_dtype"].toInt());
+  return s;
+}
+
+std::vector<int64_t> with_last(std::vector<int64_t> sizes, int64_t last) {
+  sizes.back() = last;
+  return sizes;
+}
+
+struct GroupFunction : public torch::autograd::Function<GroupFunction> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, torch::TensorList adapters,
+                               const std::vector<LinearImpl*>& linears) {
+    const auto dtype = product_dtype(x);
+    const Tensor x2 = x.reshape({-1, x.size(-1)}).to(dtype);
+    auto members = members_of(linears, adapters, dtype);
+    variable_list out;
+    for (auto& m : members)
+      out.push_back(member_forward(x2, m).view(with_last(x.sizes().vec(), m.weight.size(0))));
+    save(ctx, x2, {}, members, x, adapters);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Saved s = restore(ctx);
+    const bool need_x = ctx->needs_input_grad(0);
+    Tensor dx;
+    variable_list adapter_grads;
+    for (size_t i = 0; i < s.members.size(); ++i) {
+      const Member& m = s.members[i];
+      if (!grads[i].defined()) {  // an output nobody used: no gradient from it
+        if (m.has_lora()) adapter_grads.insert(adapter_grads.end(), {Tensor(), Tensor()});
+        continue;
+      }
+      const Tensor dy = grads[i].reshape({-1, m.weight.size(0)}).to(s.x2.scalar_type());
+      const Tensor t = add_input_gradient(dy, m, need_x, dx);
+      if (m.has_lora()) add_adapter_gradients(dy, s.x2, t, m, s.adapter_dtype, adapter_grads);
+    }
+    variable_list out{dx.defined() ? dx.view(s.x_sizes) : Tensor()};
+    out.insert(out.end(), adapter_grads.begin(), adapter_grads.end());
+    out.push_back(Tensor());  // linears
+    return out;
+  }
+};
+
+struct SwigluMlpFunction : public torch::autograd::Function<SwigluMlpFunction> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, torch::TensorList adapters,
+                        const std::vector<LinearImpl*>& linears) {  // gate, up, down
+    const auto dtype = product_dtype(x);
+    const Tensor x2 = x.reshape({-1, x.size(-1)}).to(dtype);
+    auto members = members_of(linears, adapters, dtype);
+    Tensor gate = member_forward(x2, members[0]), up = member_forward(x2, members[1]);
+    Tensor y = member_forward(kernels::swiglu_forward_op(gate, up), members[2]);
+    save(ctx, x2, {gate, up}, members, x, adapters);
+    return y.view(with_last(x.sizes().vec(), y.size(-1)));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Saved s = restore(ctx);
+    const Member &gate = s.members[0], &up = s.members[1], &down = s.members[2];
+    const Tensor dy = grads[0].reshape({-1, down.weight.size(0)}).to(s.x2.scalar_type());
+    Tensor d_hidden;
+    const Tensor t_down = add_input_gradient(dy, down, /*need_x=*/true, d_hidden);
+    // SwiGLU's output is recomputed here instead of kept from forward.
+    auto [d_gate, d_up, hidden] =
+        kernels::swiglu_backward_with_output(d_hidden, s.extra[0], s.extra[1]);
+    d_hidden = Tensor();
+    const bool need_x = ctx->needs_input_grad(0);
+    Tensor dx;
+    variable_list adapter_grads;
+    const Tensor t_gate = add_input_gradient(d_gate, gate, need_x, dx);
+    if (gate.has_lora())
+      add_adapter_gradients(d_gate, s.x2, t_gate, gate, s.adapter_dtype, adapter_grads);
+    const Tensor t_up = add_input_gradient(d_up, up, need_x, dx);
+    if (up.has_lora()) add_adapter_gradients(d_up, s.x2, t_up, up, s.adapter_dtype, adapter_grads);
+    if (down.has_lora())
+      add_adapter_gradients(dy, hidden, t_down, down, s.adapter_dtype, adapter_grads);
+    variable_list out{dx.defined() ? dx.view(s.x_sizes) : Tensor()};
+    out.insert(out.end(), adapter_grads.begin(), adapter_grads.end());
+    out.push_back(Tensor());  // linears
+    return out;
+  }
+};
+
+}  // namespace
+
+bool can_group(const Tensor& x, const std::vector<LinearImpl*>& linears, bool require_cuda) {
+  if (require_cuda && !x.is_cuda()) return false;
+  for (auto* l : linears) {
+    if (l->is_quantized() || l->weight.requires_grad() || l->lora_dropout() > 0) return false;
+    if (l->bias.defined() && l->bias.requires_grad()) return false;
+  }
+  return true;
+}
+
+std::vector<Tensor> frozen_linear_group(const Tensor& x, const std::vector<LinearImpl*>& linears) {
+  // A TensorList (not a vector) so that autograd sees each adapter as an input of its own.
+  const auto adapters = adapters_of(linears);
+  return GroupFunction::apply(x, torch::TensorList(adapters), linears);
+}
+
+Tensor frozen_swiglu_mlp(const Tensor& x, LinearImpl& gate, LinearImpl& up, LinearImpl& down) {
+  const std::vector<LinearImpl*> linears{&gate, &up, &down};
+  const auto adapters = adapters_of(linears);
+  return SwigluMlpFunction::apply(x, torch::TensorList(adapters), linears);
+}
+
+}  // namespace kubetune::model

@@ -1,0 +1,38 @@
+// Linear layers with frozen base weights (LoRA's base model) that read the same input, run as one
+// autograd node: q/k/v, or gate/up/down of the MLP with SwiGLU between.
+//
+// Under plain autograd each LoRA layer is several nodes (base product, A product, B product and
+// the sum), and backward adds up the input's gradient with separate kernels: about twelve passes
+// over [tokens, hidden] per decoder layer that only add. Here backward accumulates every part of
+// the input's gradient into one buffer inside the GEMMs (cuBLAS with beta = 1), as Unsloth's
+// fast_lora does. The MLP node keeps only its input and the gate and up products for backward,
+// and recomputes SwiGLU's output there (one [tokens, intermediate] activation less per layer).
+//
+// Used on CUDA when every layer of the group is unquantized, frozen and without LoRA dropout
+// (`can_group`); the CPU keeps the plain layers, which the parity tests hold against PEFT. The
+// group computes what the plain layers compute: products in the autocast dtype (or the input's
+// without autocast), LoRA gradients cast to the adapters' dtype.
+#pragma once
+
+#include <torch/types.h>
+
+#include <vector>
+
+#include "trainer/model/layers.h"
+
+namespace kubetune::model {
+
+// Whether these layers can run as one group on `x`'s device (callers pass `require_cuda = false`
+// only in tests, to hold the group against the plain layers on the CPU).
+bool can_group(const torch::Tensor& x, const std::vector<LinearImpl*>& linears,
+               bool require_cuda = true);
+
+// Every layer applied to x; outputs in the order of `linears`.
+std::vector<torch::Tensor> frozen_linear_group(const torch::Tensor& x,
+                                               const std::vector<LinearImpl*>& linears);
+
+// down(swiglu(gate(x), up(x))) as one node.
+torch::Tensor frozen_swiglu_mlp(const torch::Tensor& x, LinearImpl& gate, LinearImpl& up,
+                                LinearImpl& down);
+
+}  // namespace kubetune::model
