@@ -9,6 +9,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include "kernels/quant4.h"
 #include "kernels/swiglu.h"
 
 namespace kubetune::model {
@@ -27,9 +28,10 @@ Linear make_linear(int64_t in, int64_t out, bool lora, torch::Device device) {
   return l;
 }
 
-// PEFT: x W^T + scaling * (x A^T) B^T.
+// PEFT: x W^T + scaling * (x A^T) B^T; a 4-bit W is used dequantized, as bitsandbytes does.
 torch::Tensor peft_formula(const torch::Tensor& x, LinearImpl& l) {
-  auto y = torch::nn::functional::linear(x, l.weight);
+  auto w = l.is_quantized() ? kernels::dequantize_4bit(l.quantized(), torch::kFloat32) : l.weight;
+  auto y = torch::nn::functional::linear(x, w);
   if (!l.has_lora()) return y;
   return y +
          torch::nn::functional::linear(torch::nn::functional::linear(x, l.lora_A()), l.lora_B()) *
@@ -97,9 +99,16 @@ void expect_close(const Grads& a, const Grads& b, double tol, const std::string&
   }
 }
 
-void check(torch::Device device, bool autocast, double tol) {
+// QLoRA: every base weight in bitsandbytes' NF4 with double quantization, computed in the
+// products' dtype.
+void quantize(std::vector<Linear>& layers, bool autocast) {
+  for (auto& l : layers)
+    l->quantize_4bit("nf4", 64, true, autocast ? torch::kBFloat16 : torch::kFloat32);
+}
+
+void check(torch::Device device, bool autocast, double tol, bool qlora = false) {
   torch::manual_seed(0);
-  const int64_t H = 48, I = 80, kv = 16;
+  const int64_t H = 64, I = 128, kv = 16;
   auto x = torch::randn({2, 5, H}).to(device);
   // q/k/v shapes, one of them without an adapter (a target list that leaves v_proj out).
   std::vector<Linear> qkv{make_linear(H, H, true, device), make_linear(H, kv, true, device),
@@ -107,16 +116,22 @@ void check(torch::Device device, bool autocast, double tol) {
   std::vector<torch::Tensor> dys{torch::randn({2, 5, H}).to(device),
                                  torch::randn({2, 5, kv}).to(device),
                                  torch::randn({2, 5, kv}).to(device)};
+  if (qlora) quantize(qkv, autocast);
   expect_close(run(true, false, qkv, x, dys, autocast), run(false, false, qkv, x, dys, autocast),
                tol, "q/k/v group");
   std::vector<Linear> mlp{make_linear(H, I, true, device), make_linear(H, I, true, device),
                           make_linear(I, H, true, device)};
   std::vector<torch::Tensor> dy{torch::randn({2, 5, H}).to(device)};
+  if (qlora) quantize(mlp, autocast);
   expect_close(run(true, true, mlp, x, dy, autocast), run(false, true, mlp, x, dy, autocast), tol,
                "SwiGLU MLP");
 }
 
 TEST(FrozenLinearGroup, EqualsPeftFormulaOnCpu) { check(torch::kCPU, false, 1e-5); }
+
+TEST(FrozenLinearGroup, EqualsPeftFormulaOn4BitWeightsOnCpu) {
+  check(torch::kCPU, false, 1e-5, /*qlora=*/true);
+}
 
 TEST(FrozenLinearGroup, RefusesDropoutQuantizedAndTrainableWeights) {
   auto x = torch::randn({2, 3, 16});
@@ -135,6 +150,8 @@ TEST(FrozenLinearGroup, CudaEqualsPeftFormulaInFp32AndUnderAutocast) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
   check(torch::kCUDA, false, 1e-4);  // TF32 is off by default in LibTorch's matmuls
   check(torch::kCUDA, true, 0.03);   // bf16 products, summed in a different order than autograd
+  check(torch::kCUDA, false, 1e-4, /*qlora=*/true);
+  check(torch::kCUDA, true, 0.03, /*qlora=*/true);
 }
 
 }  // namespace

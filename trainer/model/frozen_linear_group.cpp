@@ -4,6 +4,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
+#include "kernels/quant4.h"
 #include "kernels/swiglu.h"
 
 namespace kubetune::model {
@@ -23,11 +24,18 @@ at::ScalarType product_dtype(const Tensor& x) {
                                                    : x.scalar_type();
 }
 
-// One layer's tensors in the product dtype. a and b are undefined without an adapter.
+// One layer's tensors in the product dtype. a and b are undefined without an adapter. A 4-bit
+// (QLoRA) weight stays packed and is dequantized for each product, forward and backward, as
+// trainer/model/linear_4bit does.
 struct Member {
   Tensor weight, bias, a, b, xa;  // xa = x A^T, [tokens, r], kept for B's gradient
   double scaling = 0;
+  const kernels::Quant4State* quant = nullptr;  // owned by the layer, which outlives the graph
   bool has_lora() const { return a.defined(); }
+  int64_t out_features() const { return quant ? quant->shape[0] : weight.size(0); }
+  Tensor dense_weight(at::ScalarType dtype) const {
+    return quant ? kernels::dequantize_4bit(*quant, dtype) : weight;
+  }
 };
 
 // The layers' tensors, with the adapters taken from `adapters` (their autograd inputs), in order.
@@ -37,7 +45,10 @@ std::vector<Member> members_of(const std::vector<LinearImpl*>& linears, torch::T
   size_t k = 0;
   for (auto* l : linears) {
     Member m;
-    m.weight = l->weight.to(dtype);
+    if (l->is_quantized())
+      m.quant = &l->quantized();
+    else
+      m.weight = l->weight.to(dtype);
     if (l->bias.defined()) m.bias = l->bias.to(dtype);
     if (l->has_lora()) {
       m.a = adapters[k++].to(dtype);
@@ -61,7 +72,8 @@ std::vector<Tensor> adapters_of(const std::vector<LinearImpl*>& linears) {
 
 // y = x W^T + b + scaling (x A^T) B^T, the LoRA sum in the GEMM's epilogue.
 Tensor member_forward(const Tensor& x2, Member& m) {
-  Tensor y = m.bias.defined() ? at::addmm(m.bias, x2, m.weight.t()) : at::mm(x2, m.weight.t());
+  const Tensor w = m.dense_weight(x2.scalar_type());
+  Tensor y = m.bias.defined() ? at::addmm(m.bias, x2, w.t()) : at::mm(x2, w.t());
   if (m.has_lora()) {
     m.xa = at::mm(x2, m.a.t());
     y.addmm_(m.xa, m.b.t(), /*beta=*/1, /*alpha=*/m.scaling);
@@ -72,7 +84,10 @@ Tensor member_forward(const Tensor& x2, Member& m) {
 // dX += dY W (the first layer writes dX), and for an adapter dX += t A with t = scaling dY B,
 // which is returned for the adapter's gradients.
 Tensor add_input_gradient(const Tensor& dy, const Member& m, bool need_x, Tensor& dx) {
-  if (need_x) dx = dx.defined() ? dx.addmm_(dy, m.weight) : at::mm(dy, m.weight);
+  if (need_x) {
+    const Tensor w = m.dense_weight(dy.scalar_type());
+    dx = dx.defined() ? dx.addmm_(dy, w) : at::mm(dy, w);
+  }
   if (!m.has_lora()) return {};
   Tensor t = at::mm(dy, m.b).mul_(m.scaling);
   if (need_x) dx.addmm_(t, m.a);
@@ -91,10 +106,13 @@ void save(AutogradContext* ctx, const Tensor& x2, const std::vector<Tensor>& ext
   variable_list saved{x2};
   saved.insert(saved.end(), extra.begin(), extra.end());
   std::vector<double> scalings;
+  std::vector<int64_t> quants;
   for (const auto& m : members) {
     saved.insert(saved.end(), {m.weight, m.bias, m.a, m.b, m.xa});
     scalings.push_back(m.scaling);
+    quants.push_back(reinterpret_cast<int64_t>(m.quant));
   }
+  ctx->saved_data["quants"] = quants;
   ctx->save_for_backward(saved);
   ctx->saved_data["scalings"] = scalings;
   ctx->saved_data["x_sizes"] = x.sizes().vec();
@@ -116,12 +134,13 @@ Saved restore(AutogradContext* ctx) {
   auto saved = ctx->get_saved_variables();
   const auto extra = static_cast<size_t>(ctx->saved_data["extra"].toInt());
   const auto scalings = ctx->saved_data["scalings"].toDoubleVector();
+  const auto quants = ctx->saved_data["quants"].toIntVector();
   s.x2 = saved[0];
   s.extra.assign(saved.begin() + 1, saved.begin() + 1 + static_cast<std::ptrdiff_t>(extra));
   for (size_t i = 0; i < scalings.size(); ++i) {
     const size_t at = 1 + extra + i * kSlots;
-    s.members.push_back(
-        {saved[at], saved[at + 1], saved[at + 2], saved[at + 3], saved[at + 4], scalings[i]});
+    s.members.push_back({saved[at], saved[at + 1], saved[at + 2], saved[at + 3], saved[at + 4],
+                         scalings[i], reinterpret_cast<const kernels::Quant4State*>(quants[i])});
   }
   s.x_sizes = ctx->saved_data["x_sizes"].toIntVector();
   s.adapter_dtype = static_cast<at::ScalarType>(ctx->saved_data["adapter_dtype"].toInt());
@@ -141,7 +160,7 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
     auto members = members_of(linears, adapters, dtype);
     variable_list out;
     for (auto& m : members)
-      out.push_back(member_forward(x2, m).view(with_last(x.sizes().vec(), m.weight.size(0))));
+      out.push_back(member_forward(x2, m).view(with_last(x.sizes().vec(), m.out_features())));
     save(ctx, x2, {}, members, x, adapters);
     return out;
   }
@@ -157,7 +176,7 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
         if (m.has_lora()) adapter_grads.insert(adapter_grads.end(), {Tensor(), Tensor()});
         continue;
       }
-      const Tensor dy = grads[i].reshape({-1, m.weight.size(0)}).to(s.x2.scalar_type());
+      const Tensor dy = grads[i].reshape({-1, m.out_features()}).to(s.x2.scalar_type());
       const Tensor t = add_input_gradient(dy, m, need_x, dx);
       if (m.has_lora()) add_adapter_gradients(dy, s.x2, t, m, s.adapter_dtype, adapter_grads);
     }
@@ -183,7 +202,7 @@ struct SwigluMlpFunction : public torch::autograd::Function<SwigluMlpFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Saved s = restore(ctx);
     const Member &gate = s.members[0], &up = s.members[1], &down = s.members[2];
-    const Tensor dy = grads[0].reshape({-1, down.weight.size(0)}).to(s.x2.scalar_type());
+    const Tensor dy = grads[0].reshape({-1, down.out_features()}).to(s.x2.scalar_type());
     Tensor d_hidden;
     const Tensor t_down = add_input_gradient(dy, down, /*need_x=*/true, d_hidden);
     // SwiGLU's output is recomputed here instead of kept from forward.
@@ -212,7 +231,9 @@ struct SwigluMlpFunction : public torch::autograd::Function<SwigluMlpFunction> {
 bool can_group(const Tensor& x, const std::vector<LinearImpl*>& linears, bool require_cuda) {
   if (require_cuda && !x.is_cuda()) return false;
   for (auto* l : linears) {
-    if (l->is_quantized() || l->weight.requires_grad() || l->lora_dropout() > 0) return false;
+    if (l->weight.requires_grad() || l->lora_dropout() > 0) return false;
+    // A 4-bit layer whose compute dtype is not the products' keeps its own path.
+    if (l->is_quantized() && l->quantized_compute_dtype() != product_dtype(x)) return false;
     if (l->bias.defined() && l->bias.requires_grad()) return false;
   }
   return true;

@@ -49,6 +49,7 @@ class LinearImpl : public torch::nn::Module {
   int64_t out_features() const { return is_quantized() ? quantized_.shape[0] : weight.size(0); }
   int64_t in_features() const { return is_quantized() ? quantized_.shape[1] : weight.size(1); }
   const kernels::Quant4State& quantized() const { return quantized_; }
+  torch::ScalarType quantized_compute_dtype() const { return compute_dtype_; }
   torch::Tensor& lora_A() { return lora_A_->weight; }
   torch::Tensor& lora_B() { return lora_B_->weight; }
   double lora_scaling() const { return scaling_; }
