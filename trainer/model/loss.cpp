@@ -16,68 +16,69 @@ namespace {
 
 constexpr int64_t kIgnoreIndex = -100;
 
-// loss = sum_i logsumexp(rows_i W^T) - (rows_i W^T)[target_i], with a backward that
-// recomputes the logits chunk by chunk instead of storing them.
+// loss = sum_i logsumexp(rows_i W^T) - (rows_i W^T)[target_i]. When gradients are wanted, forward
+// computes them too, chunk by chunk, while each chunk's logits are still there (as Liger's fused
+// linear cross-entropy does): d logits = softmax - one_hot(target) overwrites the logits and two
+// products give d rows and d W. Backward then only scales them by the incoming gradient. Keeping
+// the logits instead would cost rows x vocab values (2 GiB for 8k tokens of Llama 3); recomputing
+// them in backward, a third [rows, vocab] product.
 struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinearCrossEntropy> {
-  // The matmuls run in the dtype autocast gives them in forward (bf16 on GPU), and backward, which
-  // runs outside the autocast region, uses the same one. Without this, full fine-tuning (fp32
-  // hidden states and master weights) would run the three [rows, vocab] backward products in fp32,
-  // several times slower than the rest of the step. Softmax is always fp32.
+  // The matmuls run in the dtype autocast gives them (bf16 on GPU). Without this, full
+  // fine-tuning (fp32 hidden states and master weights) would run the [rows, vocab] products in
+  // fp32, several times slower than the rest of the step. Softmax is always fp32.
   static at::ScalarType matmul_dtype(const at::Tensor& rows) {
     const auto device = rows.device().type();
     if (at::autocast::is_autocast_enabled(device) && rows.scalar_type() == at::kFloat)
       return at::autocast::get_autocast_dtype(device);
     return rows.scalar_type();
   }
-  static at::Tensor chunk_logits(const at::Tensor& rows, const at::Tensor& weight) {
-    return at::mm(rows, weight.t());
+
+  // d_weight += d_logits^T r, accumulated in fp32 even when the product's inputs are bf16. On CUDA
+  // cuBLAS writes the fp32 sum directly; elsewhere the product is made, then added.
+  static void add_weight_gradient(at::Tensor& d_weight, const at::Tensor& d_logits,
+                                  const at::Tensor& r) {
+    if (d_weight.is_cuda() && d_logits.scalar_type() != at::kFloat)
+      at::addmm_out(d_weight, d_weight, d_logits.t(), r, at::kFloat);
+    else
+      d_weight.add_(at::mm(d_logits.t(), r));
   }
 
+  // need_grads = {rows, weight}: whether the caller will want each gradient (forward runs with
+  // autograd off, so it cannot ask rows.requires_grad() under the caller's grad mode itself).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows,
-                            const at::Tensor& weight, const at::Tensor& targets, int64_t chunk) {
+                            const at::Tensor& weight, const at::Tensor& targets, int64_t chunk,
+                            bool need_rows, bool need_weight) {
     at::Tensor total = at::zeros({}, rows.options().dtype(at::kFloat));
     const at::ScalarType dtype = matmul_dtype(rows);
     const at::Tensor w = weight.to(dtype), r_all = rows.to(dtype);
-    std::vector<at::Tensor> lse_parts;
+    const at::Tensor unit = at::ones({}, total.options());
+    at::Tensor d_rows = need_rows ? at::empty_like(rows) : at::Tensor();
+    at::Tensor d_weight =
+        need_weight ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
     for (int64_t start = 0; start < rows.size(0); start += chunk) {
       const int64_t len = std::min(chunk, rows.size(0) - start);
-      at::Tensor logits = chunk_logits(r_all.narrow(0, start, len), w);
-      auto [lse, picked] = kernels::logsumexp_target(logits, targets.narrow(0, start, len));
+      const at::Tensor r = r_all.narrow(0, start, len), t = targets.narrow(0, start, len);
+      at::Tensor logits = at::mm(r, w.t());
+      auto [lse, picked] = kernels::logsumexp_target(logits, t);
       total += (lse - picked).sum();
-      lse_parts.push_back(lse);
+      if (!need_rows && !need_weight) continue;
+      kernels::cross_entropy_backward_(logits, lse, t, unit);  // logits now hold d logits
+      if (need_rows) d_rows.narrow(0, start, len).copy_(at::mm(logits, w));
+      if (need_weight) add_weight_gradient(d_weight, logits, r);
     }
-    ctx->save_for_backward({rows, weight, targets, at::cat(lse_parts)});
-    ctx->saved_data["chunk"] = chunk;
-    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    ctx->save_for_backward({d_rows, d_weight});
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     return total;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
     auto saved = ctx->get_saved_variables();
-    const at::Tensor &rows = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3];
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const bool need_rows = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
     const at::Tensor g = grad_out[0].to(at::kFloat);
-    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
-    const at::Tensor w = weight.to(dtype), r_all = rows.to(dtype);
-    at::Tensor d_rows = need_rows ? at::empty_like(rows) : at::Tensor();
-    // Accumulate the weight gradient in fp32 even for bf16 weights.
-    at::Tensor d_weight =
-        need_weight ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
-    for (int64_t start = 0; start < rows.size(0); start += chunk) {
-      const int64_t len = std::min(chunk, rows.size(0) - start);
-      at::Tensor r = r_all.narrow(0, start, len);
-      // d loss / d logits = softmax - one_hot(target), scaled by the incoming gradient, written
-      // over the recomputed logits.
-      at::Tensor d_logits = chunk_logits(r, w);
-      kernels::cross_entropy_backward_(d_logits, lse.narrow(0, start, len),
-                                       targets.narrow(0, start, len), g);
-      if (need_rows) d_rows.narrow(0, start, len).copy_(at::mm(d_logits, w));
-      if (need_weight) d_weight.add_(at::mm(d_logits.t(), r));
-    }
-    if (need_weight) d_weight = d_weight.to(weight.scalar_type());
-    return {d_rows, d_weight, at::Tensor(), at::Tensor()};
+    const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    at::Tensor d_rows = saved[0].defined() ? saved[0] * g : at::Tensor();
+    at::Tensor d_weight = saved[1].defined() ? (saved[1] * g).to(weight_dtype) : at::Tensor();
+    return {d_rows, d_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -111,7 +112,11 @@ std::pair<at::Tensor, int64_t> next_token_loss_sum(CausalLMImpl& model, const at
   keep = to_device_async(keep, hidden.device());
   tgt = to_device_async(tgt, hidden.device());
   at::Tensor rows = hidden.narrow(1, 0, T - 1).reshape({-1, H}).index_select(0, keep);
-  at::Tensor loss = ChunkedLinearCrossEntropy::apply(rows, model.output_weight(), tgt, chunk_rows);
+  at::Tensor& weight = model.output_weight();
+  const bool grad_mode = torch::GradMode::is_enabled();
+  at::Tensor loss = ChunkedLinearCrossEntropy::apply(rows, weight, tgt, chunk_rows,
+                                                     grad_mode && rows.requires_grad(),
+                                                     grad_mode && weight.requires_grad());
   return {loss, n};
 }
 

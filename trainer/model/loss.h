@@ -14,8 +14,9 @@ class CausalLMImpl;
 // int64 in the HF convention (same length as input_ids; position t predicts labels[t+1]: the
 // shift happens here). Pass labels on the host when you can: target rows are picked there, so the
 // GPU queue never waits. Only target rows get logits, `chunk_rows` at a time; the logits matmul
-// runs in autocast's dtype when autocast is on (like HF's lm_head), the softmax in fp32. Backward
-// recomputes each chunk's logits, so memory stays O(chunk_rows * vocab).
+// runs in autocast's dtype when autocast is on (like HF's lm_head), the softmax in fp32. Under
+// grad mode the gradients are computed in the same pass, while each chunk's logits exist, and
+// backward only scales them: memory stays O(chunk_rows * vocab), and the logits are made once.
 // Returns {loss_sum (0-dim fp32, differentiable), n_targets}.
 std::pair<at::Tensor, int64_t> next_token_loss_sum(CausalLMImpl& model, const at::Tensor& hidden,
                                                    const at::Tensor& labels,
