@@ -226,6 +226,54 @@ def qlora_matches_peft_bitsandbytes():
     assert p.returncode == 2 and "trains only with method.type qlora" in p.stdout, (p.returncode, p.stdout[-2000:])
 
 
+def random_init_trains_from_config_alone():
+    """model.init random: a folder with config.json and the tokenizer but no weights trains. Its
+    weights are drawn as transformers' from_config draws them: every matrix with the mean and std
+    of normal(0, initializer_range), the norms at 1, and the first step's loss among those that
+    models transformers builds from the same config give on the same batch."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    w = h.workdir("random-init")
+    src = h.tiny_model(w / "src")
+    bare = w / "bare"
+    bare.mkdir()
+    for f in src.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, bare / f.name)
+    text = "the quick brown fox jumps over the lazy dog " * 4
+    data = w / "data.jsonl"
+    data.write_text((json.dumps({"text": text}) + "\n") * 4)
+    cfg = h.config(bare, data, w / "out", microBatchSize=4, maxSteps=1, learningRate=1e-9)
+    cfg["data"].update(format="text", maxLength=256)
+    cfg["model"]["init"] = "random"
+    h.run(["train", "--config", h.write_config(w / "c.json", cfg)])
+    ours = h.weights(w / "out")
+    std = AutoConfig.from_pretrained(bare).initializer_range
+    for name, t in ours.items():
+        if name.endswith("norm.weight"):
+            assert torch.equal(t, torch.ones_like(t)), name
+        else:
+            assert abs(t.std().item() - std) < 0.05 * std and abs(t.mean().item()) < 0.1 * std, (
+                name, t.mean().item(), t.std().item())
+    loss = [json.loads(l)["loss"] for l in (w / "out" / "metrics_history.jsonl").read_text().splitlines()
+            if '"loss"' in l][0]
+    tok = AutoTokenizer.from_pretrained(bare)
+    ids = torch.tensor([tok(text)["input_ids"] + [tok.eos_token_id]])
+    references = []
+    for seed in range(8):  # a random model's loss varies by draw: ours must fall among theirs
+        torch.manual_seed(seed)
+        hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(bare))
+        with torch.no_grad():
+            references.append(hf(input_ids=ids, labels=ids).loss.item())
+    print(f"first loss: ours {loss:.4f}, transformers models from the same config "
+          f"{min(references):.4f}..{max(references):.4f}")
+    assert min(references) - 0.02 <= loss <= max(references) + 0.02, (loss, references)
+    # Without the option the same folder is refused, naming what is missing.
+    del cfg["model"]["init"]
+    p = h.run(["train", "--config", h.write_config(w / "d.json", cfg)], check=False)
+    assert p.returncode == 2 and "no model.safetensors" in p.stderr, (p.returncode, p.stderr[-2000:])
+
+
 def bad_inputs_are_named():
     """Each bad input: non-zero exit (2: user error) and a message naming the file/line/field."""
     w = h.workdir("bad")
@@ -571,6 +619,7 @@ if __name__ == "__main__":
                                      damaged_checkpoint_is_skipped, eval_matches_transformers,
                                      tokenize_matches_tokenizers, lora_adapter_loads_in_peft,
                                      qlora_matches_peft_bitsandbytes,
+                                     random_init_trains_from_config_alone,
                                      bad_inputs_are_named, quickstart_events_read_by_tensorboard,
                                      logs_are_structured_and_options_checked,
                                      preempted_worker_resumes_under_kubetune_run,

@@ -41,6 +41,8 @@ std::string shape_text(at::IntArrayRef s) {
 
 bool is_lora_name(const std::string& name) { return name.find(".lora_") != std::string::npos; }
 
+}  // namespace
+
 // Finds each tensor name in either a single file or the shards of an index, opening shards once.
 class CheckpointReader {
  public:
@@ -100,6 +102,8 @@ class CheckpointReader {
   std::map<std::string, std::string> weight_map_;
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
 };
+
+namespace {
 
 // A weight as bitsandbytes' Linear4bit saves it: the packed codes under `name`, and beside them
 // name.absmax, name.quant_map (the code book), with double quantization name.nested_absmax, and
@@ -169,18 +173,27 @@ std::string hf_dtype_name(c10::ScalarType dtype) {
   }
 }
 
-void load_hf_weights(model::CausalLM& model, const std::string& dir) {
+HfWeights::HfWeights(const std::string& dir) {
   if (!fs::is_directory(dir)) throw std::runtime_error(dir + ": model directory does not exist");
   if (!fs::exists(dir + "/config.json"))
     throw std::runtime_error(dir + "/config.json: missing (is this a Hugging Face model folder?)");
-  CheckpointReader reader(dir);
+  reader_ = std::make_unique<CheckpointReader>(dir);
+}
+
+HfWeights::~HfWeights() = default;
+
+void HfWeights::load_into(torch::nn::Module& part, const std::string& prefix) {
+  CheckpointReader& reader = *reader_;
+  auto full_name = [&](const std::string& name) {
+    return prefix.empty() ? name : prefix + "." + name;
+  };
   torch::NoGradGuard no_grad;
   // Linear weights saved in bitsandbytes' 4-bit format are kept so, not expanded.
   std::set<std::string> quantized;
-  for (const auto& item : model->named_modules()) {
+  for (const auto& item : part.named_modules()) {
     auto linear = std::dynamic_pointer_cast<model::LinearImpl>(item.value());
     if (!linear) continue;
-    const std::string name = item.key() + ".weight";
+    const std::string name = full_name(item.key().empty() ? "weight" : item.key() + ".weight");
     if (auto state = read_bnb_4bit(reader, name)) {
       if (state->shape != linear->weight.sizes().vec()) {
         throw std::runtime_error(reader.file_of(name) + ": tensor \"" + name + "\" has shape " +
@@ -191,8 +204,8 @@ void load_hf_weights(model::CausalLM& model, const std::string& dir) {
       quantized.insert(name);
     }
   }
-  for (auto& item : model->named_parameters()) {
-    const std::string& name = item.key();
+  for (auto& item : part.named_parameters()) {
+    const std::string name = full_name(item.key());
     if (is_lora_name(name) || quantized.count(name)) continue;
     at::Tensor src = reader.get(name);
     at::Tensor& dst = item.value();
@@ -202,6 +215,10 @@ void load_hf_weights(model::CausalLM& model, const std::string& dir) {
                                shape_text(dst.sizes()));
     dst.copy_(src);
   }
+}
+
+void load_hf_weights(model::CausalLM& model, const std::string& dir) {
+  HfWeights(dir).load_into(*model, "");
 }
 
 void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::ScalarType dtype,

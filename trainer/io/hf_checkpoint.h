@@ -4,11 +4,31 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "trainer/model/causal_lm.h"
 
 namespace kubetune::io {
+
+class CheckpointReader;
+
+// A Hugging Face folder's weights, read into a model one part at a time (train::load_model): the
+// folder, config.json and the safetensors files (or the index) are checked on construction.
+class HfWeights {
+ public:
+  explicit HfWeights(const std::string& dir);
+  ~HfWeights();
+  HfWeights(const HfWeights&) = delete;
+  HfWeights& operator=(const HfWeights&) = delete;
+
+  // Loads every base parameter of `part`, whose checkpoint names are `prefix` + "." + its own
+  // (prefix "" for the whole model), as load_hf_weights does.
+  void load_into(torch::nn::Module& part, const std::string& prefix);
+
+ private:
+  std::unique_ptr<CheckpointReader> reader_;
+};
 
 // Loads every base parameter of `model` from `dir`/model.safetensors or from the shards named
 // by `dir`/model.safetensors.index.json, converting to each parameter's dtype and device. A tied

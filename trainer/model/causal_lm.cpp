@@ -24,22 +24,17 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config, const torch::TensorOptions
   if (!config.tie_word_embeddings)
     lm_head =
         register_module("lm_head", Linear(config.hidden_size, config.vocab_size, false, opts));
-  init_weights();
+  if (!opts.device().is_meta()) init_like_hf(*this, config.initializer_range);
 }
 
-void CausalLMImpl::init_weights() {
-  torch::NoGradGuard no_grad;
-  for (auto& p : named_parameters()) {
-    const std::string& name = p.key();
-    torch::Tensor& t = p.value();
-    if (name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0) {
-      t.fill_(1.0);
-    } else if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
-      t.zero_();
-    } else {
-      t.normal_(0.0, config_.initializer_range);
-    }
-  }
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> CausalLMImpl::parts() {
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> out;
+  out.emplace_back("model.embed_tokens", model->embed_tokens.ptr());
+  for (size_t i = 0; i < model->layers->size(); ++i)
+    out.emplace_back("model.layers." + std::to_string(i), model->layers->ptr(i));
+  out.emplace_back("model.norm", model->norm.ptr());
+  if (lm_head) out.emplace_back("lm_head", lm_head.ptr());
+  return out;
 }
 
 torch::Tensor build_attention_mask(const torch::Tensor& segment_ids, int64_t batch, int64_t seq_len,

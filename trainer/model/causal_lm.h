@@ -7,6 +7,10 @@
 #include <torch/nn/pimpl.h>
 
 #include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "trainer/model/layers.h"
 #include "trainer/model/model_config.h"
@@ -27,7 +31,13 @@ class CausalLMImpl : public torch::nn::Module {
  public:
   // Parameters are created with `opts` (CPU fp32 by default) and initialised like HF's
   // _init_weights (normal(0, initializer_range), zero biases, unit norms) from the global RNG.
+  // With a meta device in `opts` they are shape-only placeholders (new_parameter), uninitialised,
+  // to be given storage part by part (parts(), train::load_model).
   explicit CausalLMImpl(const ModelConfig& config, const torch::TensorOptions& opts = {});
+
+  // The model's parts in forward order, each with the prefix of its parameters' Hugging Face
+  // names: model.embed_tokens, model.layers.0 ... N-1, model.norm, and lm_head when untied.
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> parts();
 
   // input_ids, position_ids: [B,T] int64. segment_ids undefined: plain causal attention; else
   // [B,T] int64 where token i attends to j iff j <= i && seg[i] == seg[j] && seg[j] != 0
@@ -54,7 +64,6 @@ class CausalLMImpl : public torch::nn::Module {
   std::function<void(int64_t stage)> before_stage;
 
  private:
-  void init_weights();
   ModelConfig config_;
   torch::Tensor inv_freq_;  // fp32, CPU; moved next to the inputs per call
   bool checkpointing_ = false;

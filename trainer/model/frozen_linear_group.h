@@ -9,9 +9,10 @@
 // and recomputes SwiGLU's output there (one [tokens, intermediate] activation less per layer).
 //
 // Used on CUDA when every layer of the group is frozen and without LoRA dropout, and a 4-bit
-// (QLoRA) layer's compute dtype is the products' (`can_group`); the CPU keeps the plain layers, which the parity tests hold against PEFT. The
-// group computes what the plain layers compute: products in the autocast dtype (or the input's
-// without autocast), LoRA gradients cast to the adapters' dtype.
+// (QLoRA) layer's compute dtype is the products' (`can_group`); the CPU keeps the plain layers,
+// which the parity tests hold against PEFT. The group computes what the plain layers compute:
+// products in the autocast dtype (or the input's without autocast), LoRA gradients cast to the
+// adapters' dtype.
 #pragma once
 
 #include <torch/types.h>

@@ -15,10 +15,43 @@
 
 namespace kubetune::model {
 
+torch::Tensor new_parameter(at::IntArrayRef shape, const torch::TensorOptions& opts) {
+  if (!opts.device().is_meta()) return torch::empty(shape, opts);
+  return at::empty_strided(shape, std::vector<int64_t>(shape.size(), 0), opts.device(torch::kCPU));
+}
+
+namespace {
+
+// The parameters a module holds itself (not its children's).
+void init_own_parameters(torch::nn::Module& m, double initializer_range) {
+  const bool is_norm = dynamic_cast<RMSNormImpl*>(&m) != nullptr;
+  for (auto& p : m.named_parameters(/*recurse=*/false)) {
+    if (is_norm)
+      p.value().fill_(1.0);
+    else if (p.key() == "bias")
+      p.value().zero_();
+    else
+      p.value().normal_(0.0, initializer_range);
+  }
+}
+
+}  // namespace
+
+void init_like_hf(torch::nn::Module& module, double initializer_range) {
+  torch::NoGradGuard no_grad;
+  // Children through modules(include_self=false): `module` may still be under construction, not
+  // yet owned by a shared_ptr.
+  init_own_parameters(module, initializer_range);
+  for (const auto& child : module.modules(/*include_self=*/false))
+    init_own_parameters(*child, initializer_range);
+}
+
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
                        const torch::TensorOptions& opts) {
-  weight = register_parameter("weight", torch::empty({out_features, in_features}, opts));
-  if (has_bias) bias = register_parameter("bias", torch::zeros({out_features}, opts));
+  weight = register_parameter("weight", new_parameter({out_features, in_features}, opts));
+  if (has_bias)
+    bias = register_parameter("bias", opts.device().is_meta() ? new_parameter({out_features}, opts)
+                                                              : torch::zeros({out_features}, opts));
 }
 
 torch::Tensor LinearImpl::base_forward(const torch::Tensor& x) {
@@ -99,7 +132,8 @@ void LinearImpl::merge_lora() {
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({dim}, opts));
+  weight = register_parameter(
+      "weight", opts.device().is_meta() ? new_parameter({dim}, opts) : torch::ones({dim}, opts));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
@@ -115,7 +149,7 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& opts) {
-  weight = register_parameter("weight", torch::empty({vocab, dim}, opts));
+  weight = register_parameter("weight", new_parameter({vocab, dim}, opts));
 }
 
 void EmbeddingRowGradients::reset(const torch::Tensor& ids, const torch::Tensor& weight) {

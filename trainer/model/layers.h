@@ -14,6 +14,16 @@
 
 namespace kubetune::model {
 
+// A new parameter of `shape`. With a meta device in `opts`, a CPU placeholder instead: the shape
+// with one element of memory (zero strides), whose storage set_data() later swaps for a real one
+// on any device, which a meta tensor cannot take (train::load_model fills a model part by part).
+torch::Tensor new_parameter(at::IntArrayRef shape, const torch::TensorOptions& opts);
+
+// Initialises the parameters of `module` as transformers' _init_weights does: normal(0,
+// initializer_range), zero biases, unit norm weights, from the default generator of each
+// parameter's device.
+void init_like_hf(torch::nn::Module& module, double initializer_range);
+
 // One LoRA factor ("lora_A" or "lora_B"): a module holding a single "weight", so the parameter
 // is named ...q_proj.lora_A.weight like in PEFT's saved adapters.
 class LoraWeightImpl : public torch::nn::Module {

@@ -86,10 +86,12 @@ void merge_lora(CausalLM& model) {
   for (auto& [name, linear] : decoder_linears(model)) linear->merge_lora();
 }
 
-int64_t quantize_decoder_linears(CausalLM& model, const std::string& type, int64_t blocksize,
-                                 bool double_quant, torch::ScalarType compute_dtype) {
+int64_t quantize_linears(torch::nn::Module& part, const std::string& type, int64_t blocksize,
+                         bool double_quant, torch::ScalarType compute_dtype) {
   int64_t bytes = 0;
-  for (auto& [name, linear] : decoder_linears(model)) {
+  for (const auto& module : part.modules()) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(module);
+    if (!linear) continue;
     linear->quantize_4bit(type, blocksize, double_quant, compute_dtype);
     bytes += linear->quantized().bytes();
   }

@@ -39,10 +39,10 @@ void merge_lora(CausalLM& model);
 
 bool has_lora(CausalLM& model);
 
-// QLoRA: every linear layer of the decoder (not the LM head) stored in 4 bits on its device, as
-// PEFT+bitsandbytes quantize them; the LoRA adapters stay as they are. Returns the bytes the
-// quantized weights take.
-int64_t quantize_decoder_linears(CausalLM& model, const std::string& type, int64_t blocksize,
-                                 bool double_quant, torch::ScalarType compute_dtype);
+// QLoRA: every linear layer inside `part` (a decoder layer: the LM head stays as it is) stored in
+// 4 bits on its device, as PEFT+bitsandbytes quantize them; LoRA adapters stay as they are.
+// Returns the bytes the quantized weights take.
+int64_t quantize_linears(torch::nn::Module& part, const std::string& type, int64_t blocksize,
+                         bool double_quant, torch::ScalarType compute_dtype);
 
 }  // namespace kubetune::model

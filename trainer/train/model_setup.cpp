@@ -40,34 +40,58 @@ void check_checkpoint_fits_method(const model::ModelConfig& config, const std::s
   }
 }
 
+namespace {
+
+torch::Dtype compute_dtype_of(const api::Quantization& q) {
+  using api::QuantizationComputeDtype;
+  return q.compute_dtype == QuantizationComputeDtype::kFloat32   ? torch::kFloat32
+         : q.compute_dtype == QuantizationComputeDtype::kFloat16 ? torch::kFloat16
+                                                                 : torch::kBFloat16;
+}
+
+bool is_decoder_layer(const std::string& prefix) { return prefix.rfind("model.layers.", 0) == 0; }
+
+}  // namespace
+
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
                            bool full_finetune, uint64_t seed,
-                           const std::optional<api::Quantization>& quantization) {
+                           const std::optional<api::Quantization>& quantization,
+                           api::ModelInit init) {
   auto config = model::ModelConfig::from_dir(model_dir);
   check_checkpoint_fits_method(config, model_dir, quantization.has_value());
-  model::CausalLM model(config);
-  io::load_hf_weights(model, model_dir);
-  if (lora) model::apply_lora(model, *lora, seed);
+  // The model is built without memory, then each part (embedding, decoder layer, ...) gets its
+  // storage on the device, its weights and, for QLoRA, its 4-bit form before the next part is
+  // touched: neither host nor device ever holds more than one layer in full precision beyond
+  // what the model keeps, so a model whose 4-bit form fits trains even when its bf16 one would not.
+  model::CausalLM model(config, torch::TensorOptions().device(torch::kMeta));
+  std::optional<io::HfWeights> weights;
+  if (init == api::ModelInit::kPretrained) weights.emplace(model_dir);
+  // Trainable weights (everything, for full fine-tuning) are fp32 master weights.
+  const auto stored =
+      torch::TensorOptions().device(device).dtype(full_finetune ? torch::kFloat32 : frozen_dtype);
+  int64_t quantized_bytes = 0;
   torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) {
-    const bool trainable = full_finetune || p.requires_grad();
-    p.set_data(p.detach().to(device, trainable ? torch::kFloat32 : frozen_dtype));
-    p.set_requires_grad(trainable);
+  for (auto& [prefix, part] : model->parts()) {
+    for (auto& p : part->parameters()) p.set_data(torch::empty(p.sizes(), stored));
+    if (weights)
+      weights->load_into(*part, prefix);
+    else
+      model::init_like_hf(*part, config.initializer_range);
+    if (quantization && is_decoder_layer(prefix)) {
+      quantized_bytes += model::quantize_linears(
+          *part, std::string(api::to_string(quantization->type)), quantization->block_size,
+          quantization->double_quant, compute_dtype_of(*quantization));
+    }
   }
   for (auto& b : model->buffers()) b.set_data(b.to(device));
+  for (auto& p : model->parameters()) p.set_requires_grad(full_finetune);
+  if (lora) model::apply_lora(model, *lora, seed);  // fp32 adapters, on the weights' device
   if (quantization) {
-    using api::QuantizationComputeDtype;
-    const auto compute =
-        quantization->compute_dtype == QuantizationComputeDtype::kFloat32   ? torch::kFloat32
-        : quantization->compute_dtype == QuantizationComputeDtype::kFloat16 ? torch::kFloat16
-                                                                            : torch::kBFloat16;
-    const std::string type(api::to_string(quantization->type));
-    const int64_t bytes = model::quantize_decoder_linears(model, type, quantization->block_size,
-                                                          quantization->double_quant, compute);
-    log::info() << "qlora: decoder linear weights in " << type
+    log::info() << "qlora: decoder linear weights in " << api::to_string(quantization->type)
                 << (quantization->double_quant ? " with double quantization" : "") << ", blocks of "
-                << quantization->block_size << ": " << bytes / kGiB << " GiB on " << device.str();
+                << quantization->block_size << ": " << quantized_bytes / kGiB << " GiB on "
+                << device.str();
   }
   return model;
 }

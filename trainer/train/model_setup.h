@@ -28,18 +28,21 @@ TextTools load_text_tools(const std::string& model_dir);
 // The data section of the config as the dataset loader takes it.
 data::DatasetOptions dataset_options(const TrainConfig& c);
 
-// Loads an HF folder onto `device`. Frozen weights are stored in `frozen_dtype`; trainable ones
-// (LoRA adapters, or everything for full fine-tuning) stay fp32 master weights.
 // Throws when `config` (read from `model_dir`) is a bitsandbytes 4-bit checkpoint and the method
 // is not qlora: its weights exist only in 4 bits.
 void check_checkpoint_fits_method(const model::ModelConfig& config, const std::string& model_dir,
                                   bool qlora);
 
-// With `quantization` (qlora), the decoder's linear weights are then stored in 4 bits.
+// Loads an HF folder onto `device`. Frozen weights are stored in `frozen_dtype`; trainable ones
+// (LoRA adapters, or everything for full fine-tuning) stay fp32 master weights.
+// With `quantization` (qlora), the decoder's linear weights are stored in 4 bits, each layer
+// quantized as soon as it is loaded. With init kRandom no weights are read: they are drawn as
+// transformers' from_config draws them, on `device` from its default generator.
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
                            bool full_finetune, uint64_t seed,
-                           const std::optional<api::Quantization>& quantization = std::nullopt);
+                           const std::optional<api::Quantization>& quantization = std::nullopt,
+                           api::ModelInit init = api::ModelInit::kPretrained);
 
 struct NamedParams {
   std::vector<std::string> names;

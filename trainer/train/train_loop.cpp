@@ -514,12 +514,16 @@ void save_outputs(Run& run) {
   if (const auto lora = lora_config(c)) {
     io::save_peft_adapter(run.model, *lora, c.model.path, c.output.dir);
     if (c.output.save_merged) {
+      // The base weights in full precision come from the folder again; randomly initialised
+      // ones exist only here (drawn in their storage dtype, so the copy is exact).
+      const bool random_base = c.model.init == api::ModelInit::kRandom;
       auto merged = load_model(c.model.path, torch::Device(torch::kCPU), torch::kFloat32, lora,
-                               false, c.training.seed);
+                               false, c.training.seed, std::nullopt, c.model.init);
       torch::NoGradGuard no_grad;
       auto ours = run.model->named_parameters();
       for (auto& item : merged->named_parameters())
-        if (item.value().requires_grad()) item.value().copy_(ours[item.key()].to(torch::kCPU));
+        if (item.value().requires_grad() || random_base)
+          item.value().copy_(ours[item.key()].to(torch::kCPU));
       model::merge_lora(merged);
       io::save_hf_model(merged, c.output.dir + "/merged", torch::kFloat32);
       io::copy_tokenizer_files(c.model.path, c.output.dir + "/merged");
@@ -554,12 +558,15 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
     std::vector<data::Example> validation;
     if (c.data.validation)
       validation = data::load_jsonl(*c.data.validation, text.tokenizer, text.chat.get(), options);
+    const bool qlora = c.method.type == api::MethodType::kQlora;
+    if (qlora && c.model.init == api::ModelInit::kRandom && c.output.save_merged)
+      throw std::runtime_error(
+          "output.saveMerged: a merged model needs the base weights in full precision, and with "
+          "model.init random and method.type qlora they exist only in 4 bits");
     torch::manual_seed(c.training.seed);
-    auto model =
-        load_model(c.model.path, device, dtype, lora_config(c),
-                   c.method.type == api::MethodType::kFull, c.training.seed,
-                   c.method.type == api::MethodType::kQlora ? std::optional(c.method.quantization)
-                                                            : std::nullopt);
+    auto model = load_model(
+        c.model.path, device, dtype, lora_config(c), c.method.type == api::MethodType::kFull,
+        c.training.seed, qlora ? std::optional(c.method.quantization) : std::nullopt, c.model.init);
     return {std::move(text), std::move(train), std::move(validation), model};
   } catch (const std::exception& e) {
     throw UserInputError(e.what());
