@@ -3,7 +3,12 @@
 Llama-3.2-1B configuration) saved as a Hugging Face folder, with the project's small byte-level
 tokenizer, and a JSONL of {"text"} records long enough to fill every sequence.
 
-Usage: make_bench_inputs.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b] [--seq 2048] [--records 512]
+Usage: make_bench_inputs.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|llama-3.1-70b] [--seq 2048]
+                             [--records 512]
+
+Llama-3.1-70B's weights (140 GB in bf16) are not written: its folder has the config and the
+tokenizer only, and our trainer draws the weights itself (model.init: random); the competitors,
+which need the weights on disk, are not run on it.
 """
 import argparse
 import json
@@ -21,7 +26,11 @@ SHAPES = {
     "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                          num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                          tie_word_embeddings=False),
+    "llama-3.1-70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                          num_attention_heads=64, num_key_value_heads=8, head_dim=128,
+                          tie_word_embeddings=False),
 }
+CONFIG_ONLY = {"llama-3.1-70b"}
 
 
 def main() -> None:
@@ -39,10 +48,14 @@ def main() -> None:
                                        "high_freq_factor": 4.0,
                                        "original_max_position_embeddings": 8192},
                          **SHAPES[args.shape])
-    torch.manual_seed(0)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(out / "model", safe_serialization=True)
+    if args.shape in CONFIG_ONLY:
+        config.dtype = "bfloat16"
+        config.save_pretrained(out / "model")
+    else:
+        torch.manual_seed(0)
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            model = LlamaForCausalLM(config).to(torch.bfloat16)
+        model.save_pretrained(out / "model", safe_serialization=True)
     for f in (repo / "examples" / "default" / "tokenizer").iterdir():
         shutil.copy(f, out / "model" / f.name)
     # One character per token with this tokenizer: records of seq+64 characters fill a sequence.

@@ -116,6 +116,10 @@ PY
         tail -1 "$RESULTS"
         if [[ $PROFILE == 1 ]]; then python3 "$HERE/trace_summary.py" "$run/out/trace_rank0.json" --steps 2; fi
       fi
+      if ! compgen -G "$OUT/inputs/model/*.safetensors" >/dev/null; then
+        echo "note: $SHAPE has no weights on disk (ours draws them): the competitors are not run"
+        continue
+      fi
       for impl in $IMPLS; do
         impl_rc=$rc
         if [[ $impl != unsloth ]]; then

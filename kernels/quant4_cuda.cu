@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/launch.cuh"
 #include "kernels/quant4_codes.h"
 
 namespace kubetune::kernels {
@@ -18,17 +19,12 @@ namespace {
 
 using namespace quant4;
 
-constexpr int kThreads = 256;
 __constant__ uint32_t kDeviceDynamicMap[256] = {KUBETUNE_DYNAMIC_MAP_BITS};
 
 CodeBook device_code_book(c10::string_view type_view) {
   const std::string type(type_view);
   TORCH_CHECK(type == "nf4" || type == "fp4", "4-bit quantization type must be nf4 or fp4");
   return make_code_book(type == "nf4");
-}
-
-int blocks_for(int64_t work) {
-  return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 65535 * 8));
 }
 
 // One thread per block of `blocksize` values: load time only, so simple over fast.

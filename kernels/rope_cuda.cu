@@ -6,12 +6,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "kernels/launch.cuh"
 #include "kernels/vectorized.cuh"
 
 namespace kubetune::kernels {
 namespace {
-
-constexpr int kThreads = 256;
 
 // W consecutive values of one row, as a 16-byte pack (W = Vec<T>::kWidth) or one scalar (W = 1).
 template <typename T, int W>
@@ -78,12 +77,6 @@ __global__ void rope_kernel(const T* __restrict__ x, const C* __restrict__ cos,
     o1.store(out + row_head * 2 * half + i);
     o2.store(out + row_head * 2 * half + half + i);
   }
-}
-
-int blocks_for(int64_t n) {
-  const int64_t wanted = (n + kThreads - 1) / kThreads;
-  const int64_t cap = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 32;
-  return static_cast<int>(std::max<int64_t>(1, std::min(wanted, cap)));
 }
 
 template <typename T, typename C, int W>

@@ -6,12 +6,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "kernels/launch.cuh"
 #include "kernels/vectorized.cuh"
 
 namespace kubetune::kernels {
 namespace {
-
-constexpr int kThreads = 256;
 
 __device__ float silu_times(float g, float u) { return g / (1.f + __expf(-g)) * u; }
 
@@ -74,12 +73,6 @@ __global__ void swiglu_backward_kernel(const T* __restrict__ grad, const T* __re
       if constexpr (kWithOutput) out[i] = static_cast<T>(silu_times(gf, uf));
     }
   }
-}
-
-int blocks_for(int64_t n) {
-  const int64_t wanted = (n + kThreads - 1) / kThreads;
-  const int64_t cap = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 32;
-  return static_cast<int>(std::max<int64_t>(1, std::min(wanted, cap)));
 }
 
 at::Tensor swiglu_forward_cuda(const at::Tensor& gate, const at::Tensor& up) {
