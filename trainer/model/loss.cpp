@@ -4,6 +4,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -83,6 +84,11 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
 };
 
 }  // namespace
+
+int64_t loss_chunk_rows(int64_t vocab, int64_t budget_bytes) {
+  const int64_t rows = budget_bytes / (2 * std::max<int64_t>(vocab, 1)) / 256 * 256;
+  return std::clamp<int64_t>(rows, 256, 4096);
+}
 
 std::pair<at::Tensor, int64_t> next_token_loss_sum(CausalLMImpl& model, const at::Tensor& hidden,
                                                    const at::Tensor& labels, int64_t chunk_rows) {

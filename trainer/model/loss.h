@@ -18,6 +18,10 @@ class CausalLMImpl;
 // grad mode the gradients are computed in the same pass, while each chunk's logits exist, and
 // backward only scales them: memory stays O(chunk_rows * vocab), and the logits are made once.
 // Returns {loss_sum (0-dim fp32, differentiable), n_targets}.
+// Rows per chunk so that one chunk's logits (2 bytes each, bf16) take at most `budget_bytes`: a
+// multiple of 256 from 256 to 4096 (larger chunks make the products no faster).
+int64_t loss_chunk_rows(int64_t vocab, int64_t budget_bytes);
+
 std::pair<at::Tensor, int64_t> next_token_loss_sum(CausalLMImpl& model, const at::Tensor& hidden,
                                                    const at::Tensor& labels,
                                                    int64_t chunk_rows = 4096);
