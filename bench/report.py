@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Turns bench/run_bench.sh's results.jsonl into the comparison tables: one row per (method, GPUs,
-recompute), our tokens/s per GPU and peak memory, then each competitor's and our ratio to it, and the
+recompute: off, on, or offload, where our offloaded checkpointing meets Unsloth's), our tokens/s per
+GPU and peak memory, then each competitor's and our ratio to it, and the
 scaling efficiency (tokens/s per GPU at N GPUs / at 1 GPU) of ours and HF's; then the first step's loss
 and gradient norm of each. Rows without "recompute" (older results) count as recompute off.
 
@@ -13,7 +14,7 @@ ORDER = ["hf", "liger", "unsloth", "unsloth-offload"]
 
 
 def name(r: dict) -> str:
-    # Unsloth's offloaded checkpointing is its own column beside its plain one, in the "on" rows.
+    # Unsloth's offloaded checkpointing is its own column beside its plain one, in the "offload" rows.
     return "unsloth-offload" if r["impl"] == "unsloth" and r.get("recompute") == "unsloth" else r["impl"]
 
 
@@ -24,7 +25,7 @@ def fmt(x, spec: str, width: int) -> str:
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
-    recompute = "off" if r.get("recompute", "off") == "off" else "on"
+    recompute = {"off": "off", "on": "on", "offload": "offload", "unsloth": "offload"}[r.get("recompute", "off")]
     by[(name(r), r["method"], r["gpus"], recompute)] = r
 keys = sorted({(m, g, rc) for _, m, g, rc in by}, key=lambda k: (k[0], k[2], k[1]))
 comps = [c for c in ORDER if any(k[0] == c for k in by)] + sorted({k[0] for k in by} - set(ORDER) - {"ours"})

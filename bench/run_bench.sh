@@ -12,8 +12,9 @@
 #   only that was carried) on liger's and unsloth's PYTHONPATH; default .bench-competitors beside
 #   bench/, if it exists.
 # --recompute: gradient checkpointing, one or more of off (default), on, unsloth. "unsloth" is
-#   Unsloth's own (checkpoints offloaded to CPU memory); for it the others run "on", unless "on" is
-#   in the list too (then they are not run twice).
+#   Unsloth's own (checkpoints offloaded to CPU memory); for it ours runs its own offload
+#   (model.offloadCheckpoints, reported as recompute "offload") and the others run "on", unless "on"
+#   is in the list too (then they are not run twice).
 # --profile also traces the last two warm-up steps of ours and each competitor (so the timed steps
 # stay clean) and prints where each one's GPU time goes (trace_summary.py).
 # Prints one JSON line per run and, at the end, report.py's table: tokens/s per GPU, peak GPU memory,
@@ -85,10 +86,11 @@ for method in $METHODS; do
         others_rc=on
         if [[ " $RECOMPUTE " == *" on "* ]]; then run_others=0; fi
       fi
-      if [[ $run_others == 1 ]]; then
+      if [[ $run_others == 1 || $rc == unsloth ]]; then
         port=$((port + 1))
-        ckpt=false
+        ckpt=false ours_rc=$others_rc
         if [[ $others_rc == on ]]; then ckpt=true; fi
+        if [[ $rc == unsloth ]]; then ckpt=offload ours_rc=offload; fi
         "$HERE/trainer_config.sh" "$OUT/inputs" "$run/out" "$method" $((STEPS + WARMUP)) "$MB" "$SEQ" "{}" "$ckpt" >"$run/config.json"
         profile_env=()
         if [[ $PROFILE == 1 ]]; then profile_env=(KUBETUNE_PROFILE=$((WARMUP - 1)):2); fi
@@ -96,7 +98,7 @@ for method in $METHODS; do
           { tail -30 "$run/log.txt"; exit 1; }
         # The preflight's memory estimate of the same config, to compare with the measured peak.
         "$BIN/kubetune-trainer" preflight --config "$run/config.json" --world-size "$g" >"$run/preflight.json" 2>/dev/null || true
-        python3 - "$run/out/metrics_history.jsonl" "$method" "$g" "$WARMUP" "$others_rc" "$run/preflight.json" >>"$RESULTS" <<'PY'
+        python3 - "$run/out/metrics_history.jsonl" "$method" "$g" "$WARMUP" "$ours_rc" "$run/preflight.json" >>"$RESULTS" <<'PY'
 import json, sys
 path, method, gpus, warmup, recompute = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 try:

@@ -53,6 +53,11 @@ inline bool trains_adapters(const TrainConfig& c) {
   return c.method.type == api::MethodType::kLora || c.method.type == api::MethodType::kQlora;
 }
 
+// Whether decoder layers are recomputed in backward: model.offloadCheckpoints implies it.
+inline bool recomputes_layers(const TrainConfig& c) {
+  return c.model.gradient_checkpointing || c.model.offload_checkpoints;
+}
+
 // method.lora.targetModules with "all-linear" spelled out as the seven projections.
 std::vector<std::string> lora_target_modules(const api::Lora& lora);
 

@@ -419,6 +419,14 @@ void expect_checkpointing_changes_nothing(CausalLM& m, const Ref& ref, const std
   ASSERT_EQ(recomputed.grads.size(), kept.grads.size()) << what;
   for (const auto& [name, grad] : kept.grads)
     EXPECT_LT(rel_err(recomputed.grads.at(name), grad), 1e-3) << what << ": " << name;
+  // The saved inputs through host memory and back (HostOffload's copy stream): the same values
+  // (the gradients up to the order of atomic sums in attention's backward).
+  m->set_checkpoint_offload(true);
+  const AutocastStep offloaded = autocast_step(m, ref);
+  m->set_checkpoint_offload(false);
+  EXPECT_EQ(offloaded.loss, recomputed.loss) << what;
+  for (const auto& [name, grad] : recomputed.grads)
+    EXPECT_LT(rel_err(offloaded.grads.at(name), grad), 1e-5) << what << " offloaded: " << name;
 }
 
 TEST(Cuda, CheckpointingUnderAutocastGivesTheSameStepFullFineTuning) {

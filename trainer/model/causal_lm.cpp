@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "trainer/model/host_offload.h"
 #include "trainer/model/rope.h"
 
 namespace kubetune::model {
@@ -25,6 +26,10 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config, const torch::TensorOptions
     lm_head =
         register_module("lm_head", Linear(config.hidden_size, config.vocab_size, false, opts));
   if (!opts.device().is_meta()) init_like_hf(*this, config.initializer_range);
+}
+
+void CausalLMImpl::set_checkpoint_offload(bool on) {
+  offload_ = on ? std::make_shared<HostOffload>(config_.num_hidden_layers) : nullptr;
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> CausalLMImpl::parts() {
@@ -96,14 +101,21 @@ class ReplayedAutocast {
 // Runs one decoder layer without keeping its activations and recomputes it during backward.
 // The layer's trainable parameters are explicit inputs so that gradients flow to them even
 // when `x` itself needs none (LoRA on a frozen embedding). The RNG state is replayed so that
-// dropout draws the same mask twice.
+// dropout draws the same mask twice. With `offload`, the input waits in host memory instead
+// (HostOffload, slot `index`), and backward brings back the input of the layer below early.
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                torch::TensorList params, DecoderLayerImpl* layer,
-                               const AttentionInputs& in) {
-    ctx->save_for_backward({x});
-    // The layer outlives its autograd graph (it belongs to the model), so a raw pointer is safe.
+                               const AttentionInputs& in, HostOffload* offload, int64_t index) {
+    if (offload)
+      offload->store(index, x);
+    else
+      ctx->save_for_backward({x});
+    // The layer and the offload outlive the autograd graph (they belong to the model), so raw
+    // pointers are safe.
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    ctx->saved_data["offload"] = reinterpret_cast<int64_t>(offload);
+    ctx->saved_data["index"] = index;
     ctx->saved_data["cos"] = in.cos;
     ctx->saved_data["sin"] = in.sin;
     ctx->saved_data["has_mask"] = in.mask.defined();
@@ -123,7 +135,10 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    torch::Tensor x = ctx->get_saved_variables()[0];
+    auto* offload = reinterpret_cast<HostOffload*>(ctx->saved_data["offload"].toInt());
+    const int64_t index = ctx->saved_data["index"].toInt();
+    torch::Tensor x = offload ? offload->take(index) : ctx->get_saved_variables()[0];
+    if (offload) offload->prefetch(index - 1);  // arrives while this layer is recomputed
     auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
     AttentionInputs in{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}};
     if (ctx->saved_data["has_mask"].toBool()) in.mask = ctx->saved_data["mask"].toTensor();
@@ -154,6 +169,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     if (!need_x) grads.insert(grads.begin(), torch::Tensor());
     grads.push_back({});  // layer pointer
     grads.push_back({});  // attention inputs
+    grads.push_back({});  // offload
+    grads.push_back({});  // index
     return grads;
   }
 };
@@ -192,7 +209,10 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
     std::vector<torch::Tensor> trainable;
     for (const auto& p : layer->parameters())
       if (p.requires_grad()) trainable.push_back(p);
-    h = CheckpointedLayer::apply(h, torch::TensorList(trainable), layer, in);
+    // The last layer's input is needed first in backward: it stays on the GPU.
+    const bool offload_this = offload_ && h.is_cuda() && l + 1 < config_.num_hidden_layers;
+    h = CheckpointedLayer::apply(h, torch::TensorList(trainable), layer, in,
+                                 offload_this ? offload_.get() : nullptr, l);
   }
   if (before_stage) before_stage(config_.num_hidden_layers);
   return model->norm->forward(h);

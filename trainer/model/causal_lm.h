@@ -27,6 +27,8 @@ class DecoderStackImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderStack);
 
+class HostOffload;
+
 class CausalLMImpl : public torch::nn::Module {
  public:
   // Parameters are created with `opts` (CPU fp32 by default) and initialised like HF's
@@ -54,6 +56,9 @@ class CausalLMImpl : public torch::nn::Module {
   // Recompute each decoder layer during backward instead of keeping its activations.
   void set_gradient_checkpointing(bool on) { checkpointing_ = on; }
   bool gradient_checkpointing() const { return checkpointing_; }
+  // With checkpointing on a GPU: the layer inputs kept for backward wait in pinned host memory
+  // (HostOffload) instead of GPU memory.
+  void set_checkpoint_offload(bool on);
 
   DecoderStack model{nullptr};
   Linear lm_head{nullptr};  // null when tie_word_embeddings
@@ -67,6 +72,7 @@ class CausalLMImpl : public torch::nn::Module {
   ModelConfig config_;
   torch::Tensor inv_freq_;  // fp32, CPU; moved next to the inputs per call
   bool checkpointing_ = false;
+  std::shared_ptr<HostOffload> offload_;  // null unless set_checkpoint_offload(true)
 };
 TORCH_MODULE(CausalLM);
 

@@ -44,7 +44,7 @@ nlohmann::json time_estimate(const model::ModelConfig& m, const TrainConfig& c,
                              int64_t total_steps, int world_size) {
   const double tokens_per_gpu =
       static_cast<double>(train.tokens) / std::max<int64_t>(1, steps_per_epoch) / world_size;
-  const double mfu = c.model.gradient_checkpointing ? kMeasuredMfuRecompute : kMeasuredMfu;
+  const double mfu = recomputes_layers(c) ? kMeasuredMfuRecompute : kMeasuredMfu;
   const double seconds =
       tokens_per_gpu * model_flops_per_token(c, m) / (kPeakBf16FlopsPerSecond * mfu);
   return {{"secondsPerStep", std::round(seconds * 1000) / 1000},
@@ -148,7 +148,7 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
       trainable * 8 / (world_size > 1 && c.distributed.shard_optimizer ? world_size : 1);
   // Measured: with checkpointing the forward keeps no cast copies (22.4 GiB estimated with
   // them against 19.6 GiB measured for the 1B's full fine-tuning).
-  e.autocast_copies = bf16 && !c.model.gradient_checkpointing ? trainable * 2 : 0;
+  e.autocast_copies = bf16 && !recomputes_layers(c) ? trainable * 2 : 0;
   const double tokens = static_cast<double>(c.training.micro_batch_size) * c.data.max_length;
   const bool mlp_output_recomputed =
       (c.method.type == api::MethodType::kLora || c.method.type == api::MethodType::kQlora) &&
@@ -158,10 +158,12 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
       (kActivationBytesPerIntermediate - (mlp_output_recomputed ? kRecomputedMlpOutputBytes : 0)) *
           m.intermediate_size;
   const double scale = bf16 ? 1.0 : 2.0;  // fp32 activations take twice the bytes
+  // Offloaded, the checkpoints on the GPU are the last layer's and the one being fetched.
+  const int64_t checkpoints_on_gpu = c.model.offload_checkpoints ? 2 : m.num_hidden_layers;
   e.activations = static_cast<int64_t>(
-      c.model.gradient_checkpointing
+      recomputes_layers(c)
           ? tokens * scale *
-                (kCheckpointBytesPerHidden * m.hidden_size * m.num_hidden_layers + per_layer)
+                (kCheckpointBytesPerHidden * m.hidden_size * checkpoints_on_gpu + per_layer)
           : tokens * scale * per_layer * m.num_hidden_layers);
   return e;
 }
@@ -247,7 +249,8 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
   r["memory"] = memory.to_json();
   r["memory"]["microBatchTokens"] =
       static_cast<int64_t>(c.training.micro_batch_size) * c.data.max_length;
-  r["memory"]["gradientCheckpointing"] = c.model.gradient_checkpointing;
+  r["memory"]["gradientCheckpointing"] = recomputes_layers(c);
+  r["memory"]["offloadCheckpoints"] = c.model.offload_checkpoints;
   if (o.gpu_memory_gib) r["memory"]["gpuMemoryGiB"] = *o.gpu_memory_gib;
 
   if (invalid > 0 || train.examples.empty()) {

@@ -114,7 +114,7 @@ struct Run {
 // allocation of the step after the weights (1 GiB for 4096 rows of Llama 3's vocabulary), so it
 // is kept to a quarter of that (a few percent slower).
 int64_t loss_chunk_rows(const Run& run) {
-  const int64_t budget = run.config.model.gradient_checkpointing ? (256LL << 20) : (1LL << 30);
+  const int64_t budget = recomputes_layers(run.config) ? (256LL << 20) : (1LL << 30);
   return model::loss_chunk_rows(run.model->config().vocab_size, budget);
 }
 
@@ -726,7 +726,8 @@ int run_training(const TrainConfig& c) {
                           : static_cast<long>(std::ceil(c.training.warmup_ratio * total_steps)),
                       total_steps};
 
-  model->set_gradient_checkpointing(c.model.gradient_checkpointing);
+  model->set_gradient_checkpointing(recomputes_layers(c));
+  model->set_checkpoint_offload(c.model.offload_checkpoints && device.is_cuda());
   if (checkpoint) restore_weights(trainable, *checkpoint);
   // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
   comm->broadcast(trainable.tensors, 0, "initial weights");
