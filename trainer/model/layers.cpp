@@ -15,9 +15,12 @@
 
 namespace kubetune::model {
 
-torch::Tensor new_parameter(at::IntArrayRef shape, const torch::TensorOptions& opts) {
-  if (!opts.device().is_meta()) return torch::empty(shape, opts);
-  return at::empty_strided(shape, std::vector<int64_t>(shape.size(), 0), opts.device(torch::kCPU));
+torch::Tensor new_parameter(at::IntArrayRef shape, const torch::TensorOptions& opts,
+                            std::optional<double> fill) {
+  if (opts.device().is_meta())
+    return at::empty_strided(shape, std::vector<int64_t>(shape.size(), 0),
+                             opts.device(torch::kCPU));
+  return fill ? torch::full(shape, *fill, opts) : torch::empty(shape, opts);
 }
 
 namespace {
@@ -49,9 +52,7 @@ void init_like_hf(torch::nn::Module& module, double initializer_range) {
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
                        const torch::TensorOptions& opts) {
   weight = register_parameter("weight", new_parameter({out_features, in_features}, opts));
-  if (has_bias)
-    bias = register_parameter("bias", opts.device().is_meta() ? new_parameter({out_features}, opts)
-                                                              : torch::zeros({out_features}, opts));
+  if (has_bias) bias = register_parameter("bias", new_parameter({out_features}, opts, 0.0));
 }
 
 torch::Tensor LinearImpl::base_forward(const torch::Tensor& x) {
@@ -132,8 +133,7 @@ void LinearImpl::merge_lora() {
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts) : eps_(eps) {
-  weight = register_parameter(
-      "weight", opts.device().is_meta() ? new_parameter({dim}, opts) : torch::ones({dim}, opts));
+  weight = register_parameter("weight", new_parameter({dim}, opts, 1.0));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {

@@ -7,6 +7,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kernels/quant4.h"
@@ -14,10 +15,12 @@
 
 namespace kubetune::model {
 
-// A new parameter of `shape`. With a meta device in `opts`, a CPU placeholder instead: the shape
-// with one element of memory (zero strides), whose storage set_data() later swaps for a real one
-// on any device, which a meta tensor cannot take (train::load_model fills a model part by part).
-torch::Tensor new_parameter(at::IntArrayRef shape, const torch::TensorOptions& opts);
+// A new parameter of `shape`, filled with `fill` when given (else uninitialised). With a meta
+// device in `opts`, a CPU placeholder instead, never filled: the shape with one element of memory
+// (zero strides), whose storage set_data() later swaps for a real one on any device, which a meta
+// tensor cannot take (train::load_model fills a model part by part).
+torch::Tensor new_parameter(at::IntArrayRef shape, const torch::TensorOptions& opts,
+                            std::optional<double> fill = std::nullopt);
 
 // Initialises the parameters of `module` as transformers' _init_weights does: normal(0,
 // initializer_range), zero biases, unit norm weights, from the default generator of each

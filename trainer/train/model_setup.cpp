@@ -49,8 +49,6 @@ torch::Dtype compute_dtype_of(const api::Quantization& q) {
                                                                  : torch::kBFloat16;
 }
 
-bool is_decoder_layer(const std::string& prefix) { return prefix.rfind("model.layers.", 0) == 0; }
-
 }  // namespace
 
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
@@ -78,7 +76,8 @@ model::CausalLM load_model(const std::string& model_dir, const torch::Device& de
       weights->load_into(*part, prefix);
     else
       model::init_like_hf(*part, config.initializer_range);
-    if (quantization && is_decoder_layer(prefix)) {
+    // QLoRA quantizes the decoder layers' linears; the LM head stays as it is.
+    if (quantization && std::dynamic_pointer_cast<model::DecoderLayerImpl>(part)) {
       quantized_bytes += model::quantize_linears(
           *part, std::string(api::to_string(quantization->type)), quantization->block_size,
           quantization->double_quant, compute_dtype_of(*quantization));

@@ -150,9 +150,7 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   // them against 19.6 GiB measured for the 1B's full fine-tuning).
   e.autocast_copies = bf16 && !recomputes_layers(c) ? trainable * 2 : 0;
   const double tokens = static_cast<double>(c.training.micro_batch_size) * c.data.max_length;
-  const bool mlp_output_recomputed =
-      (c.method.type == api::MethodType::kLora || c.method.type == api::MethodType::kQlora) &&
-      c.method.lora.dropout == 0;
+  const bool mlp_output_recomputed = trains_adapters(c) && c.method.lora.dropout == 0;
   const double per_layer =
       kActivationBytesPerHidden * m.hidden_size +
       (kActivationBytesPerIntermediate - (mlp_output_recomputed ? kRecomputedMlpOutputBytes : 0)) *
