@@ -4,11 +4,12 @@ Llama-3.2-1B configuration) saved as a Hugging Face folder, with the project's s
 tokenizer, and a JSONL of {"text"} records long enough to fill every sequence.
 
 Usage: make_bench_inputs.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|llama-3.1-70b] [--seq 2048]
-                             [--records 512]
+                             [--records 512] [--config-only]
 
 Llama-3.1-70B's weights (140 GB in bf16) are not written: its folder has the config and the
 tokenizer only, and our trainer draws the weights itself (model.init: random); the competitors,
-which need the weights on disk, are not run on it.
+which need the weights on disk, are not run on it. --config-only does the same for any shape (the
+preflight test needs no weights).
 """
 import argparse
 import json
@@ -39,6 +40,7 @@ def main() -> None:
     ap.add_argument("--shape", default="llama-3.2-1b", choices=SHAPES)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--records", type=int, default=512)
+    ap.add_argument("--config-only", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
     repo = Path(__file__).resolve().parent.parent
@@ -48,7 +50,7 @@ def main() -> None:
                                        "high_freq_factor": 4.0,
                                        "original_max_position_embeddings": 8192},
                          **SHAPES[args.shape])
-    if args.shape in CONFIG_ONLY:
+    if args.shape in CONFIG_ONLY or args.config_only:
         config.dtype = "bfloat16"
         config.save_pretrained(out / "model")
     else:

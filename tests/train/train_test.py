@@ -9,6 +9,7 @@ import re
 import signal
 import shutil
 import subprocess
+import sys
 
 import torch
 
@@ -614,6 +615,39 @@ def kubetune_plan_and_run_stop_at_a_bad_line():
     print(run.stdout.strip().splitlines()[-2:])
 
 
+def preflight_memory_matches_measured_peaks():
+    """The preflight's memory estimate against the peaks measured on an H200 with this trainer
+    (bench/results/h200-session11.jsonl: 1B and 8B LoRA, QLoRA and full fine-tuning at 2048 tokens,
+    offloaded checkpoints, 8B LoRA at 65536 and 131072 tokens, 70B QLoRA): for each measured run,
+    the same config (bench/trainer_config.sh) on the same shape (config.json only) must be
+    estimated within 6% of its peak."""
+    w = h.workdir("preflight-memory")
+    results = h.REPO / "bench" / "results" / "h200-session11.jsonl"
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("impl") == "ours" and r.get("gpus") == 1 and "shape" in r]
+    assert len(rows) >= 8, len(rows)
+    checkpointing = {"off": "false", "on": "true", "offload": "offload"}
+    worst = 0.0
+    for r in rows:
+        inputs = w / f"{r['shape']}-{r['seq']}"
+        if not inputs.exists():
+            subprocess.run([sys.executable, str(h.REPO / "bench" / "make_bench_inputs.py"),
+                            str(inputs), "--shape", r["shape"], "--seq", str(r["seq"]), "--records", "8",
+                            "--config-only"], check=True, capture_output=True, timeout=300)
+        cfg = subprocess.run(["bash", str(h.REPO / "bench" / "trainer_config.sh"), str(inputs),
+                              str(w / "out"), r["method"], "10", str(r["micro_batch"]), str(r["seq"]), "{}",
+                              checkpointing[r["recompute"]]], check=True, capture_output=True, text=True).stdout
+        path = w / "c.json"
+        path.write_text(cfg)
+        report = json.loads(h.run(["preflight", "--config", str(path)], timeout=600).stdout)
+        estimate, peak = report["memory"]["totalGiB"], r["peak_gib"]
+        error = estimate / peak - 1
+        print(f"{r['shape']} {r['method']} mb{r['micro_batch']} seq{r['seq']} {r['recompute']}: "
+              f"measured {peak:.2f} GiB, estimated {estimate:.2f} ({error:+.1%})")
+        worst = max(worst, abs(error))
+    assert worst <= 0.06, worst
+
+
 if __name__ == "__main__":
     h.main({f.__name__: f for f in [accumulation_equals_big_batch, resume_equals_uninterrupted,
                                      damaged_checkpoint_is_skipped, eval_matches_transformers,
@@ -627,4 +661,5 @@ if __name__ == "__main__":
                                      ctrl_c_stops_kubetune_run_with_a_checkpoint,
                                      preflight_lists_bad_lines_and_counts_like_peft,
                                      preflight_termination_log_names_line_9731,
+                                     preflight_memory_matches_measured_peaks,
                                      kubetune_plan_and_run_stop_at_a_bad_line]})

@@ -30,8 +30,16 @@ constexpr double kActivationBytesPerIntermediate = 8.35;
 // Measured since: LoRA 10.87 GiB (1B) and 30.19 GiB (8B) against 10.59 and 30.26 estimated;
 // QLoRA 9.55 (1B), 20.57 (8B) and 73.6 GiB (70B, micro-batch 1) against 9.24, 20.6 and 76.8.
 constexpr double kRecomputedMlpOutputBytes = 2.0;
-// With gradient checkpointing a layer keeps only its fp32 input until its backward recomputes it.
-constexpr double kCheckpointBytesPerHidden = 4.0;
+// With gradient checkpointing a layer keeps only its input until its backward recomputes it (one
+// value of the hidden width: bf16 between frozen bf16 layers, fp32 when the weights are fp32, as
+// full fine-tuning trains them). The layer being recomputed then holds its activations and, at
+// the peak of its MLP's backward, about four more bf16 values of the intermediate width (the
+// gradients of the SwiGLU's output, gate and up, and the recomputed output). Fitted to the peaks
+// of 1B LoRA at 8192 tokens (recompute on: 3.98 GiB; offloaded: 3.58) and of 8B LoRA offloaded at
+// 65536 and 131072 tokens (30.94 and 46.25 GiB); the estimate was 3.98, 3.10, 24.88 and 34.19
+// when it counted fp32 checkpoints and no backward working set, and is now 3.98, 3.54, 30.88 and
+// 46.19 (bench/README.md, "Memory").
+constexpr double kRecomputeBackwardBytesPerIntermediate = 8.0;
 
 // Model FLOPs utilisation this build reached on an H200 (bench/README.md, session 6, seq 2048):
 // 39-50% without recompute (1B LoRA 39%, 1B full 41%, 8B LoRA 50%), about a quarter less with it.
@@ -156,13 +164,16 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
       (kActivationBytesPerIntermediate - (mlp_output_recomputed ? kRecomputedMlpOutputBytes : 0)) *
           m.intermediate_size;
   const double scale = bf16 ? 1.0 : 2.0;  // fp32 activations take twice the bytes
+  if (!recomputes_layers(c)) {
+    e.activations = static_cast<int64_t>(tokens * scale * per_layer * m.num_hidden_layers);
+    return e;
+  }
   // Offloaded, the checkpoints on the GPU are the last layer's and the one being fetched.
   const int64_t checkpoints_on_gpu = c.model.offload_checkpoints ? 2 : m.num_hidden_layers;
+  const double checkpoint_bytes = (full || !bf16) ? 4.0 : 2.0;
   e.activations = static_cast<int64_t>(
-      recomputes_layers(c)
-          ? tokens * scale *
-                (kCheckpointBytesPerHidden * m.hidden_size * checkpoints_on_gpu + per_layer)
-          : tokens * scale * per_layer * m.num_hidden_layers);
+      tokens * checkpoint_bytes * m.hidden_size * checkpoints_on_gpu +
+      tokens * scale * (per_layer + kRecomputeBackwardBytesPerIntermediate * m.intermediate_size));
   return e;
 }
 
