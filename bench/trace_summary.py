@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("trace")
     ap.add_argument("--steps", type=int, required=True, help="steps covered by the trace")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--gaps", type=int, default=10, help="list the longest idle gaps")
     args = ap.parse_args()
     events = json.load(open(args.trace))
     events = events["traceEvents"] if isinstance(events, dict) else events
@@ -52,13 +53,19 @@ def main() -> None:
         by_cat[category(e["name"])] += e["dur"]
     # Busy time is the union of kernel intervals over all streams.
     spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in gpu)
-    busy, cur_start, cur_end = 0.0, *spans[0]
-    for start, end in spans[1:]:
+    ordered = sorted(gpu, key=lambda e: e["ts"])
+    busy, cur_start, cur_end = 0.0, ordered[0]["ts"], ordered[0]["ts"] + ordered[0]["dur"]
+    gaps, before = [], ordered[0]  # (idle microseconds, start offset, kernel before, kernel after)
+    for e in ordered[1:]:
+        start, end = e["ts"], e["ts"] + e["dur"]
         if start > cur_end:
             busy += cur_end - cur_start
+            gaps.append((start - cur_end, cur_end - ordered[0]["ts"], before["name"], e["name"]))
             cur_start, cur_end = start, end
         else:
             cur_end = max(cur_end, end)
+        if end >= cur_end:
+            before = e
     busy += cur_end - cur_start
     wall = spans[-1][1] - spans[0][0]
     per = 1000.0 * args.steps  # microseconds -> milliseconds per step
@@ -72,6 +79,13 @@ def main() -> None:
     calls = collections.Counter(e["name"] for e in gpu)
     for name, dur in by_name.most_common(args.top):
         print(f"    {dur / per:8.2f} {calls[name] / args.steps:6.0f}  {short(name)}")
+    # Where the GPU waits: for the host (launches, a read-back), or between streams.
+    print(f"  longest {args.gaps} idle gaps (us, at ms into the trace: kernel before -> kernel after):")
+    for idle, at, prev, nxt in sorted(gaps, reverse=True)[: args.gaps]:
+        print(f"    {idle:8.0f} at {at / 1000:8.2f}: {short(prev, 60)} -> {short(nxt, 60)}")
+    small = sum(g[0] for g in gaps if g[0] < 20)
+    print(f"  idle in gaps under 20 us (launch-bound stretches): {small / per:.2f} ms/step "
+          f"over {sum(1 for g in gaps if g[0] < 20) / args.steps:.0f} gaps/step")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ class StepProfiler {
   StepProfiler(std::string output_dir, int rank);
   void before_step(int64_t step);  // `step` is the number of the step about to run
   void after_step(int64_t step);
+  // Whether `step` must be read back before the next one is queued: steps overlap (the next is
+  // queued while one finishes), so without this the trace would also hold the GPU work of the
+  // steps on either side of the profiled ones.
+  bool drains_after(int64_t step) const { return step == first_ - 1 || step == last_; }
 
  private:
   std::string path_;

@@ -616,9 +616,11 @@ StepStats train_steps(Run& run, int64_t total_steps) {
            step % c.checkpoint.every_steps == 0;
   };
   // A step that ends in an evaluation, a checkpoint or the end of training must be read back
-  // before the next one changes the weights; any other step is read back while the next one runs.
+  // before the next one changes the weights (and one at the edge of a profile, so the trace holds
+  // only the profiled steps); any other step is read back while the next one runs.
   auto needs_weights = [&](int64_t step) {
-    return step == total_steps || evaluates_after(step) || checkpoints_after(step);
+    return step == total_steps || evaluates_after(step) || checkpoints_after(step) ||
+           profiler.drains_after(step);
   };
   std::optional<PendingStep> pending;
   std::optional<DeviceTimeline> previous;  // of the step read back last
