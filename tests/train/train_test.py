@@ -617,15 +617,18 @@ def kubetune_plan_and_run_stop_at_a_bad_line():
 
 def preflight_memory_matches_measured_peaks():
     """The preflight's memory estimate against the peaks measured on an H200 with this trainer
-    (bench/results/h200-session11.jsonl: 1B and 8B LoRA, QLoRA and full fine-tuning at 2048 tokens,
-    offloaded checkpoints, 8B LoRA at 65536 and 131072 tokens, 70B QLoRA): for each measured run,
-    the same config (bench/trainer_config.sh) on the same shape (config.json only) must be
-    estimated within 6% of its peak."""
+    (bench/results: session 11's 1B and 8B LoRA, QLoRA and full fine-tuning at 2048 tokens,
+    offloaded checkpoints, 8B LoRA at 65536 and 131072 tokens, 70B QLoRA; session 12's 8B LoRA at
+    262144 tokens, measured after the estimate was fitted): for each measured run, the same config
+    (bench/trainer_config.sh) on the same shape (config.json only) must be estimated within 6% of
+    its peak."""
     w = h.workdir("preflight-memory")
-    results = h.REPO / "bench" / "results" / "h200-session11.jsonl"
-    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    rows = []
+    for name in ["h200-session11.jsonl", "h200-session12-long-context.jsonl"]:
+        results = h.REPO / "bench" / "results" / name
+        rows += [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("impl") == "ours" and r.get("gpus") == 1 and "shape" in r]
-    assert len(rows) >= 8, len(rows)
+    assert len(rows) >= 9, len(rows)
     checkpointing = {"off": "false", "on": "true", "offload": "offload"}
     worst = 0.0
     for r in rows:
