@@ -54,7 +54,7 @@ nlohmann::json time_estimate(const model::ModelConfig& m, const TrainConfig& c,
       static_cast<double>(train.tokens) / std::max<int64_t>(1, steps_per_epoch) / world_size;
   const double mfu = recomputes_layers(c) ? kMeasuredMfuRecompute : kMeasuredMfu;
   const double seconds =
-      tokens_per_gpu * model_flops_per_token(c, m) / (kPeakBf16FlopsPerSecond * mfu);
+      tokens_per_gpu * executed_flops_per_token(c, m) / (kPeakBf16FlopsPerSecond * mfu);
   return {{"secondsPerStep", std::round(seconds * 1000) / 1000},
           {"totalSeconds", std::round(seconds * static_cast<double>(total_steps))},
           {"assumes", "H100/H200 GPUs at the model FLOPs utilisation this build measured (" +
