@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Turns bench/run_bench.sh's results.jsonl into the comparison tables: one row per (method, GPUs,
+"""Turns bench/run_bench.sh's results.jsonl into the comparison tables: one row per (work: shape,
+sequence length and micro-batch where the rows name them; method, GPUs,
 recompute: off, on, or offload, where our offloaded checkpointing meets Unsloth's), our tokens/s per
 GPU and peak memory, then each competitor's and our ratio to it, and the
 scaling efficiency (tokens/s per GPU at N GPUs / at 1 GPU) of ours and HF's; then the first step's loss
 and gradient norm of each. Rows without "recompute" (older results) count as recompute off.
 
-Usage: report.py results.jsonl
+Usage: report.py results.jsonl [more.jsonl ...]
 """
 import json
 import sys
@@ -22,12 +23,22 @@ def fmt(x, spec: str, width: int) -> str:
     return format(x, spec) if x is not None else format("-", f">{width}")
 
 
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def work(r: dict) -> str:
+    """The shape, sequence length and micro-batch a row measured ("-" for older rows without them),
+    in the method column: a row compares only runs of the same work."""
+    if "shape" not in r:
+        return r["method"]
+    shape = r["shape"].replace("llama-", "").replace("3.2-", "").replace("3.1-", "")
+    return f"{r['method']} {shape} s{r['seq']} mb{r['micro_batch']}"
+
+
+rows = [json.loads(l) for path in sys.argv[1:] for l in open(path) if l.strip()]
 by = {}
 for r in rows:
     recompute = {"off": "off", "on": "on", "offload": "offload", "unsloth": "offload"}[r.get("recompute", "off")]
-    by[(name(r), r["method"], r["gpus"], recompute)] = r
+    by[(name(r), work(r), r["gpus"], recompute)] = r
 keys = sorted({(m, g, rc) for _, m, g, rc in by}, key=lambda k: (k[0], k[2], k[1]))
+col = max([6] + [len(m) for m, _, _ in keys])
 comps = [c for c in ORDER if any(k[0] == c for k in by)] + sorted({k[0] for k in by} - set(ORDER) - {"ours"})
 
 
@@ -43,14 +54,14 @@ def cell(impl, method, gpus, rc, field, spec, width):
     return fmt(get(impl, method, gpus, rc, field), spec, width)
 
 
-head = f"{'method':6} {'GPUs':>4} {'recompute':>9} | {'ours tok/s/GPU':>14} {'GiB':>5}"
+head = f"{'method':{col}} {'GPUs':>4} {'recompute':>9} | {'ours tok/s/GPU':>14} {'GiB':>5}"
 for c in comps:
     head += f" | {c + ' tok/s':>{max(len(c) + 6, 8)}} {'GiB':>5} {'ratio':>5}"
 head += f" | {'ours scaling':>12} {'hf scaling':>10}"
 print(head)
 for method, gpus, rc in keys:
     ours = get("ours", method, gpus, rc, "tokens_per_s_per_gpu")
-    line = (f"{method:6} {gpus:>4} {rc:>9} | {cell('ours', method, gpus, rc, 'tokens_per_s_per_gpu', '14.0f', 14)} "
+    line = (f"{method:{col}} {gpus:>4} {rc:>9} | {cell('ours', method, gpus, rc, 'tokens_per_s_per_gpu', '14.0f', 14)} "
             f"{cell('ours', method, gpus, rc, 'peak_gib', '5.1f', 5)}")
     for c in comps:
         w = max(len(c) + 6, 8)
@@ -68,11 +79,11 @@ print("tok/s: tokens/s per GPU; ratio: ours / theirs; GiB: peak GPU memory alloc
 # work differs). LoRA gradient norms differ by design: the adapters' A matrices are random.
 print()
 impls = ["ours"] + comps
-head = f"{'method':6} {'GPUs':>4} {'recompute':>9} |" + "".join(f" {i + ' loss@1':>{max(len(i) + 7, 10)}}" for i in impls)
+head = f"{'method':{col}} {'GPUs':>4} {'recompute':>9} |" + "".join(f" {i + ' loss@1':>{max(len(i) + 7, 10)}}" for i in impls)
 head += " |" + "".join(f" {i + ' |g|@1':>{max(len(i) + 5, 10)}}" for i in impls)
 print(head)
 for method, gpus, rc in keys:
-    line = f"{method:6} {gpus:>4} {rc:>9} |"
+    line = f"{method:{col}} {gpus:>4} {rc:>9} |"
     line += "".join(" " + cell(i, method, gpus, rc, "first_loss", f"{max(len(i) + 7, 10)}.4f", max(len(i) + 7, 10)) for i in impls)
     line += " |" + "".join(" " + cell(i, method, gpus, rc, "first_grad_norm", f"{max(len(i) + 5, 10)}.4f", max(len(i) + 5, 10)) for i in impls)
     print(line)

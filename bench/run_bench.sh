@@ -149,4 +149,13 @@ PY
     done
   done
 done
+# Each row names the work it measured, so result files of several shapes can be put together.
+python3 - "$RESULTS" "$SHAPE" "$SEQ" "$MB" <<'PY'
+import json, sys
+path, shape, seq, mb = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+rows = [json.loads(l) for l in open(path) if l.strip()]
+with open(path, "w") as f:
+    for r in rows:
+        f.write(json.dumps({"shape": shape, "seq": seq, "micro_batch": mb, **r}) + "\n")
+PY
 python3 "$HERE/report.py" "$RESULTS"
