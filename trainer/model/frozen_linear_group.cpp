@@ -81,6 +81,15 @@ Tensor member_forward(const Tensor& x2, Member& m) {
   return y;
 }
 
+// alpha a b in one GEMM, written in `dtype` (beta = 0: the output's initial contents are not
+// read). One kernel where a product, a scaling and a cast were three: a step runs this four times
+// per adapter, and on Llama-3.1-8B the step's ~5900 kernels cost about 1.7 us each between them.
+Tensor scaled_mm(const Tensor& a, const Tensor& b, double alpha, at::ScalarType dtype) {
+  Tensor out = at::empty({a.size(0), b.size(1)}, a.options().dtype(dtype));
+  if (dtype == a.scalar_type()) return at::addmm(out, a, b, /*beta=*/0, alpha);
+  return at::addmm(out, a, b, dtype, /*beta=*/0, alpha);  // fp32 out of bf16 inputs
+}
+
 // dX += dY W (the first layer writes dX), and for an adapter dX += t A with t = scaling dY B,
 // which is returned for the adapter's gradients.
 Tensor add_input_gradient(const Tensor& dy, const Member& m, bool need_x, Tensor& dx) {
@@ -89,16 +98,17 @@ Tensor add_input_gradient(const Tensor& dy, const Member& m, bool need_x, Tensor
     dx = dx.defined() ? dx.addmm_(dy, w) : at::mm(dy, w);
   }
   if (!m.has_lora()) return {};
-  Tensor t = at::mm(dy, m.b).mul_(m.scaling);
+  Tensor t = scaled_mm(dy, m.b, m.scaling, dy.scalar_type());
   if (need_x) dx.addmm_(t, m.a);
   return t;
 }
 
-// d A = t^T x, d B = scaling dY^T (x A^T), in the adapters' own dtype.
+// d A = t^T x, d B = scaling dY^T (x A^T), written in the adapters' own dtype (fp32 out of the
+// bf16 products' accumulator, where PEFT under autocast rounds them to bf16 first).
 void add_adapter_gradients(const Tensor& dy, const Tensor& x2, const Tensor& t, const Member& m,
                            at::ScalarType adapter_dtype, variable_list& out) {
-  out.push_back(at::mm(t.t(), x2).to(adapter_dtype));
-  out.push_back(at::mm(dy.t(), m.xa).mul_(m.scaling).to(adapter_dtype));
+  out.push_back(scaled_mm(t.t(), x2, 1.0, adapter_dtype));
+  out.push_back(scaled_mm(dy.t(), m.xa, m.scaling, adapter_dtype));
 }
 
 void save(AutogradContext* ctx, const Tensor& x2, const std::vector<Tensor>& extra,
