@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from cuda_timing import timed
+
 CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": 8}, num_warps=w, num_stages=s)
     for bm, bn, w, s in [(128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 128, 4, 4),
@@ -103,19 +105,6 @@ def fused_backward(dy, packed, absmax, code, k):
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(k, meta["BLOCK_N"]),)
     backward_kernel[grid](dy, packed, absmax, code, dx, m, n, k)
     return dx
-
-
-def timed(fn, reps=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
 
 
 def main():

@@ -9,22 +9,12 @@ import sys
 
 import torch
 
+from cuda_timing import timed
+
 torch.ops.load_library(sys.argv[1])
 import bitsandbytes.functional as bnbf  # noqa: E402
 
 ops = torch.ops.kubetune
-
-
-def timed(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
 
 
 def main():
