@@ -52,8 +52,7 @@ def main() -> None:
         by_name[e["name"]] += e["dur"]
         by_cat[category(e["name"])] += e["dur"]
     # Busy time is the union of kernel intervals over all streams.
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in gpu)
-    ordered = sorted(gpu, key=lambda e: e["ts"])
+    ordered = sorted(gpu, key=lambda e: (e["ts"], e["ts"] + e["dur"]))
     busy, cur_start, cur_end = 0.0, ordered[0]["ts"], ordered[0]["ts"] + ordered[0]["dur"]
     gaps, before = [], ordered[0]  # (idle microseconds, start offset, kernel before, kernel after)
     for e in ordered[1:]:
@@ -67,7 +66,7 @@ def main() -> None:
         if end >= cur_end:
             before = e
     busy += cur_end - cur_start
-    wall = spans[-1][1] - spans[0][0]
+    wall = ordered[-1]["ts"] + ordered[-1]["dur"] - ordered[0]["ts"]
     per = 1000.0 * args.steps  # microseconds -> milliseconds per step
     print(f"{args.trace}: {len(gpu)} GPU events over {args.steps} steps")
     print(f"  GPU span {wall / per:8.1f} ms/step, busy {busy / per:8.1f} ms/step, "
