@@ -9,6 +9,7 @@
 #include "operator/api/crd.h"
 #include "operator/api/desired_objects.h"
 #include "operator/api/job.h"
+#include "operator/api/workload.h"
 #include "operator/api/yaml_emit.h"
 #include "operator/local/local_runner.h"
 #include "operator/local/preflight.h"
@@ -66,6 +67,19 @@ int cmd_render(const std::string& file) {
   std::cout << kubetune::op::json_to_yaml(objects.config_map) << "---\n"
             << kubetune::op::json_to_yaml(objects.service);
   for (const auto& pod : objects.pods) std::cout << "---\n" << kubetune::op::json_to_yaml(pod);
+  // Kueue's Workload, for a job labelled with a LocalQueue (instead of the pods, until admitted).
+  const nlohmann::json object = kubetune::load_yaml_or_json_file(file);
+  namespace kueue = kubetune::op::kueue;
+  if (const auto queue = kueue::queue_name(object)) {
+    std::optional<kueue::Priority> priority;
+    if (const auto name = kueue::priority_class(object)) priority = kueue::Priority{*name, 0};
+    std::cout << "---\n# Kueue's Workload: no pod above is created until Kueue admits it."
+              << (priority ? " spec.priority is\n# the WorkloadPriorityClass's value, which the "
+                             "operator reads from the cluster."
+                           : "")
+              << "\n"
+              << kubetune::op::json_to_yaml(kueue::workload(job, *queue, priority));
+  }
   return 0;
 }
 

@@ -25,19 +25,27 @@ inline constexpr std::string_view kJobTotalSteps = "kubetune_operator_job_total_
 inline constexpr std::string_view kJobLoss = "kubetune_operator_job_loss";
 inline constexpr std::string_view kJobTokensPerSecond = "kubetune_operator_job_tokens_per_second";
 inline constexpr std::string_view kIsLeader = "kubetune_operator_is_leader";
+// Gang scheduling: count(... > 0) is the number of jobs waiting for capacity, sum(...) the GPUs
+// that partly scheduled gangs hold while they wait.
+inline constexpr std::string_view kJobUnscheduledWorkers =
+    "kubetune_operator_job_unscheduled_workers";
+inline constexpr std::string_view kJobIdleHeldGpus = "kubetune_operator_job_idle_held_gpus";
+inline constexpr std::string_view kJobGangReleasesTotal =
+    "kubetune_operator_job_gang_releases_total";
+inline constexpr std::string_view kJobEvictionsTotal = "kubetune_operator_job_evictions_total";
 
 // Values of the `result` label of kubetune_operator_reconcile_total.
 inline constexpr std::array<std::string_view, 3> kReconcileResults = {"success", "error",
                                                                       "requeue"};
 // Values of the `phase` label of kubetune_operator_jobs: every FineTuneJob status phase (the
 // series is a state set over them). The alert rules use "Failed" and "Running".
-inline constexpr std::array<std::string_view, 7> kJobPhases = {
-    "Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed"};
+inline constexpr std::array<std::string_view, 8> kJobPhases = {
+    "Pending", "Queued", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed"};
 
 inline constexpr std::array<double, 12> kReconcileDurationBuckets = {
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
-inline constexpr std::array<SeriesSpec, 10> kAll = {{
+inline constexpr std::array<SeriesSpec, 14> kAll = {{
     {kReconcileTotal, MetricType::kCounter, "Reconciliations by result.", "result"},
     {kReconcileDurationSeconds, MetricType::kHistogram, "Time one reconciliation took.", ""},
     {kWorkqueueDepth, MetricType::kGauge, "FineTuneJobs waiting to be reconciled.", ""},
@@ -54,6 +62,16 @@ inline constexpr std::array<SeriesSpec, 10> kAll = {{
     {kJobTokensPerSecond, MetricType::kGauge,
      "Tokens per second of the whole job, last read from rank 0.", "namespace,job"},
     {kIsLeader, MetricType::kGauge, "1 if this operator replica holds the leader lease.", ""},
+    {kJobUnscheduledWorkers, MetricType::kGauge,
+     "Worker pods of the job's current gang that the scheduler could not place.", "namespace,job"},
+    {kJobIdleHeldGpus, MetricType::kGauge,
+     "GPUs held by the bound workers of a partly scheduled gang, idle until the rest is placed.",
+     "namespace,job"},
+    {kJobGangReleasesTotal, MetricType::kCounter,
+     "Partly scheduled gangs deleted at runPolicy.schedulingTimeoutSeconds to free their GPUs.",
+     "namespace,job"},
+    {kJobEvictionsTotal, MetricType::kCounter,
+     "Times Kueue evicted the job's admitted gang (preemption, deactivation).", "namespace,job"},
 }};
 
 }  // namespace kubetune::metrics::operator_series

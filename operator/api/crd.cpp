@@ -40,12 +40,19 @@ json printer_columns() {
   };
   json restarts = col("Restarts", "integer", ".status.restarts");
   restarts["priority"] = 1;  // kubectl get -o wide
+  // Why a gang is not running yet: the scheduler's word (Unschedulable, PartiallyScheduled,
+  // SchedulingTimeout, AllScheduled), and with -o wide its message.
+  json scheduled = col("Scheduled", "string", R"(.status.conditions[?(@.type=="Scheduled")].reason)");
+  json waiting = col("Message", "string", R"(.status.conditions[?(@.type=="Scheduled")].message)");
+  waiting["priority"] = 1;
   return {col("Phase", "string", ".status.phase"),
+          scheduled,
           col("Progress", "string", ".status.progress.summary"),
           col("Loss", "number", ".status.progress.loss"),
           col("Tokens/s", "number", ".status.progress.tokensPerSecond"),
           col("ETA", "string", ".status.progress.eta"),
           restarts,
+          waiting,
           col("Age", "date", ".metadata.creationTimestamp")};
 }
 

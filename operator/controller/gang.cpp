@@ -29,6 +29,30 @@ int rank_of(const json& pod) {
   }
 }
 
+// The pod's PodScheduled condition, or null.
+json scheduled_condition(const json& pod) {
+  for (const auto& c : pod.value("status", json::object()).value("conditions", json::array())) {
+    if (c.value("type", "") == "PodScheduled") return c;
+  }
+  return nullptr;
+}
+
+void place(Placement& placement, const json& pod, int rank) {
+  if (!pod.value("spec", json::object()).value("nodeName", "").empty()) {
+    ++placement.bound;
+    return;
+  }
+  const json c = scheduled_condition(pod);
+  if (c.is_null() || c.value("status", "") != "False" || c.value("reason", "") != "Unschedulable") {
+    return;  // not yet seen by the scheduler
+  }
+  if (placement.unschedulable++ == 0) {
+    placement.message = "worker " + std::to_string(rank) + " (pod " +
+                        pod.value("metadata", json::object()).value("name", "") +
+                        "): " + c.value("message", "");
+  }
+}
+
 }  // namespace
 
 std::optional<WorkerFailure> pod_failure(const json& pod, int rank) {
@@ -99,6 +123,9 @@ GangState assess_gang(const std::vector<json>& pods, int replicas) {
       continue;
     }
     const std::string phase = pod.value("status", json::object()).value("phase", "Pending");
+    if (!pod["metadata"].contains("deletionTimestamp") && phase != "Succeeded") {
+      place(g.placement, pod, rank);
+    }
     if (phase == "Succeeded") {
       ++g.succeeded;
     } else if (phase == "Running") {

@@ -20,12 +20,20 @@ struct WorkerFailure {
   bool permanent = false;
 };
 
+// Where the scheduler has put the gang's live workers (those neither ended nor being deleted).
+struct Placement {
+  int bound = 0;          // spec.nodeName set: on a node, holding its resources
+  int unschedulable = 0;  // PodScheduled=False with reason Unschedulable
+  std::string message;    // the scheduler's reason for the first unschedulable worker, named
+};
+
 struct GangState {
   int replicas = 0;
   std::vector<std::optional<nlohmann::json>> pods;  // by rank; nullopt = no such pod
   int pending = 0, running = 0, succeeded = 0, failed = 0;
   std::vector<int> missing;              // ranks without a pod
   std::optional<WorkerFailure> failure;  // the first failed worker (permanent ones first)
+  Placement placement;
 
   bool all_running() const { return running == replicas; }
   bool all_succeeded() const { return succeeded == replicas; }

@@ -4,6 +4,7 @@
 
 #include "common/contracts.h"
 #include "common/metrics/http_endpoint.h"
+#include "operator/api/workload.h"
 
 namespace kubetune::op {
 
@@ -79,19 +80,28 @@ void Manager::start_controllers() {
   kube::InformerOptions pod_opts = job_opts;
   pod_opts.label_selector = std::string(kLabelManagedBy) + "=" + kManagerName;
   pods_ = std::make_unique<kube::Informer>(*client_, kube::resources::kPods, pod_opts);
+  if (kueue_served()) {
+    workloads_ = std::make_unique<kube::Informer>(*client_, kube::resources::kWorkloads, pod_opts);
+  }
   queue_ = std::make_unique<WorkQueue>(options_.queue_base_delay, options_.queue_max_delay);
-  reconciler_ = std::make_unique<JobReconciler>(*client_, *jobs_, *pods_, *events_, metrics_.get(),
-                                                options_.reconciler);
+  reconciler_ = std::make_unique<JobReconciler>(*client_, *jobs_, *pods_, workloads_.get(),
+                                                *events_, metrics_.get(), options_.reconciler);
   jobs_->add_handler([this](const std::string&, const json& obj) {
     queue_->add(kube::object_key(obj));
     metrics_->set_queue_depth(queue_->depth());
   });
   pods_->add_handler([this](const std::string&, const json& pod) { enqueue_owner(pod); });
+  if (workloads_) {
+    workloads_->add_handler([this](const std::string&, const json& wl) { enqueue_owner(wl); });
+    workloads_->start();
+  }
   jobs_->start();
   pods_->start();
   // Reconcile only from full caches: a half-filled pod cache would look like missing workers.
-  while (!stopped_ && !(jobs_->wait_for_sync(std::chrono::milliseconds(100)) &&
-                        pods_->wait_for_sync(std::chrono::milliseconds(100)))) {
+  while (!stopped_ &&
+         !(jobs_->wait_for_sync(std::chrono::milliseconds(100)) &&
+           pods_->wait_for_sync(std::chrono::milliseconds(100)) &&
+           (!workloads_ || workloads_->wait_for_sync(std::chrono::milliseconds(100))))) {
   }
   for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
   controllers_running_ = true;
@@ -103,13 +113,32 @@ void Manager::stop_controllers() {
   workers_.clear();
   if (jobs_) jobs_->stop();
   if (pods_) pods_->stop();
+  if (workloads_) workloads_->stop();
   controllers_running_ = false;
 }
 
-void Manager::enqueue_owner(const json& pod) {
-  for (const auto& ref : pod["metadata"].value("ownerReferences", json::array())) {
+bool Manager::kueue_served() {
+  const std::string collection = kube::resources::kWorkloads.collection(options_.watch_namespace);
+  try {
+    client_->request("GET", collection + "?limit=1");
+    spdlog::info("Kueue's Workloads are served: jobs labelled {} are queued through Kueue",
+                 kueue::kLabelQueueName);
+    return true;
+  } catch (const kube::ApiError& e) {
+    if (e.not_found()) {
+      spdlog::info("no Kueue here ({} not served): jobs run without queueing", collection);
+    } else {
+      spdlog::warn("cannot list Kueue's Workloads ({}); jobs labelled {} will wait as Queued",
+                   e.what(), kueue::kLabelQueueName);
+    }
+    return false;
+  }
+}
+
+void Manager::enqueue_owner(const json& child) {
+  for (const auto& ref : child["metadata"].value("ownerReferences", json::array())) {
     if (ref.value("controller", false) && ref.value("kind", "") == kKind) {
-      queue_->add(pod["metadata"].value("namespace", "") + "/" + ref.value("name", ""));
+      queue_->add(child["metadata"].value("namespace", "") + "/" + ref.value("name", ""));
       metrics_->set_queue_depth(queue_->depth());
     }
   }

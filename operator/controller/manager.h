@@ -63,13 +63,16 @@ class Manager {
   void start_controllers();
   void stop_controllers();
   void worker_loop();
-  void enqueue_owner(const nlohmann::json& pod);
+  void enqueue_owner(const nlohmann::json& child);
+  // Whether Kueue's Workloads can be listed here (Kueue installed and the RBAC to read them).
+  bool kueue_served();
 
   ManagerOptions options_;
   std::unique_ptr<kube::KubeClient> client_;
   std::unique_ptr<OperatorMetrics> metrics_;
   std::unique_ptr<EventRecorder> events_;
   std::unique_ptr<kube::Informer> jobs_, pods_;
+  std::unique_ptr<kube::Informer> workloads_;  // null where the cluster serves no Kueue
   std::unique_ptr<WorkQueue> queue_;
   std::unique_ptr<JobReconciler> reconciler_;
   std::unique_ptr<LeaderElector> elector_;

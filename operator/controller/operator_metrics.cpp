@@ -31,7 +31,11 @@ OperatorMetrics::OperatorMetrics()
       total_steps_(gauge_family(*registry_, os::kAll, os::kJobTotalSteps)),
       loss_(gauge_family(*registry_, os::kAll, os::kJobLoss)),
       tokens_per_second_(gauge_family(*registry_, os::kAll, os::kJobTokensPerSecond)),
-      is_leader_(gauge_family(*registry_, os::kAll, os::kIsLeader).Add({})) {
+      is_leader_(gauge_family(*registry_, os::kAll, os::kIsLeader).Add({})),
+      unscheduled_workers_(gauge_family(*registry_, os::kAll, os::kJobUnscheduledWorkers)),
+      idle_held_gpus_(gauge_family(*registry_, os::kAll, os::kJobIdleHeldGpus)),
+      gang_releases_(counter_family(*registry_, os::kAll, os::kJobGangReleasesTotal)),
+      evictions_(counter_family(*registry_, os::kAll, os::kJobEvictionsTotal)) {
   for (auto r : os::kReconcileResults) reconcile_total_.Add({{"result", std::string(r)}});
 }
 
@@ -61,6 +65,21 @@ void OperatorMetrics::set_progress(const std::string& ns, const std::string& job
   tokens_per_second_.Add(l).Set(tokens_per_second);
 }
 
+void OperatorMetrics::set_scheduling(const std::string& ns, const std::string& job, int unscheduled,
+                                     int idle_held_gpus) {
+  const prometheus::Labels l = {{"namespace", ns}, {"job", job}};
+  unscheduled_workers_.Add(l).Set(unscheduled);
+  idle_held_gpus_.Add(l).Set(idle_held_gpus);
+}
+
+void OperatorMetrics::released_gang(const std::string& ns, const std::string& job) {
+  gang_releases_.Add({{"namespace", ns}, {"job", job}}).Increment();
+}
+
+void OperatorMetrics::evicted(const std::string& ns, const std::string& job) {
+  evictions_.Add({{"namespace", ns}, {"job", job}}).Increment();
+}
+
 void OperatorMetrics::forget_job(const std::string& ns, const std::string& job) {
   for (auto p : os::kJobPhases) {
     metrics::remove_series(jobs_, {{"namespace", ns}, {"job", job}, {"phase", std::string(p)}});
@@ -71,6 +90,10 @@ void OperatorMetrics::forget_job(const std::string& ns, const std::string& job) 
   metrics::remove_series(total_steps_, l);
   metrics::remove_series(loss_, l);
   metrics::remove_series(tokens_per_second_, l);
+  metrics::remove_series(unscheduled_workers_, l);
+  metrics::remove_series(idle_held_gpus_, l);
+  metrics::remove_series(gang_releases_, l);
+  metrics::remove_series(evictions_, l);
 }
 
 }  // namespace kubetune::op

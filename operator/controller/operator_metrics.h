@@ -27,6 +27,12 @@ class OperatorMetrics {
   void restarted(const std::string& ns, const std::string& job);
   void set_progress(const std::string& ns, const std::string& job, double step, double total,
                     double loss, double tokens_per_second);
+  // The current gang's placement: workers the scheduler could not place, and the GPUs its bound
+  // workers hold meanwhile (0 unless the gang is partly scheduled).
+  void set_scheduling(const std::string& ns, const std::string& job, int unscheduled,
+                      int idle_held_gpus);
+  void released_gang(const std::string& ns, const std::string& job);
+  void evicted(const std::string& ns, const std::string& job);
   void forget_job(const std::string& ns, const std::string& job);  // the job was deleted
 
  private:
@@ -41,6 +47,10 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Gauge>& loss_;
   prometheus::Family<prometheus::Gauge>& tokens_per_second_;
   prometheus::Gauge& is_leader_;
+  prometheus::Family<prometheus::Gauge>& unscheduled_workers_;
+  prometheus::Family<prometheus::Gauge>& idle_held_gpus_;
+  prometheus::Family<prometheus::Counter>& gang_releases_;
+  prometheus::Family<prometheus::Counter>& evictions_;
 };
 
 }  // namespace kubetune::op

@@ -6,7 +6,7 @@
 namespace kubetune::op {
 
 std::string to_string(Reason reason) {
-  static constexpr std::array<std::pair<Reason, const char*>, 31> kNames = {{
+  static constexpr std::array<std::pair<Reason, const char*>, 39> kNames = {{
       {Reason::kWorkerFailed, "WorkerFailed"},
       {Reason::kConfigError, "ConfigError"},
       {Reason::kOOMKilled, "OOMKilled"},
@@ -25,6 +25,14 @@ std::string to_string(Reason reason) {
       {Reason::kSpecAccepted, "SpecAccepted"},
       {Reason::kSuspended, "Suspended"},
       {Reason::kResumed, "Resumed"},
+      {Reason::kAllScheduled, "AllScheduled"},
+      {Reason::kUnschedulable, "Unschedulable"},
+      {Reason::kPartiallyScheduled, "PartiallyScheduled"},
+      {Reason::kSchedulingTimeout, "SchedulingTimeout"},
+      {Reason::kQueued, "Queued"},
+      {Reason::kAdmitted, "Admitted"},
+      {Reason::kWorkloadEvicted, "WorkloadEvicted"},
+      {Reason::kQueueUnavailable, "QueueUnavailable"},
       {Reason::kFailedCreate, "FailedCreate"},
       {Reason::kNameConflict, "NameConflict"},
       {Reason::kWaitingForOldObjects, "WaitingForOldObjects"},

@@ -29,6 +29,16 @@ enum class Reason {
   kSpecAccepted,
   kSuspended,
   kResumed,
+  // Placement of the current gang by the scheduler (the Scheduled condition).
+  kAllScheduled,
+  kUnschedulable,       // no worker bound yet: nothing held, the gang waits as it is
+  kPartiallyScheduled,  // some workers bound (holding GPUs) while another cannot be placed
+  kSchedulingTimeout,   // ... for runPolicy.schedulingTimeoutSeconds: the gang was deleted
+  // Kueue (the Admitted condition).
+  kQueued,
+  kAdmitted,
+  kWorkloadEvicted,   // Kueue took the admission back: the gang stops through its checkpoint
+  kQueueUnavailable,  // the Workload cannot be made (no Kueue API, a refused object)
   // Children the job needs.
   kFailedCreate,
   kNameConflict,

@@ -10,6 +10,7 @@
 #include "operator/controller/conditions.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/progress.h"
+#include "operator/controller/reconcile_pass.h"
 
 namespace kubetune::op {
 
@@ -50,39 +51,15 @@ bool adoptable(const json& existing, const kube::Resource& kind) {
   return labels.value(kLabelManagedBy, "") == kManagerName;
 }
 
-milliseconds until(SystemTime now, SystemTime when) {
-  return std::max(milliseconds(1),
-                  std::chrono::duration_cast<milliseconds>(when - now) + milliseconds(1));
-}
-
 }  // namespace
 
-struct JobReconciler::Pass {
-  std::string ns, name, key;
-  json obj;                           // the job as read (its resourceVersion guards the write)
-  api::FineTuneJobStatus old_status;  // status as read
-  api::FineTuneJobStatus status;      // status being computed
-  long generation = 0;
-  FineTuneJob job;
-  SystemTime now;
-  struct Event {
-    std::string type;
-    Reason reason;
-    std::string message;
-  };
-  std::vector<Event> events;  // recorded once the status that they describe is stored
-
-  std::string item() const { return kube::resources::kFineTuneJobs.item(ns, name); }
-  std::string uid() const { return obj["metadata"].value("uid", ""); }
-  std::optional<Phase> phase() const { return status.phase; }
-};
-
 JobReconciler::JobReconciler(kube::KubeClient& client, kube::Informer& jobs, kube::Informer& pods,
-                             EventRecorder& events, OperatorMetrics* metrics,
-                             ReconcilerOptions options)
+                             kube::Informer* workloads, EventRecorder& events,
+                             OperatorMetrics* metrics, ReconcilerOptions options)
     : client_(client),
       jobs_(jobs),
       pods_(pods),
+      workloads_(workloads),
       events_(events),
       metrics_(metrics),
       options_(std::move(options)) {}
@@ -142,6 +119,7 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
 }
 
 ReconcileResult JobReconciler::run_gang(Pass& p) {
+  if (auto r = wait_after_release(p)) return *r;
   const int64_t attempt = p.status.restarts.value_or(0);
   const std::string hash = spec_hash(p.job.spec_json);
   std::vector<json> current;
@@ -174,6 +152,7 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
   if (current.empty() && p.job.spec.run_policy.preflight) {
     if (auto r = preflight(p, hash)) return *r;
   }
+  if (auto r = admit(p)) return *r;
 
   GangState g = assess_gang(current, p.job.spec.workers.replicas);
   const bool created = p.status.workers.created.value_or(0) >= p.job.spec.workers.replicas;
@@ -195,6 +174,10 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
 
   if (!g.missing.empty()) create_gang(p, g.missing);
   ReconcileResult result;
+  if (auto r = observe_scheduling(p, g)) {
+    if (p.status.scheduling.next_attempt_time) return *r;  // released
+    result = *r;
+  }
   if (g.all_running()) {
     transition(p, Phase::kRunning, ConditionType::kRunning, Reason::kAllWorkersRunning,
                "all " + std::to_string(g.replicas) + " workers are running", false);
@@ -205,7 +188,9 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
     if (p.job.spec.metrics.port > 0) {
       update_progress(p, *g.pods[0]);
       if (auto stall = stalled(p)) return handle_failure(p, *stall);
-      result.requeue_after = options_.progress_period;
+      if (result.requeue_after.count() == 0 || options_.progress_period < result.requeue_after) {
+        result.requeue_after = options_.progress_period;
+      }
     }
   }
   write_status(p);
@@ -214,7 +199,11 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
 
 void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
   const int attempt = static_cast<int>(p.status.restarts.value_or(0));
-  const DesiredObjects want = desired_objects(p.job, attempt);
+  DesiredObjects want = desired_objects(p.job, attempt);
+  for (const auto& name : p.flavors) {
+    const json flavor = client_.get(kube::resources::kResourceFlavors.item("", name));
+    for (auto& pod : want.pods) kueue::apply_flavor(pod, flavor);
+  }
   create_children(p, [&] {
     ensure_child(p, kube::resources::kConfigMaps, want.config_map);
     ensure_child(p, kube::resources::kServices, want.service);
@@ -506,6 +495,7 @@ ReconcileResult JobReconciler::invalid_spec(Pass& p, const std::vector<std::stri
 ReconcileResult JobReconciler::finished(Pass& p) {
   delete_pods(p, false);  // level-triggered clean-up after Failed
   write_status(p);        // only writes when something (e.g. the spec reset) changed
+  sync_workload(p);       // Kueue: Finished, which gives the quota back
   return {ttl_requeue(p)};
 }
 
@@ -530,8 +520,14 @@ ReconcileResult JobReconciler::suspend(Pass& p) {
                "runPolicy.suspend is true: worker pods deleted", false);
     set_condition(p.status.conditions, ConditionType::kRunning, false, Reason::kSuspended,
                   "the job is suspended", p.generation, p.now);
+    if (find_condition(p.status.conditions, ConditionType::kAdmitted)) {
+      set_condition(p.status.conditions, ConditionType::kAdmitted, false, Reason::kSuspended,
+                    "the job is suspended: its Workload is inactive and holds no quota",
+                    p.generation, p.now);
+    }
   }
   write_status(p);
+  sync_workload(p);  // Kueue: spec.active=false, then the quota back once the pods are gone
   return left > 0 ? ReconcileResult{kShortRequeue} : ReconcileResult{};
 }
 
@@ -636,6 +632,14 @@ void JobReconciler::transition(Pass& p, Phase phase, ConditionType condition, Re
 
 void JobReconciler::write_status(Pass& p) {
   p.status.observed_generation = p.generation;
+  api::Scheduling& scheduling = p.status.scheduling;
+  if (is_finished(p.phase()) || p.phase() == Phase::kSuspended || p.phase() == Phase::kQueued) {
+    // No gang: nothing waits for a node. (releases and nextAttemptTime are history, kept.)
+    scheduling.bound_workers.reset();
+    scheduling.unscheduled_workers.reset();
+    scheduling.held_gpus.reset();
+    scheduling.partially_scheduled_since.reset();
+  }
   const json status = p.status;
   if (status != json(p.old_status)) {
     json obj = p.obj;
@@ -662,7 +666,12 @@ void JobReconciler::write_status(Pass& p) {
   }
   for (const auto& e : p.events) events_.record(p.obj, e.type, to_string(e.reason), e.message);
   p.events.clear();
-  if (metrics_) metrics_->set_phase(p.ns, p.name, p.phase());
+  if (metrics_) {
+    metrics_->set_phase(p.ns, p.name, p.phase());
+    metrics_->set_scheduling(p.ns, p.name,
+                             static_cast<int>(scheduling.unscheduled_workers.value_or(0)),
+                             static_cast<int>(scheduling.held_gpus.value_or(0)));
+  }
 }
 
 std::vector<json> JobReconciler::job_pods(const Pass& p) const {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "operator/api/job.h"
+#include "operator/api/workload.h"
 #include "operator/controller/conditions.h"
 #include "operator/controller/events.h"
 #include "operator/controller/gang.h"
@@ -44,8 +45,10 @@ struct ReconcilerOptions {
 
 class JobReconciler {
  public:
+  // `workloads`: Kueue's Workloads that the operator made, or null where the cluster serves none.
   JobReconciler(kube::KubeClient& client, kube::Informer& jobs, kube::Informer& pods,
-                EventRecorder& events, OperatorMetrics* metrics, ReconcilerOptions options);
+                kube::Informer* workloads, EventRecorder& events, OperatorMetrics* metrics,
+                ReconcilerOptions options);
 
   // key: "namespace/name". Throws on API errors; the caller re-queues with back-off.
   ReconcileResult reconcile(const std::string& key);
@@ -65,6 +68,27 @@ class JobReconciler {
   // One GPU's memory for the preflight's fit check, and where it came from: workers.gpuMemoryGiB,
   // else the smallest nvidia.com/gpu.memory label of the nodes the workers may be placed on.
   std::pair<std::optional<double>, std::string> gpu_memory(const Pass& p);
+  // Gang scheduling (scheduling.cpp). After a release: nullopt once the back-off is over and the
+  // released pods are gone, else what to return.
+  std::optional<ReconcileResult> wait_after_release(Pass& p);
+  // Records where the scheduler put the gang (Scheduled condition, status.scheduling, events);
+  // a requeue for the scheduling timeout, or the result of releasing the gang when it expired
+  // (status.scheduling.nextAttemptTime is then set).
+  std::optional<ReconcileResult> observe_scheduling(Pass& p, const GangState& g);
+  ReconcileResult release_gang(Pass& p, const std::string& waiting, int held);
+  // Kueue (queueing.cpp), for a job labelled kueue.x-k8s.io/queue-name: nullopt once its
+  // Workload is admitted (Pass::flavors then holds the admitted ResourceFlavors), else what to
+  // return (queued, or stopping an evicted gang).
+  std::optional<ReconcileResult> admit(Pass& p);
+  // The Workload of the current spec that the job owns (others it owns are deleted), if any.
+  std::optional<nlohmann::json> current_workload(Pass& p);
+  ReconcileResult create_workload(Pass& p, const std::string& queue);
+  ReconcileResult stop_evicted(Pass& p, const nlohmann::json& workload,
+                               const kueue::Admission& admission);
+  ReconcileResult queue_unavailable(Pass& p, const std::string& message);
+  void mark_queued(Pass& p, Reason reason, const std::string& message);
+  // Keeps the Workload in step with a suspended or finished job (spec.active, Finished).
+  void sync_workload(Pass& p);
   ReconcileResult handle_failure(Pass& p, const WorkerFailure& f);
   ReconcileResult fail(Pass& p, Reason reason, const std::string& message);
   ReconcileResult succeed(Pass& p);
@@ -94,6 +118,7 @@ class JobReconciler {
   kube::KubeClient& client_;
   kube::Informer& jobs_;
   kube::Informer& pods_;
+  kube::Informer* workloads_;
   EventRecorder& events_;
   OperatorMetrics* metrics_;
   ReconcilerOptions options_;

@@ -32,6 +32,11 @@ inline const Resource kNodes{"", "v1", "nodes", false};
 inline const Resource kEvents{"", "v1", "events", true};
 inline const Resource kLeases{"coordination.k8s.io", "v1", "leases", true};
 inline const Resource kFineTuneJobs{"kubetune.io", "v1alpha1", "finetunejobs", true};
+// Kueue's (kueue.x-k8s.io/v1beta2, its storage version; v1beta1 needs Kueue's conversion webhook).
+inline const Resource kWorkloads{"kueue.x-k8s.io", "v1beta2", "workloads", true};
+inline const Resource kResourceFlavors{"kueue.x-k8s.io", "v1beta2", "resourceflavors", false};
+inline const Resource kWorkloadPriorityClasses{"kueue.x-k8s.io", "v1beta2",
+                                               "workloadpriorityclasses", false};
 }  // namespace resources
 
 }  // namespace kubetune::op::kube

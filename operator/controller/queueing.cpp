@@ -1,0 +1,240 @@
+// Kueue, as the reconciler sees it (a FineTuneJob labelled kueue.x-k8s.io/queue-name). Kueue's own
+// job integrations do the same through its jobframework:
+//   - the job's gang is a Workload (operator/api/workload.h) that the job owns; no worker pod is
+//     created until Kueue admits it (phase Queued, condition Admitted=False with Kueue's reason);
+//   - once admitted, the pods get the admitted ResourceFlavors' node labels and tolerations;
+//   - when Kueue evicts the Workload (a preemption, spec.active=false, a stopped queue), the gang
+//     is stopped the way a node drain stops it: SIGTERM, and the trainer writes a checkpoint in
+//     runPolicy.terminationGracePeriodSeconds. Once no worker is left, the quota reservation is
+//     given back (admission cleared, QuotaReserved=False, Admitted=False, Requeued) and the job
+//     queues again; re-admitted, the new gang resumes from that checkpoint. Not a failure: it
+//     does not count against backoffLimit;
+//   - runPolicy.suspend sets the Workload's spec.active=false (Kueue evicts it, releasing the
+//     quota) and false again reactivates it;
+//   - a finished job marks its Workload Finished (Succeeded or Failed).
+// The preflight pod (no GPU) runs before the job joins the queue: a bad line fails the job
+// without it ever waiting for quota.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "common/contracts.h"
+#include "operator/api/desired_objects.h"
+#include "operator/api/workload.h"
+#include "operator/controller/reconcile_pass.h"
+
+namespace kubetune::op {
+
+using nlohmann::json;
+
+namespace {
+
+const std::chrono::milliseconds kStopping{1000};  // waiting for evicted workers to go
+
+std::string join_flavors(const std::map<std::string, std::string>& flavors) {
+  std::string out;
+  for (const auto& [resource, flavor] : flavors) {
+    out += (out.empty() ? "" : ",") + resource + "=" + flavor;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<json> JobReconciler::current_workload(Pass& p) {
+  const std::string want = kueue::workload_name(p.job);
+  std::optional<json> current;
+  for (auto& wl : workloads_->list(p.ns, {{kLabelJob, p.name}})) {
+    if (!owned_by(wl, p.uid())) continue;
+    if (wl["metadata"].value("name", "") == want) {
+      current = std::move(wl);
+    } else if (!wl["metadata"].contains("deletionTimestamp")) {
+      // Made for the spec before an edit (while suspended): its podSet is not the gang's now.
+      client_.remove(kube::resources::kWorkloads.item(p.ns, wl["metadata"].value("name", "")));
+    }
+  }
+  return current;
+}
+
+ReconcileResult JobReconciler::queue_unavailable(Pass& p, const std::string& message) {
+  if (p.phase() != Phase::kQueued) p.status.phase = Phase::kQueued;
+  const Condition* before = find_condition(p.status.conditions, ConditionType::kAdmitted);
+  if (!before || before->message != message) {
+    p.events.push_back({"Warning", Reason::kQueueUnavailable, message});
+  }
+  set_condition(p.status.conditions, ConditionType::kAdmitted, false, Reason::kQueueUnavailable,
+                message, p.generation, p.now);
+  write_status(p);
+  return {std::chrono::seconds(30)};  // a WorkloadPriorityClass or Kueue may be installed later
+}
+
+void JobReconciler::mark_queued(Pass& p, Reason reason, const std::string& message) {
+  if (p.phase() != Phase::kQueued) {
+    p.status.phase = Phase::kQueued;
+    p.events.push_back({"Normal", reason, message});
+  }
+  set_condition(p.status.conditions, ConditionType::kAdmitted, false, reason, message, p.generation,
+                p.now);
+}
+
+std::optional<ReconcileResult> JobReconciler::admit(Pass& p) {
+  const auto queue = kueue::queue_name(p.obj);
+  if (!queue) return std::nullopt;
+  api::Queue& q = p.status.queue;
+  q.local_queue = *queue;
+  if (!workloads_) {
+    return queue_unavailable(p, "the job names LocalQueue " + *queue + " (label " +
+                                    kueue::kLabelQueueName + ") but this cluster serves no " +
+                                    kueue::kApiVersion +
+                                    " Workloads: install Kueue, or remove the label");
+  }
+  const std::optional<json> wl = current_workload(p);
+  if (!wl) return create_workload(p, *queue);
+  q.workload = (*wl)["metadata"].value("name", "");
+  if (!(*wl)["spec"].value("active", true)) {  // the job was suspended: reactivate its Workload
+    json updated = *wl;
+    updated["spec"]["active"] = true;
+    client_.update(kube::resources::kWorkloads.item(p.ns, *q.workload), updated);
+  }
+  const kueue::Admission a = kueue::read_admission(*wl);
+  const bool reserved = wl->value("status", json::object()).contains("admission");
+  if (a.evicted_reason && reserved) return stop_evicted(p, *wl, a);
+  if (!a.admitted) {
+    // After an eviction Kueue leaves Evicted=True until it admits the Workload again: the reason
+    // stays in the condition while the job waits.
+    const std::string waiting =
+        "waiting for Kueue to admit Workload " + *q.workload + " in LocalQueue " + *queue;
+    if (a.evicted_reason) {
+      mark_queued(
+          p, Reason::kWorkloadEvicted,
+          "evicted (" + *a.evicted_reason + ": " + a.evicted_message + "); " + waiting + " again");
+    } else {
+      mark_queued(p, Reason::kQueued,
+                  waiting + (a.pending_message.empty() ? "" : ": " + a.pending_message));
+    }
+    q.message = a.pending_message;
+    write_status(p);
+    return ReconcileResult{};  // the Workload's next change wakes us
+  }
+  q.cluster_queue = a.cluster_queue;
+  q.flavors = join_flavors(a.flavors);
+  q.message.reset();
+  p.flavors.clear();
+  for (const auto& [resource, flavor] : a.flavors) {
+    if (std::find(p.flavors.begin(), p.flavors.end(), flavor) == p.flavors.end()) {
+      p.flavors.push_back(flavor);
+    }
+  }
+  if (!condition_is_true(p.status.conditions, ConditionType::kAdmitted)) {
+    const std::string message = "Kueue admitted Workload " + *q.workload + " in ClusterQueue " +
+                                a.cluster_queue + " (" + *q.flavors + ")";
+    p.events.push_back({"Normal", Reason::kAdmitted, message});
+    set_condition(p.status.conditions, ConditionType::kAdmitted, true, Reason::kAdmitted, message,
+                  p.generation, p.now);
+  }
+  return std::nullopt;
+}
+
+ReconcileResult JobReconciler::create_workload(Pass& p, const std::string& queue) {
+  std::optional<kueue::Priority> priority;
+  if (const auto name = kueue::priority_class(p.obj)) {
+    try {
+      const json pc = client_.get(kube::resources::kWorkloadPriorityClasses.item("", *name));
+      priority = kueue::Priority{*name, pc.value("value", 0)};
+    } catch (const kube::ApiError& e) {
+      if (!e.not_found()) throw;
+      return queue_unavailable(p, "no WorkloadPriorityClass named " + *name + " (label " +
+                                      kueue::kLabelPriorityClass + ")");
+    }
+  }
+  const json object = kueue::workload(p.job, queue, priority);
+  const std::string name = object["metadata"]["name"];
+  create_children(p, [&] { ensure_child(p, kube::resources::kWorkloads, object); });
+  p.status.queue.workload = name;
+  mark_queued(p, Reason::kQueued,
+              "created Workload " + name + " in LocalQueue " + queue +
+                  (priority ? " with priority " + std::to_string(priority->value) + " (" +
+                                  priority->class_name + ")"
+                            : std::string()) +
+                  "; no worker pod is created until Kueue admits it");
+  write_status(p);
+  return {};
+}
+
+ReconcileResult JobReconciler::stop_evicted(Pass& p, const json& wl, const kueue::Admission& a) {
+  const std::string why = *a.evicted_reason + ": " + a.evicted_message;
+  const int left = static_cast<int>(gang_pods(p).size());
+  if (condition_is_true(p.status.conditions, ConditionType::kAdmitted) ||
+      p.phase() != Phase::kQueued) {
+    // First seen: counted once, because this status is written before anything is deleted.
+    p.status.queue.evictions = p.status.queue.evictions.value_or(0) + 1;
+    p.status.workers.created = 0;
+    const std::string message =
+        "Kueue evicted Workload " + wl["metadata"].value("name", "") + " (" + why +
+        "); stopping the " + std::to_string(left) +
+        " workers with SIGTERM: they write a checkpoint and the gang resumes from it when "
+        "admitted again";
+    p.status.phase = Phase::kQueued;
+    p.events.push_back({"Warning", Reason::kWorkloadEvicted, message});
+    set_condition(p.status.conditions, ConditionType::kAdmitted, false, Reason::kWorkloadEvicted,
+                  message, p.generation, p.now);
+    if (condition_is_true(p.status.conditions, ConditionType::kRunning)) {
+      set_condition(p.status.conditions, ConditionType::kRunning, false, Reason::kWorkloadEvicted,
+                    why, p.generation, p.now);
+    }
+    write_status(p);
+    if (metrics_) metrics_->evicted(p.ns, p.name);
+  }
+  if (left > 0) {
+    delete_pods(p, true);
+    return {kStopping};
+  }
+  // The gang is gone: give the quota back so that Kueue can queue the Workload again.
+  json released = wl;
+  kueue::unset_quota_reservation(released, *a.evicted_reason, a.evicted_message,
+                                 format_time(p.now));
+  client_.update_status(kube::resources::kWorkloads.item(p.ns, wl["metadata"].value("name", "")),
+                        released);
+  spdlog::info("{}: released the quota of evicted Workload {}", p.key,
+               wl["metadata"].value("name", ""));
+  write_status(p);
+  return {};
+}
+
+void JobReconciler::sync_workload(Pass& p) {
+  if (!workloads_ || !kueue::queue_name(p.obj)) return;
+  const std::optional<json> wl = current_workload(p);
+  if (!wl) return;
+  const std::string item =
+      kube::resources::kWorkloads.item(p.ns, (*wl)["metadata"].value("name", ""));
+  const kueue::Admission a = kueue::read_admission(*wl);
+  if (is_finished(p.phase())) {
+    if (a.finished) return;
+    json done = *wl;
+    const bool ok = p.phase() == Phase::kSucceeded;
+    const Condition* c = find_condition(p.status.conditions,
+                                        ok ? ConditionType::kSucceeded : ConditionType::kFailed);
+    kueue::set_workload_condition(done, "Finished", true, ok ? "Succeeded" : "Failed",
+                                  c ? c->message : "", format_time(p.now));
+    client_.update_status(item, done);
+    return;
+  }
+  // runPolicy.suspend <-> spec.active: a suspended job holds no quota.
+  const bool active = !p.job.spec.run_policy.suspend;
+  if (wl->value("spec", json::object()).value("active", true) != active) {
+    json updated = *wl;
+    updated["spec"]["active"] = active;
+    client_.update(item, updated);
+    return;
+  }
+  // Suspended: the pods are gone (suspend() deleted them); give the quota back once evicted.
+  const bool reserved = wl->value("status", json::object()).contains("admission");
+  if (!active && a.evicted_reason && reserved && gang_pods(p).empty()) {
+    json released = *wl;
+    kueue::unset_quota_reservation(released, *a.evicted_reason, a.evicted_message,
+                                   format_time(p.now));
+    client_.update_status(item, released);
+  }
+}
+
+}  // namespace kubetune::op
