@@ -20,7 +20,7 @@
 set -euo pipefail
 
 operator_bin=${1:?usage: shared_cluster_e2e.sh PATH/TO/kubetune-operator [REPO_ROOT]}
-root=${2:-$(cd "$(dirname "$0")/../.." && pwd)}
+root=$(cd "${2:-$(dirname "$0")/../..}" && pwd)
 ns=kubetune-shared-$$
 opns=kubetune-system
 python=${KUBETUNE_PYTHON:-python3}
@@ -41,7 +41,11 @@ pids=()
 nodes=(e2e-gpu-a e2e-gpu-b)
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # No kubelet confirms the deletion of a bound pod: remove them as one would.
+  kubectl delete pods -n "$ns" --all --grace-period=0 --force >/dev/null 2>&1 || true
   kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
+  # The install without Helm (as operator_e2e.sh leaves it: the next helm install must not meet it).
+  kubectl delete -f "$root/charts/kubetune/rbac/operator-rbac.yaml" --ignore-not-found >/dev/null 2>&1 || true
   kubectl delete node "${nodes[@]}" --ignore-not-found >/dev/null 2>&1 || true
   kubectl delete priorityclass training --ignore-not-found >/dev/null 2>&1 || true
   kubectl delete clusterqueue e2e-gpus --ignore-not-found >/dev/null 2>&1 || true
