@@ -55,6 +55,5 @@ inline constexpr const char* kTrainerContainer = "trainer";
 inline constexpr const char* kNodeLabelGpuMemory = "nvidia.com/gpu.memory";
 inline constexpr const char* kConfigMountDir = "/etc/kubetune";
 inline constexpr const char* kConfigFile = "config.json";
-inline constexpr int kMasterPort = 29500;
 
 }  // namespace kubetune::op

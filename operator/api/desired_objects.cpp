@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/contracts.h"
+#include "common/launch_contract.h"
 
 namespace kubetune::op {
 namespace {
@@ -36,35 +37,32 @@ json field_env(const std::string& name, const std::string& field) {
   return {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", field}}}}}};
 }
 
+// Where this pod stands in the job (common/launch_contract.h): `kubetune-trainer launch` reads it.
+LaunchContract launch_contract(const FineTuneJob& job, int rank) {
+  LaunchContract c;
+  c.nnodes = job.spec.workers.replicas;
+  c.node_rank = rank;
+  c.nproc_per_node = processes_per_pod(job);
+  c.master_addr = master_address(job);
+  return c;
+}
+
 json container_env(const FineTuneJob& job, int rank, int attempt) {
-  json env = json::array({
-      env_var("MASTER_ADDR", master_address(job)),
-      env_var("MASTER_PORT", std::to_string(kMasterPort)),
-      env_var("NNODES", std::to_string(job.spec.workers.replicas)),
-      env_var("NODE_RANK", std::to_string(rank)),
-      env_var("NPROC_PER_NODE", std::to_string(processes_per_pod(job))),
-      env_var("KUBETUNE_JOB_NAME", job.name),
-      env_var("KUBETUNE_ATTEMPT", std::to_string(attempt)),
-      field_env("POD_NAME", "metadata.name"),
-      field_env("POD_NAMESPACE", "metadata.namespace"),
-  });
+  json env = json::array();
+  for (const auto& [name, value] : launch_contract(job, rank).to_environment()) {
+    env.push_back(env_var(name, value));
+  }
+  env.push_back(env_var("KUBETUNE_ATTEMPT", std::to_string(attempt)));
+  env.push_back(field_env("POD_NAME", "metadata.name"));
+  env.push_back(field_env("POD_NAMESPACE", "metadata.namespace"));
   for (const auto& e : job.spec.workers.env) env.push_back(e);
   return env;
 }
 
-json container_command(const FineTuneJob& job, int rank) {
+// Everything about the node comes from the environment above.
+json container_command() {
   return {"kubetune-trainer",
           "launch",
-          "--nproc-per-node",
-          std::to_string(processes_per_pod(job)),
-          "--nnodes",
-          std::to_string(job.spec.workers.replicas),
-          "--node-rank",
-          std::to_string(rank),
-          "--master-addr",
-          master_address(job),
-          "--master-port",
-          std::to_string(kMasterPort),
           "--",
           "train",
           "--config",
@@ -150,10 +148,10 @@ json job_pod(const FineTuneJob& job, const std::string& name, const std::string&
 }
 
 json make_pod(const FineTuneJob& job, int rank, int attempt) {
-  json container = {{"command", container_command(job, rank)},
+  json container = {{"command", container_command()},
                     {"env", container_env(job, rank, attempt)},
                     {"resources", resources(job.spec.workers)}};
-  container["ports"] = json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}}});
+  container["ports"] = json::array({{{"name", "rendezvous"}, {"containerPort", kRendezvousPort}}});
   if (job.spec.metrics.port > 0) {
     container["ports"].push_back({{"name", "metrics"}, {"containerPort", job.spec.metrics.port}});
   }
@@ -250,18 +248,17 @@ json config_map(const FineTuneJob& job) {
 DesiredObjects desired_objects(const FineTuneJob& job, int attempt) {
   DesiredObjects out;
   out.config_map = config_map(job);
-  out.service = {
-      {"apiVersion", "v1"},
-      {"kind", "Service"},
-      {"metadata", metadata(job, service_name(job.name))},
-      {"spec",
-       {{"clusterIP", "None"},
-        // Rendezvous happens before any pod is Ready.
-        {"publishNotReadyAddresses", true},
-        {"selector", {{kLabelJob, job.name}}},
-        {"ports",
-         json::array(
-             {{{"name", "rendezvous"}, {"port", kMasterPort}, {"targetPort", kMasterPort}}})}}}};
+  out.service = {{"apiVersion", "v1"},
+                 {"kind", "Service"},
+                 {"metadata", metadata(job, service_name(job.name))},
+                 {"spec",
+                  {{"clusterIP", "None"},
+                   // Rendezvous happens before any pod is Ready.
+                   {"publishNotReadyAddresses", true},
+                   {"selector", {{kLabelJob, job.name}}},
+                   {"ports", json::array({{{"name", "rendezvous"},
+                                           {"port", kRendezvousPort},
+                                           {"targetPort", kRendezvousPort}}})}}}};
   for (int rank = 0; rank < job.spec.workers.replicas; ++rank) {
     out.pods.push_back(make_pod(job, rank, attempt));
   }

@@ -1,6 +1,7 @@
 #include "operator/controller/gang.h"
 
 #include "common/contracts.h"
+#include "operator/controller/gang_policy.h"
 
 namespace kubetune::op {
 namespace {
@@ -76,19 +77,9 @@ std::optional<WorkerFailure> pod_failure(const json& pod, int rank) {
                   (pod_reason.empty() ? "" : ": " + pod_reason);
       return f;
     }
-    const int code = term.value("exitCode", 1);
-    const std::string why = term.value("reason", "");
-    f.permanent = code == kExitUserError && why != "OOMKilled";
-    f.reason = f.permanent          ? Reason::kConfigError
-               : why == "OOMKilled" ? Reason::kOOMKilled
-                                    : Reason::kWorkerFailed;
-    f.message = "worker " + std::to_string(rank) + " (pod " + name + ") exited with code " +
-                std::to_string(code) + (why.empty() ? "" : " (" + why + ")") +
-                (f.permanent ? ": configuration or data error, not retried" : "");
-    if (term.contains("message") && !term["message"].get<std::string>().empty()) {
-      f.message += ": " + term["message"].get<std::string>();
-    }
-    return f;
+    const std::string detail = term.contains("message") ? term["message"].get<std::string>() : "";
+    return exited(rank, "worker " + std::to_string(rank) + " (pod " + name + ")",
+                  term.value("exitCode", 1), term.value("reason", ""), detail);
   }
   if (phase == "Unknown") {
     f.reason = Reason::kNodeLost;

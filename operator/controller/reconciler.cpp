@@ -9,6 +9,7 @@
 #include "operator/api/preflight_report.h"
 #include "operator/controller/conditions.h"
 #include "operator/controller/gang.h"
+#include "operator/controller/gang_policy.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/reconcile_pass.h"
 
@@ -430,19 +431,12 @@ bool JobReconciler::confirm_lost(Pass& p, int rank) {
 }
 
 ReconcileResult JobReconciler::handle_failure(Pass& p, const WorkerFailure& f) {
-  if (f.permanent) return fail(p, f.reason, f.message);
   const int64_t restarts = p.status.restarts.value_or(0);
-  const int limit = p.job.spec.run_policy.backoff_limit;
-  if (restarts >= limit) {
-    return fail(p, Reason::kBackoffLimitExceeded,
-                "the gang failed " + std::to_string(restarts + 1) + " times (backoffLimit " +
-                    std::to_string(limit) + "); last failure: " + f.message);
-  }
+  const GangDecision decision = next(f, restarts, p.job.spec.run_policy.backoff_limit);
+  if (!decision.restart) return fail(p, decision.reason, decision.message);
   p.status.restarts = restarts + 1;
   p.status.workers.created = 0;
-  const std::string message = f.message + "; restarting all workers (restart " +
-                              std::to_string(restarts + 1) + " of " + std::to_string(limit) +
-                              "), resuming from the last checkpoint";
+  const std::string& message = decision.message;
   transition(p, Phase::kRestarting, ConditionType::kRestarting, f.reason, message, true);
   set_condition(p.status.conditions, ConditionType::kRunning, false, f.reason, f.message,
                 p.generation, p.now);
@@ -614,11 +608,7 @@ std::optional<WorkerFailure> JobReconciler::stalled(const Pass& p) {
   const api::Progress& progress = p.status.progress;
   if (progress.step_time) since = std::max(since, parse_time(*progress.step_time));
   if (p.now - since < std::chrono::seconds(timeout)) return std::nullopt;
-  const std::string step = progress.step ? "step " + std::to_string(*progress.step) : "no step";
-  return WorkerFailure{0, Reason::kStalled,
-                       "rank 0 has not finished a step for " + std::to_string(timeout) +
-                           " s (runPolicy.stallTimeoutSeconds; last seen: " + step + ")",
-                       false};
+  return stalled_failure(timeout, progress.step);
 }
 
 void JobReconciler::transition(Pass& p, Phase phase, ConditionType condition, Reason reason,

@@ -9,9 +9,11 @@
 #include <regex>
 
 #include "common/contracts.h"
+#include "common/launch_contract.h"
 #include "common/metrics/free_port.h"
 #include "operator/api/desired_objects.h"
 #include "operator/controller/gang.h"
+#include "operator/controller/gang_policy.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/time_util.h"
 #include "operator/local/preflight.h"
@@ -88,9 +90,6 @@ ProcessSpec to_process(const json& pod, const FineTuneJob& job, const LocalRunOp
   std::vector<std::string> cmd = c["command"].get<std::vector<std::string>>();
   cmd[0] = o.trainer;
   for (size_t i = 0; i + 1 < cmd.size(); ++i) {
-    if (cmd[i] == "--master-addr") cmd[i + 1] = "127.0.0.1";
-    if (cmd[i] == "--master-port") cmd[i + 1] = std::to_string(place.master_port);
-    if (cmd[i] == "--nproc-per-node") cmd[i + 1] = std::to_string(nproc);
     if (cmd[i] == "--config") cmd[i + 1] = config_path;
   }
   spec.argv = cmd;
@@ -100,9 +99,13 @@ ProcessSpec to_process(const json& pod, const FineTuneJob& job, const LocalRunOp
   }
   set_env(spec.env, "POD_NAME", pod["metadata"]["name"]);
   set_env(spec.env, "POD_NAMESPACE", job.ns);
-  set_env(spec.env, "MASTER_ADDR", "127.0.0.1");
-  set_env(spec.env, "MASTER_PORT", std::to_string(place.master_port));
-  set_env(spec.env, "NPROC_PER_NODE", std::to_string(nproc));
+  // The pod's launch contract, on this machine: rank 0 at 127.0.0.1, a free port, the GPUs here.
+  LaunchContract node;
+  node.nnodes = job.spec.workers.replicas;
+  node.node_rank = rank;
+  node.nproc_per_node = nproc;
+  node.master_port = place.master_port;
+  for (const auto& [name, value] : node.to_environment()) set_env(spec.env, name, value);
   if (place.gpus_per_worker > 0) {
     std::string devices;
     for (int g = 0; g < place.gpus_per_worker; ++g) {
@@ -155,12 +158,9 @@ class StallWatch {
     return timeout_ > 0 && answered_ &&
            std::chrono::steady_clock::now() - since_ >= std::chrono::seconds(timeout_);
   }
-  std::string describe() const {
-    return "rank 0 has not finished a step for " + std::to_string(timeout_) +
-           " s (runPolicy.stallTimeoutSeconds; last seen: " +
-           (step_ >= 0 ? "step " + std::to_string(static_cast<long>(step_))
-                       : std::string("no step")) +
-           ")";
+  WorkerFailure failure() const {
+    return stalled_failure(
+        timeout_, step_ >= 0 ? std::optional<int64_t>(static_cast<int64_t>(step_)) : std::nullopt);
   }
 
  private:
@@ -202,9 +202,14 @@ class InterruptHandler {
 
 struct AttemptResult {
   GangEnd end = GangEnd::kSucceeded;
-  Exit exit;
-  std::string stall;  // kStalled: what the watchdog saw
+  std::optional<WorkerFailure> failure;  // kFailed, kStalled: as the operator would classify it
 };
+
+// A worker process's end, classified as the operator classifies a pod's (gang_policy.h).
+WorkerFailure process_failure(const Exit& e) {
+  return exited(e.index, "worker " + std::to_string(e.index), e.code,
+                e.signaled ? "killed by signal " + std::to_string(e.code - 128) : "", "");
+}
 
 // Runs one gang until all succeed, one fails, or the deadline passes.
 AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int attempt,
@@ -238,7 +243,7 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
       if (e->code != 0) {
         gang.terminate(o.grace);  // gang semantics: one down, all down
         result.end = GangEnd::kFailed;
-        result.exit = *e;
+        result.failure = process_failure(*e);
         return result;
       }
     }
@@ -253,7 +258,7 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
     if (stall.stalled()) {
       gang.terminate(o.grace);
       result.end = GangEnd::kStalled;
-      result.stall = stall.describe();
+      result.failure = stall.failure();
       return result;
     }
   }
@@ -282,7 +287,6 @@ int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& ou
       return preflight.exit_code == kExitUserError ? kExitUserError : 1;
     }
   }
-  const int limit = job.spec.run_policy.backoff_limit;
   InterruptHandler interrupt_handler;
   for (int restarts = 0;; ++restarts) {
     out << "[kubetune] starting " << job.spec.workers.replicas << " worker(s) of " << job.name
@@ -304,22 +308,14 @@ int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& ou
           << " exceeded\n";
       return 1;
     }
-    const std::string what = r.end == GangEnd::kStalled
-                                 ? "stalled: " + r.stall
-                                 : "worker " + std::to_string(r.exit.index) + " exited with code " +
-                                       std::to_string(r.exit.code);
-    if (r.end == GangEnd::kFailed && !r.exit.signaled && r.exit.code == kExitUserError) {
-      out << "[kubetune] " << job.name << " failed: " << what
-          << " (configuration or data error, not retried)\n";
-      return 2;
+    // kFailed or kStalled: the operator's gang policy decides.
+    const GangDecision decision = next(*r.failure, restarts, job.spec.run_policy.backoff_limit);
+    if (!decision.restart) {
+      out << "[kubetune] " << job.name << " failed (" << to_string(decision.reason)
+          << "): " << decision.message << "\n";
+      return r.failure->permanent ? kExitUserError : 1;
     }
-    if (restarts >= limit) {
-      out << "[kubetune] " << job.name << " failed: " << what << "; backoffLimit " << limit
-          << " reached\n";
-      return 1;
-    }
-    out << "[kubetune] " << what << "; restarting the gang (restart " << restarts + 1 << " of "
-        << limit << "), resuming from the last checkpoint\n"
+    out << "[kubetune] " << to_string(decision.reason) << ": " << decision.message << "\n"
         << std::flush;
   }
 }

@@ -11,7 +11,7 @@ if [ "$1" = preflight ]; then
 fi
 rank="$NODE_RANK"
 echo "rank $rank attempt $KUBETUNE_ATTEMPT args: $*"
-echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT NNODES=$NNODES POD_NAME=$POD_NAME"
+echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT NNODES=$NNODES NODE_RANK=$NODE_RANK NPROC_PER_NODE=$NPROC_PER_NODE POD_NAME=$POD_NAME"
 # The config file passed with --config must exist.
 config=""
 prev=""
@@ -37,6 +37,18 @@ case "$FAKE_MODE" in
     if [ "$rank" = 0 ]; then exit 2; fi
     exec sleep 30 ;;
   always-fail) exit 1 ;;
+  end-first)
+    # The first gang: worker 1 ends as $FAKE_END says (an exit code, or "signal9"), once worker 0
+    # has started; worker 0 waits to be stopped. A later gang succeeds.
+    if [ "$KUBETUNE_ATTEMPT" = 0 ]; then
+      if [ "$rank" = 1 ]; then
+        while [ ! -s "$FAKE_STATE_DIR/attempts-0" ]; do sleep 0.05; done
+        [ "$FAKE_END" = signal9 ] && kill -9 $$
+        exit "$FAKE_END"
+      fi
+      exec sleep 30
+    fi
+    exit 0 ;;
   hang) exec sleep 30 ;;
 esac
 exit 7

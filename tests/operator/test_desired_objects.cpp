@@ -52,13 +52,15 @@ TEST(DesiredObjects, OnePodPerNodeWithTheTorchrunEnvironment) {
     const json& c = pod["spec"]["containers"][0];
     EXPECT_EQ(c["command"][0], "kubetune-trainer");
     EXPECT_EQ(c["command"][1], "launch");
-    EXPECT_EQ(arg_after(c["command"], "--nproc-per-node"), "8");
-    EXPECT_EQ(arg_after(c["command"], "--nnodes"), "2");
-    EXPECT_EQ(arg_after(c["command"], "--node-rank"), std::to_string(rank));
-    EXPECT_EQ(arg_after(c["command"], "--master-addr"), master);
+    // The launch contract is the environment only (common/launch_contract.h), said once.
+    EXPECT_EQ(c["command"][2], "--");
     EXPECT_EQ(arg_after(c["command"], "--config"), "/etc/kubetune/config.json");
-    EXPECT_EQ(env_value(c, "MASTER_ADDR"), master);
+    EXPECT_EQ(env_value(c, "NPROC_PER_NODE"), "8");
+    EXPECT_EQ(env_value(c, "NNODES"), "2");
     EXPECT_EQ(env_value(c, "NODE_RANK"), std::to_string(rank));
+    EXPECT_EQ(env_value(c, "MASTER_ADDR"), master);
+    EXPECT_EQ(env_value(c, "MASTER_PORT"), "29500");
+    for (const auto& e : c["env"]) EXPECT_NE(e["name"], "KUBETUNE_JOB_NAME") << "never read";
     EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 8);
     EXPECT_EQ(c["resources"]["limits"]["memory"], "900Gi");
     EXPECT_EQ(c["resources"]["requests"]["cpu"], 64);
@@ -162,7 +164,7 @@ TEST(DesiredObjects, CpuWorkersHaveNoGpuLimitAndOneProcess) {
   const json pod = desired_objects(job, 0).pods[0];
   const json& c = pod["spec"]["containers"][0];
   EXPECT_FALSE(c["resources"]["limits"].contains("nvidia.com/gpu"));
-  EXPECT_EQ(arg_after(c["command"], "--nproc-per-node"), "1");
+  EXPECT_EQ(env_value(c, "NPROC_PER_NODE"), "1");
   EXPECT_EQ(pod["spec"]["volumes"][2]["hostPath"]["path"], "/srv/kubetune");
 }
 

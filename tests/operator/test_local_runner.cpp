@@ -8,6 +8,7 @@
 
 #include "common/train_config.h"
 #include "common/yaml_file.h"
+#include "local_run.h"
 #include "operator/api/yaml_emit.h"
 #include "test_support.h"
 
@@ -17,10 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct RunResult {
-  int code = -1;
-  std::string output;
-};
+using testing::RunResult;
 
 class LocalRunnerTest : public ::testing::Test {
  protected:
@@ -34,29 +32,7 @@ class LocalRunnerTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir); }
 
   RunResult run(const std::string& mode, const std::function<void(json&)>& mutate = {}) {
-    json job =
-        load_yaml_or_json_file(testing::source_dir() + "/examples/jobs/lora-cpu-hostpath.yaml");
-    job["spec"]["volumes"][0]["mountPath"] = dir.string();
-    job["spec"]["volumes"][0]["hostPath"]["path"] = dir.string();
-    job["spec"]["output"]["dir"] = (dir / "out").string();
-    job["spec"]["workers"]["replicas"] = 2;
-    job["spec"]["workers"]["env"] = {
-        {{"name", "FAKE_MODE"}, {"value", mode}},
-        {{"name", "FAKE_STATE_DIR"}, {"value", (dir / "state").string()}}};
-    job["spec"]["runPolicy"] = {{"backoffLimit", 2}};
-    if (mutate) mutate(job);
-    const std::string manifest = (dir / "job.yaml").string();
-    std::ofstream(manifest) << op::json_to_yaml(job);
-    const std::string cmd = extra_env +
-                            " KUBETUNE_TRAINER=" + std::string(std::getenv("FAKE_TRAINER")) + " " +
-                            std::getenv("KUBETUNE_CLI") + " run " + manifest + " 2>&1";
-    RunResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof(buf), p)) r.output.append(buf, n);
-    const int status = pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return testing::run_local_job(dir, mode, mutate, extra_env);
   }
   std::string attempts(int rank) {
     std::ifstream in(dir / "state" / ("attempts-" + std::to_string(rank)));
@@ -72,8 +48,12 @@ class LocalRunnerTest : public ::testing::Test {
 TEST_F(LocalRunnerTest, RunsOneProcessPerPodWithThePodsEnvironment) {
   const RunResult r = run("succeed");
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("[worker-0] rank 0 attempt 0 args: launch --nproc-per-node 1 "
-                          "--nnodes 2 --node-rank 0 --master-addr 127.0.0.1"),
+  EXPECT_NE(r.output.find("[worker-0] rank 0 attempt 0 args: launch -- train --config "),
+            std::string::npos)
+      << r.output;
+  // The pod's launch contract with this machine's address: the environment, as in the pod.
+  EXPECT_NE(r.output.find("[worker-0] MASTER_ADDR=127.0.0.1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("NNODES=2 NODE_RANK=0 NPROC_PER_NODE=1 POD_NAME=tiny-lora-cpu-worker-0"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("[worker-1] rank 1 attempt 0"), std::string::npos) << r.output;
@@ -109,7 +89,8 @@ TEST_F(LocalRunnerTest, FailedWorkerRestartsTheWholeGang) {
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(attempts(0), "01");  // the healthy worker was stopped and restarted with its peer
   EXPECT_EQ(attempts(1), "01");
-  EXPECT_NE(r.output.find("worker 1 exited with code 3; restarting the gang"), std::string::npos)
+  EXPECT_NE(r.output.find("worker 1 exited with code 3; restarting all workers (restart 1 of"),
+            std::string::npos)
       << r.output;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));  // no 30 s sleep
 }
@@ -127,7 +108,10 @@ TEST_F(LocalRunnerTest, BackoffLimitEndsTheRun) {
   // The first gang and backoffLimit=2 restarts, no more.
   EXPECT_NE(r.output.find("of tiny-lora-cpu (gang 2)"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("of tiny-lora-cpu (gang 3)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("backoffLimit 2 reached"), std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find("failed (BackoffLimitExceeded): the gang failed 3 times (backoffLimit 2)"),
+      std::string::npos)
+      << r.output;
 }
 
 TEST_F(LocalRunnerTest, DeadlineStopsAHangingGang) {

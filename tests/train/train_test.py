@@ -450,7 +450,7 @@ def preempted_worker_resumes_under_kubetune_run():
     assert stopped, out[-4000:]
     step = int(stopped.group(1))
     # Both workers stop with 3 after the same step; whichever exits first is the one reported.
-    assert re.search(r"worker [01] exited with code 3; restarting the gang \(restart 1 of 1\)", out), \
+    assert re.search(r"worker [01] exited with code 3; restarting all workers \(restart 1 of 1\)", out), \
         "\n".join(l for l in out.splitlines() if "step=" not in l)[-4000:]
     assert f"step-{step:08d} at step={step}/1500" in out, out[-4000:]  # the restart resumed there
     diff = h.max_abs_diff(h.weights(w / "straight"), h.weights(w / "preempted"))
@@ -510,8 +510,8 @@ def stalled_gang_is_restarted_by_kubetune_run():
         if runner.poll() is None:
             runner.kill()
     assert runner.returncode == 0, out[-4000:]
-    assert re.search(r"stalled: rank 0 has not finished a step for 3 s \(runPolicy.stallTimeoutSeconds; "
-                     r"last seen: step \d+\); restarting the gang \(restart 1 of 1\)", out), out[-4000:]
+    assert re.search(r"Stalled: rank 0 has not finished a step for 3 s \(runPolicy.stallTimeoutSeconds; "
+                     r"last seen: step \d+\); restarting all workers \(restart 1 of 1\)", out), out[-4000:]
     assert "stalled succeeded" in out, out[-4000:]
 
 

@@ -1,5 +1,5 @@
-// The torchrun environment contract: every process learns its place in the job from these
-// variables, whether it was started by our launcher, by torchrun or by the operator's pods.
+// The torchrun environment: every process learns its place in the job from these variables
+// (named in common/launch_contract.h), whether it was started by our launcher or by torchrun.
 #pragma once
 
 #include <string>
@@ -11,7 +11,7 @@ struct DistEnv {
   int local_rank = 0, local_world_size = 1;  // LOCAL_RANK, LOCAL_WORLD_SIZE
   int node_rank = 0, nnodes = 1;             // NODE_RANK (or GROUP_RANK), NNODES
   std::string master_addr = "127.0.0.1";     // MASTER_ADDR
-  int master_port = 29500;                   // MASTER_PORT
+  int master_port = 29500;                   // MASTER_PORT (kRendezvousPort)
 
   static DistEnv from_environment();  // throws naming the variable when one is malformed
   bool distributed() const { return world_size > 1; }

@@ -79,21 +79,11 @@ int exit_code_for(int status) {
   return 1;
 }
 
-Child spawn(int rank, int local_rank, const LaunchOptions& o, int world, int local_world,
+Child spawn(int rank, int local_rank, const LaunchOptions& o, int local_world,
             const std::vector<std::string>& args) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
-  std::map<std::string, std::string> env = {
-      {"RANK", std::to_string(rank)},
-      {"LOCAL_RANK", std::to_string(local_rank)},
-      {"WORLD_SIZE", std::to_string(world)},
-      {"LOCAL_WORLD_SIZE", std::to_string(local_world)},
-      {"NODE_RANK", std::to_string(o.node_rank)},
-      {"GROUP_RANK", std::to_string(o.node_rank)},
-      {"NNODES", std::to_string(o.nnodes)},
-      {"MASTER_ADDR", o.master_addr},
-      {"MASTER_PORT", std::to_string(o.master_port)},
-  };
+  std::map<std::string, std::string> env = o.node.process_environment(local_rank, local_world);
   // CPU workers share the cores instead of each starting one thread per core.
   if (!getenv("OMP_NUM_THREADS") && !torch::cuda::is_available())
     env["OMP_NUM_THREADS"] =
@@ -150,10 +140,10 @@ void reap(std::map<pid_t, int>& finished) {
 }  // namespace
 
 int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
-  int local_world = o.nproc_per_node;
+  int local_world = o.node.nproc_per_node;
   if (local_world <= 0)
     local_world = std::max<int>(1, static_cast<int>(torch::cuda::device_count()));
-  const int world = local_world * o.nnodes;
+  const int world = local_world * o.node.nnodes;
   struct sigaction sa {};
   sa.sa_handler = remember_signal;
   sigaction(SIGTERM, &sa, nullptr);
@@ -161,9 +151,9 @@ int launch(const LaunchOptions& o, const std::vector<std::string>& child_args) {
 
   std::vector<Child> children;
   for (int i = 0; i < local_world; ++i)
-    children.push_back(spawn(o.node_rank * local_world + i, i, o, world, local_world, child_args));
+    children.push_back(spawn(o.node.node_rank * local_world + i, i, o, local_world, child_args));
   log::info() << "started " << local_world << " process(es), world size " << world << ", master "
-              << o.master_addr << ":" << o.master_port;
+              << o.node.master_addr << ":" << o.node.master_port;
 
   std::map<pid_t, int> finished;
   int result = 0;
@@ -216,26 +206,29 @@ int launch_main(const std::vector<std::string>& args) {
                                              : std::vector<std::string>(split + 1, args.end());
 
   LaunchOptions o;
-  std::string nproc = "auto";
+  o.node = LaunchContract::from_environment();  // the pod's (or kubetune run's) environment
+  std::string nproc = o.node.nproc_per_node > 0 ? std::to_string(o.node.nproc_per_node) : "auto";
   CLI::App app{
       "kubetune-trainer launch: start one process per GPU (or one CPU worker) of this "
       "node, torchrun-compatible; stops every rank when one fails",
       "kubetune-trainer launch"};
   app.footer(
       "usage: kubetune-trainer launch --nproc-per-node N|auto [--nnodes M --node-rank R "
-      "--master-addr A --master-port P] -- train --config FILE");
+      "--master-addr A --master-port P] -- train --config FILE\n"
+      "Without a flag its value comes from the environment (NPROC_PER_NODE, NNODES, NODE_RANK, "
+      "MASTER_ADDR, MASTER_PORT), as the operator's pods and kubetune run set it.");
   app.add_option("--nproc-per-node,--nproc_per_node", nproc,
                  "processes on this node: a number, or auto (one per visible GPU, else 1)")
       ->capture_default_str();
-  app.add_option("--nnodes", o.nnodes, "nodes (pods) in the job")
+  app.add_option("--nnodes", o.node.nnodes, "nodes (pods) in the job")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
-  app.add_option("--node-rank,--node_rank", o.node_rank, "this node's rank, 0..nnodes-1")
+  app.add_option("--node-rank,--node_rank", o.node.node_rank, "this node's rank, 0..nnodes-1")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--master-addr,--master_addr", o.master_addr, "rank 0's node")
+  app.add_option("--master-addr,--master_addr", o.node.master_addr, "rank 0's node")
       ->capture_default_str();
-  app.add_option("--master-port,--master_port", o.master_port, "rendezvous port on it")
+  app.add_option("--master-port,--master_port", o.node.master_port, "rendezvous port on it")
       ->capture_default_str()
       ->check(CLI::Range(1, 65535));
   std::reverse(own.begin(), own.end());  // CLI11 parses a reversed vector
@@ -247,18 +240,19 @@ int launch_main(const std::vector<std::string>& args) {
     throw std::runtime_error("launch: invalid arguments (see launch --help)");
   }
   if (nproc == "auto") {
-    o.nproc_per_node = 0;
+    o.node.nproc_per_node = 0;
   } else {
     try {
-      o.nproc_per_node = std::stoi(nproc);
+      o.node.nproc_per_node = std::stoi(nproc);
     } catch (const std::exception&) {
       throw std::runtime_error("launch: --nproc-per-node expects a number or auto, got '" + nproc +
                                "'");
     }
-    if (o.nproc_per_node < 1) throw std::runtime_error("launch: --nproc-per-node must be >= 1");
+    if (o.node.nproc_per_node < 1)
+      throw std::runtime_error("launch: --nproc-per-node must be >= 1");
   }
   if (child.empty()) throw std::runtime_error("launch: nothing to run; put the command after '--'");
-  if (o.node_rank >= o.nnodes)
+  if (o.node.node_rank >= o.node.nnodes)
     throw std::runtime_error("launch: --node-rank must be in [0, --nnodes)");
   return launch(o, child);
 }

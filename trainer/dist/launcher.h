@@ -8,17 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "common/launch_contract.h"
+
 namespace kubetune::dist {
 
 struct LaunchOptions {
-  int nproc_per_node = 0;  // 0 = auto: one per visible GPU, else 1
-  int nnodes = 1, node_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
+  LaunchContract node;        // nproc_per_node 0 = auto: one per visible GPU, else 1
   double grace_seconds = 10;  // between SIGTERM and SIGKILL when stopping the others
 };
 
-// argv after "launch"; returns the launcher's exit status.
+// argv after "launch" (flags override the launch contract's environment); returns the launcher's
+// exit status.
 int launch_main(const std::vector<std::string>& args);
 
 int launch(const LaunchOptions& options, const std::vector<std::string>& child_args);
