@@ -83,10 +83,12 @@ std::optional<ReconcileResult> JobReconciler::admit(Pass& p) {
   api::Queue& q = p.status.queue;
   q.local_queue = *queue;
   if (!workloads_) {
-    return queue_unavailable(p, "the job names LocalQueue " + *queue + " (label " +
-                                    kueue::kLabelQueueName + ") but this cluster serves no " +
-                                    kueue::kApiVersion +
-                                    " Workloads: install Kueue, or remove the label");
+    return queue_unavailable(
+        p, "the job names LocalQueue " + *queue + " (label " + kueue::kLabelQueueName +
+               ") but the operator found no " + kueue::kApiVersion +
+               " Workloads it may list when it started (Kueue not installed, or the operator's "
+               "RBAC lacks them; its log says which): install Kueue and restart the operator, or "
+               "remove the label");
   }
   const std::optional<json> wl = current_workload(p);
   if (!wl) return create_workload(p, *queue);

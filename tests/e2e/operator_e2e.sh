@@ -44,26 +44,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-ok() {
-  passed=$((passed + 1))
-  echo "  ok: $*"
-}
-# eventually SECONDS COMMAND...: retries COMMAND every 0.5 s.
-eventually() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.5
-  done
-}
-jp() { kubectl get -n "$ns" "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
-phase_is() { [[ "$(jp ftj "$1" '{.status.phase}')" == "$2" ]]; }
+# shellcheck source=e2e_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
 # Worker pods (the preflight pod, which stays after it ended, is not one).
 pod_count() { kubectl get pods -n "$ns" -l "kubetune.io/job-name=$1,kubetune.io/role!=preflight" -o name | wc -l; }
 pods_are() { [[ "$(pod_count "$1")" -eq "$2" ]]; }
@@ -75,7 +57,6 @@ gang_has() {  # gang_has JOB ATTEMPT N: N pods of that attempt
   [[ "$(kubectl get pods -n "$ns" -l "kubetune.io/job-name=$1,kubetune.io/attempt=$2" -o name | wc -l)" -eq "$3" ]]
 }
 owner_uid_is() { [[ "$(jp pod "$1" '{.metadata.ownerReferences[0].uid}')" == "$2" ]]; }
-has_event() { kubectl get events -n "$ns" --field-selector "involvedObject.name=$1,reason=$2" -o name | grep -q .; }
 leftovers() {
   kubectl get pods,configmaps,services -n "$ns" -l app.kubernetes.io/managed-by=kubetune-operator -o name
 }

@@ -55,28 +55,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-ok() {
-  passed=$((passed + 1))
-  echo "  ok: $*"
-}
-eventually() {  # eventually SECONDS COMMAND...: retries COMMAND every 0.5 s
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.5
-  done
-}
-jp() { kubectl get -n "$ns" "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
-phase_is() { [[ "$(jp ftj "$1" '{.status.phase}')" == "$2" ]]; }
+# shellcheck source=e2e_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
 condition() { jp ftj "$1" "{.status.conditions[?(@.type==\"$2\")].$3}"; }
 condition_reason_is() { [[ "$(condition "$1" "$2" reason)" == "$3" ]]; }
-has_event() { kubectl get events -n "$ns" --field-selector "involvedObject.name=$1,reason=$2" -o name | grep -q .; }
 workers() { kubectl get pods -n "$ns" -l "kubetune.io/job-name=$1,kubetune.io/role=worker" -o name; }
 worker_count() { workers "$1" | wc -l; }
 workers_are() { [[ "$(worker_count "$1")" -eq "$2" ]]; }

@@ -277,7 +277,7 @@ TEST_F(OperatorTest, QueueLabelWithoutKueueIsNamed) {
   ASSERT_TRUE(wait_phase("nokueue", "Queued"));
   EXPECT_EQ(condition("nokueue", "Admitted")["reason"], "QueueUnavailable");
   const std::string message = condition("nokueue", "Admitted")["message"];
-  EXPECT_NE(message.find("serves no kueue.x-k8s.io/v1beta2 Workloads"), std::string::npos)
+  EXPECT_NE(message.find("found no kueue.x-k8s.io/v1beta2 Workloads it may list"), std::string::npos)
       << message;
   EXPECT_TRUE(pods("nokueue").empty());
 }
