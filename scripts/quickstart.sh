@@ -17,13 +17,13 @@ rm -rf "$RUN"
   --out $RUN/base-model --seed 0
 
 echo; echo "== before training (held-out examples)"
-"$BIN/kubetune-trainer" eval --model $RUN/base-model --data $EX/validation.jsonl
+"$BIN/kubetune-trainer" eval --model $RUN/base-model --data $EX/validation.jsonl --show 5
 
 echo; echo "== training: the FineTuneJob of $EX/job.yaml as local processes (2 CPU workers)"
 sed "s|@ROOT@|$ROOT|g" $EX/job.yaml >$RUN/job.yaml
 KUBETUNE_TRAINER="$BIN/kubetune-trainer" "$BIN/kubetune" run $RUN/job.yaml
 
 echo; echo "== after training (held-out examples)"
-"$BIN/kubetune-trainer" eval --model $RUN/output --data $EX/validation.jsonl
+"$BIN/kubetune-trainer" eval --model $RUN/output --data $EX/validation.jsonl --show 5
 echo
 echo "model: $RUN/output   metrics history: $RUN/output/metrics_history.jsonl   chart: $RUN/output/training_curves.svg"

@@ -66,7 +66,8 @@ int preflight_command(const std::string& config_path, const train::PreflightOpti
 }
 
 int eval_command(const std::string& model_dir, const std::string& adapter_dir,
-                 const std::string& data_path, int batch_size, int max_length, bool as_json) {
+                 const std::string& data_path, int batch_size, int max_length, bool as_json,
+                 int show) {
   const auto device = train::pick_device(0);
   const auto dtype = train::compute_dtype(api::ModelDtype::kAuto, device);
   auto text = train::load_text_tools(model_dir);
@@ -95,6 +96,18 @@ int eval_command(const std::string& model_dir, const std::string& adapter_dir,
                      .dump()
               << std::endl;
   } else {
+    // A few of them as a person reads them: the prompt, the reference, the model's answer (each
+    // on one line, quoted as JSON strings so that newlines and spaces show).
+    auto quoted = [&](const std::vector<int32_t>& ids) {
+      return nlohmann::json(text.tokenizer.decode(ids, true)).dump();
+    };
+    for (size_t i = 0; i < examples.size() && i < static_cast<size_t>(std::max(0, show)); ++i) {
+      const std::string want = quoted(train::reference_answer(examples[i]));
+      const std::string got = quoted(train::greedy_answer(*model, examples[i], device, dtype));
+      std::cout << "line " << examples[i].source_line << ": "
+                << quoted(train::prompt_of(examples[i])) << " -> " << got
+                << (got == want ? " (right)" : " (expected " + want + ")") << "\n";
+    }
     std::cout << "records " << examples.size() << " | target tokens " << result.n_targets
               << " | mean loss " << result.mean_loss << " | token accuracy " << result.accuracy
               << std::endl;
@@ -209,6 +222,11 @@ int dispatch(int argc, char** argv) {
   eval->add_option("--batch-size", batch_size, "records per forward pass");
   eval->add_option("--max-length", max_length, "truncate records to this many tokens");
   eval->add_flag("--json", json, "print one JSON object");
+  int show = 0;
+  eval->add_option("--show", show,
+                   "also print the first N records: prompt, expected answer, the model's greedy "
+                   "answer")
+      ->check(CLI::Range(0, 1000));
 
   std::string tokenizer_dir;
   bool chat = false;
@@ -237,7 +255,9 @@ int dispatch(int argc, char** argv) {
     if (gpu_memory_gib > 0) preflight_options.gpu_memory_gib = gpu_memory_gib;
     return preflight_command(config, preflight_options, termination_log);
   }
-  if (*eval) return eval_command(model_dir, adapter_dir, data_path, batch_size, max_length, json);
+  if (*eval) {
+    return eval_command(model_dir, adapter_dir, data_path, batch_size, max_length, json, show);
+  }
   if (*tokenize) return tokenize_command(tokenizer_dir, chat, json);
   if (*init) return init_model_command(model_config, tokenizer_dir, out_dir, seed);
   return 1;

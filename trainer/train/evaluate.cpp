@@ -72,4 +72,41 @@ EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>
   return result;
 }
 
+std::vector<int32_t> prompt_of(const data::Example& example) {
+  size_t first = 1;  // labels[0] is never a target
+  while (first < example.labels.size() && example.labels[first] == -100) ++first;
+  return {example.input_ids.begin(), example.input_ids.begin() + first};
+}
+
+std::vector<int32_t> reference_answer(const data::Example& example) {
+  std::vector<int32_t> out;
+  for (size_t t = 1; t < example.labels.size(); ++t) {
+    if (example.labels[t] != -100) out.push_back(example.labels[t]);
+  }
+  return out;
+}
+
+std::vector<int32_t> greedy_answer(model::CausalLMImpl& model, const data::Example& example,
+                                   const torch::Device& device, torch::Dtype dtype) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  std::vector<int64_t> ids(example.input_ids.begin(), example.input_ids.end());
+  ids.resize(prompt_of(example).size());
+  std::vector<int32_t> answer;
+  const int64_t wanted = data::count_targets(example);
+  for (int64_t i = 0; i < wanted; ++i) {
+    const auto n = static_cast<int64_t>(ids.size());
+    auto input = torch::tensor(ids, torch::kInt64).view({1, n}).to(device);
+    auto positions = torch::arange(n, torch::kInt64).view({1, n}).to(device);
+    AutocastScope autocast(device, dtype);
+    auto hidden = model.hidden_states(input, positions);
+    const int64_t next = model.logits(hidden[0][n - 1].unsqueeze(0)).argmax(-1).item<int64_t>();
+    answer.push_back(static_cast<int32_t>(next));
+    ids.push_back(next);
+  }
+  if (was_training) model.train();
+  return answer;
+}
+
 }  // namespace kubetune::train

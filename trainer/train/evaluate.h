@@ -30,4 +30,16 @@ EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>
                     int micro_batch, int32_t pad_id, const torch::Device& device,
                     torch::Dtype dtype, dist::Communicator* comm);
 
+// The model's own answer to an example, for people to read: greedy decoding from the example's
+// prompt (its tokens before the first target), as many tokens as the example has targets (no
+// cache: for showing a few held-out examples, not for serving).
+std::vector<int32_t> greedy_answer(model::CausalLMImpl& model, const data::Example& example,
+                                   const torch::Device& device, torch::Dtype dtype);
+
+// The example's reference answer: its target tokens.
+std::vector<int32_t> reference_answer(const data::Example& example);
+
+// The example's prompt: its tokens before the first target.
+std::vector<int32_t> prompt_of(const data::Example& example);
+
 }  // namespace kubetune::train
