@@ -118,6 +118,7 @@ std::optional<ReconcileResult> JobReconciler::admit(Pass& p) {
     write_status(p);
     return ReconcileResult{};  // the Workload's next change wakes us
   }
+  p.workload = *wl;
   q.cluster_queue = a.cluster_queue;
   q.flavors = join_flavors(a.flavors);
   q.message.reset();
@@ -236,6 +237,37 @@ void JobReconciler::sync_workload(Pass& p) {
     kueue::unset_quota_reservation(released, *a.evicted_reason, a.evicted_message,
                                    format_time(p.now));
     client_.update_status(item, released);
+  }
+}
+
+void JobReconciler::sync_pods_ready(Pass& p, const GangState& g) {
+  if (!p.workload) return;
+  json wl = *p.workload;
+  const json conditions = wl.value("status", json::object()).value("conditions", json::array());
+  const json* before = nullptr;
+  for (const auto& c : conditions) {
+    if (c.value("type", "") == "PodsReady") before = &c;
+  }
+  // jobframework's generatePodsReadyCondition: Started (Recovered after a recovery) once ready;
+  // WaitForRecovery after having been ready; WaitForStart before.
+  const std::string was = before ? before->value("reason", "") : "";
+  const bool ready = g.running + g.succeeded == g.replicas;
+  bool status = ready;
+  std::string reason = "WaitForStart", message = "Not all pods are ready or succeeded";
+  if (ready) {
+    reason = was == "WaitForRecovery" || was == "Recovered" ? "Recovered" : "Started";
+    message = "All pods reached readiness and the workload is running";
+  } else if ((before && before->value("status", "") == "True") || was == "WaitForRecovery") {
+    reason = "WaitForRecovery";
+    message = "At least one pod has failed, waiting for recovery";
+  }
+  if (before && before->value("status", "") == (status ? "True" : "False") && was == reason) return;
+  kueue::set_workload_condition(wl, "PodsReady", status, reason, message, format_time(p.now));
+  try {
+    p.workload = client_.update_status(
+        kube::resources::kWorkloads.item(p.ns, wl["metadata"].value("name", "")), wl);
+  } catch (const kube::ApiError& e) {
+    if (!e.conflict()) throw;  // Kueue wrote in between: the next pass writes it again
   }
 }
 

@@ -194,6 +194,7 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
       }
     }
   }
+  sync_pods_ready(p, g);
   write_status(p);
   return result;
 }

@@ -89,6 +89,9 @@ class JobReconciler {
   void mark_queued(Pass& p, Reason reason, const std::string& message);
   // Keeps the Workload in step with a suspended or finished job (spec.active, Finished).
   void sync_workload(Pass& p);
+  // The admitted Workload's PodsReady condition, as Kueue's jobframework writes it (what Kueue's
+  // waitForPodsReady acts on): True once every worker runs.
+  void sync_pods_ready(Pass& p, const GangState& g);
   ReconcileResult handle_failure(Pass& p, const WorkerFailure& f);
   ReconcileResult fail(Pass& p, Reason reason, const std::string& message);
   ReconcileResult succeed(Pass& p);

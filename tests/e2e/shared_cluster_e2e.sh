@@ -214,6 +214,9 @@ selector=$(jp pod q-first-worker-0 '{.spec.nodeSelector}')
 [[ "$selector" == *NVIDIA-H100-80GB-HBM3* ]] || fail "no flavor node label on the pod: $selector"
 ok "q-first: Workload $(workload_of q-first) admitted ($(jp ftj q-first '{.status.queue.flavors}')); pods carry the flavor's node label and toleration, bound by the scheduler"
 eventually 30 phase_is q-first Running || fail "q-first not Running"
+pods_ready() { [[ "$(workload_condition q-first PodsReady status)" == True ]]; }
+eventually 30 pods_ready || fail "q-first's Workload has no PodsReady=True: $(kubectl get workload -n "$ns" "$(workload_of q-first)" -o jsonpath='{.status.conditions}')"
+ok "q-first Running; its Workload says PodsReady=True ($(workload_condition q-first PodsReady reason)), what Kueue's waitForPodsReady waits for"
 
 real_trainer="{\"spec\":{\"model\":{\"path\":\"$work/model\"},\"data\":{\"train\":\"$root/examples/default/train.jsonl\"},\"output\":{\"dir\":\"$work/q-second-out\"},\"training\":{\"epochs\":1000,\"microBatchSize\":1,\"globalBatchSize\":1},\"checkpoint\":{\"everySteps\":0},\"workers\":{\"annotations\":{\"kubetune.io/e2e-run-trainer\":\"true\"}},\"volumes\":[{\"name\":\"work\",\"mountPath\":\"$work\",\"hostPath\":{\"path\":\"$work\"}},{\"name\":\"examples\",\"mountPath\":\"$root/examples\",\"hostPath\":{\"path\":\"$root/examples\"}}]}}"
 queued q-second e2e-low 1 "$real_trainer"

@@ -199,8 +199,15 @@ TEST_F(KueueTest, QueuedUntilAdmittedThenPlacedByTheFlavor) {
   EXPECT_EQ(condition("q", "Admitted")["reason"], "Admitted");
   EXPECT_EQ(job("q")["status"]["queue"]["clusterQueue"], "gpus");
 
+  // Before every worker runs, and once they do: the PodsReady condition Kueue's waitForPodsReady
+  // reads, as its own job integrations write it.
+  ASSERT_TRUE(
+      eventually([&] { return workload_condition("PodsReady")["reason"] == "WaitForStart"; }));
+  EXPECT_EQ(workload_condition("PodsReady")["status"], "False");
   run_all("q", 2);
   ASSERT_TRUE(wait_phase("q", "Running"));
+  ASSERT_TRUE(eventually([&] { return workload_condition("PodsReady")["reason"] == "Started"; }));
+  EXPECT_EQ(workload_condition("PodsReady")["status"], "True");
   exit_pod("q-worker-0", 0);
   exit_pod("q-worker-1", 0);
   ASSERT_TRUE(wait_phase("q", "Succeeded"));
@@ -277,7 +284,8 @@ TEST_F(OperatorTest, QueueLabelWithoutKueueIsNamed) {
   ASSERT_TRUE(wait_phase("nokueue", "Queued"));
   EXPECT_EQ(condition("nokueue", "Admitted")["reason"], "QueueUnavailable");
   const std::string message = condition("nokueue", "Admitted")["message"];
-  EXPECT_NE(message.find("found no kueue.x-k8s.io/v1beta2 Workloads it may list"), std::string::npos)
+  EXPECT_NE(message.find("found no kueue.x-k8s.io/v1beta2 Workloads it may list"),
+            std::string::npos)
       << message;
   EXPECT_TRUE(pods("nokueue").empty());
 }
