@@ -18,17 +18,8 @@ std::optional<std::string> label(const json& object, const char* key) {
   return value;
 }
 
-const json* condition(const json& workload, const std::string& type) {
-  const auto status = workload.find("status");
-  if (status == workload.end() || !status->contains("conditions")) return nullptr;
-  for (const auto& c : (*status)["conditions"]) {
-    if (c.value("type", "") == type) return &c;
-  }
-  return nullptr;
-}
-
 bool is_true(const json& workload, const std::string& type) {
-  const json* c = condition(workload, type);
+  const json* c = workload_condition(workload, type);
   return c && c->value("status", "") == "True";
 }
 
@@ -45,6 +36,15 @@ void requests_from_limits(json& container) {
 }
 
 }  // namespace
+
+const json* workload_condition(const json& workload, const std::string& type) {
+  const auto status = workload.find("status");
+  if (status == workload.end() || !status->contains("conditions")) return nullptr;
+  for (const auto& c : (*status)["conditions"]) {
+    if (c.value("type", "") == type) return &c;
+  }
+  return nullptr;
+}
 
 std::optional<std::string> queue_name(const json& job_object) {
   return label(job_object, kLabelQueueName);
@@ -97,7 +97,8 @@ Admission read_admission(const json& workload) {
   Admission a;
   const json status = workload.value("status", json::object());
   const json admission = status.value("admission", json());
-  a.admitted = admission.is_object() && is_true(workload, "Admitted");
+  a.reserved = admission.is_object();
+  a.admitted = a.reserved && is_true(workload, "Admitted");
   if (admission.is_object()) {
     a.cluster_queue = admission.value("clusterQueue", "");
     const json assignments = admission.value("podSetAssignments", json::array());
@@ -108,14 +109,17 @@ Admission read_admission(const json& workload) {
       }
     }
   }
-  if (const json* c = condition(workload, "Evicted"); c && c->value("status", "") == "True") {
+  if (const json* c = workload_condition(workload, "Evicted");
+      c && c->value("status", "") == "True") {
     a.evicted_reason = c->value("reason", "");
     a.evicted_message = c->value("message", "");
   }
-  if (const json* c = condition(workload, "Finished"); c && c->value("status", "") == "True") {
+  if (const json* c = workload_condition(workload, "Finished");
+      c && c->value("status", "") == "True") {
     a.finished = c->value("reason", "");
   }
-  if (const json* c = condition(workload, "QuotaReserved"); c && c->value("status", "") != "True") {
+  if (const json* c = workload_condition(workload, "QuotaReserved");
+      c && c->value("status", "") != "True") {
     a.pending_message = c->value("message", "");
   }
   return a;

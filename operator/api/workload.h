@@ -45,7 +45,8 @@ nlohmann::json workload(const FineTuneJob& job, const std::string& queue,
 
 // What an admission says, read from a Workload's status.
 struct Admission {
-  bool admitted = false;  // status.admission set and condition Admitted=True
+  bool reserved = false;  // status.admission set: Kueue holds quota for it
+  bool admitted = false;  // reserved and condition Admitted=True
   std::string cluster_queue;
   std::map<std::string, std::string> flavors;  // resource -> ResourceFlavor
   std::optional<std::string> evicted_reason;   // Evicted=True: its reason (Preempted, ...)
@@ -54,6 +55,9 @@ struct Admission {
   std::string pending_message;          // QuotaReserved=False's message: why it waits
 };
 Admission read_admission(const nlohmann::json& workload);
+
+// The Workload's status condition of that type, or null (a pointer into `workload`).
+const nlohmann::json* workload_condition(const nlohmann::json& workload, const std::string& type);
 
 // Adds a ResourceFlavor's spec.nodeLabels (node selector) and spec.tolerations to a pod.
 void apply_flavor(nlohmann::json& pod, const nlohmann::json& resource_flavor);

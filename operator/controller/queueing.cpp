@@ -99,8 +99,7 @@ std::optional<ReconcileResult> JobReconciler::admit(Pass& p) {
     client_.update(kube::resources::kWorkloads.item(p.ns, *q.workload), updated);
   }
   const kueue::Admission a = kueue::read_admission(*wl);
-  const bool reserved = wl->value("status", json::object()).contains("admission");
-  if (a.evicted_reason && reserved) return stop_evicted(p, *wl, a);
+  if (a.evicted_reason && a.reserved) return stop_evicted(p, *wl, a);
   if (!a.admitted) {
     // After an eviction Kueue leaves Evicted=True until it admits the Workload again: the reason
     // stays in the condition while the job waits.
@@ -193,15 +192,18 @@ ReconcileResult JobReconciler::stop_evicted(Pass& p, const json& wl, const kueue
     return {kStopping};
   }
   // The gang is gone: give the quota back so that Kueue can queue the Workload again.
+  release_quota(p, wl, a);
+  write_status(p);
+  return {};
+}
+
+void JobReconciler::release_quota(Pass& p, const json& wl, const kueue::Admission& a) {
   json released = wl;
   kueue::unset_quota_reservation(released, *a.evicted_reason, a.evicted_message,
                                  format_time(p.now));
-  client_.update_status(kube::resources::kWorkloads.item(p.ns, wl["metadata"].value("name", "")),
-                        released);
-  spdlog::info("{}: released the quota of evicted Workload {}", p.key,
-               wl["metadata"].value("name", ""));
-  write_status(p);
-  return {};
+  const std::string name = wl["metadata"].value("name", "");
+  client_.update_status(kube::resources::kWorkloads.item(p.ns, name), released);
+  spdlog::info("{}: released the quota of evicted Workload {}", p.key, name);
 }
 
 void JobReconciler::sync_workload(Pass& p) {
@@ -231,23 +233,13 @@ void JobReconciler::sync_workload(Pass& p) {
     return;
   }
   // Suspended: the pods are gone (suspend() deleted them); give the quota back once evicted.
-  const bool reserved = wl->value("status", json::object()).contains("admission");
-  if (!active && a.evicted_reason && reserved && gang_pods(p).empty()) {
-    json released = *wl;
-    kueue::unset_quota_reservation(released, *a.evicted_reason, a.evicted_message,
-                                   format_time(p.now));
-    client_.update_status(item, released);
-  }
+  if (!active && a.evicted_reason && a.reserved && gang_pods(p).empty()) release_quota(p, *wl, a);
 }
 
 void JobReconciler::sync_pods_ready(Pass& p, const GangState& g) {
   if (!p.workload) return;
   json wl = *p.workload;
-  const json conditions = wl.value("status", json::object()).value("conditions", json::array());
-  const json* before = nullptr;
-  for (const auto& c : conditions) {
-    if (c.value("type", "") == "PodsReady") before = &c;
-  }
+  const json* before = kueue::workload_condition(*p.workload, "PodsReady");
   // jobframework's generatePodsReadyCondition: Started (Recovered after a recovery) once ready;
   // WaitForRecovery after having been ready; WaitForStart before.
   const std::string was = before ? before->value("reason", "") : "";

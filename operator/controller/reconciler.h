@@ -85,6 +85,8 @@ class JobReconciler {
   ReconcileResult create_workload(Pass& p, const std::string& queue);
   ReconcileResult stop_evicted(Pass& p, const nlohmann::json& workload,
                                const kueue::Admission& admission);
+  // After an eviction, once the gang is gone: the Workload's quota reservation given back.
+  void release_quota(Pass& p, const nlohmann::json& workload, const kueue::Admission& admission);
   ReconcileResult queue_unavailable(Pass& p, const std::string& message);
   void mark_queued(Pass& p, Reason reason, const std::string& message);
   // Keeps the Workload in step with a suspended or finished job (spec.active, Finished).
