@@ -165,6 +165,7 @@ struct Checker {
         return;
       }
       if (v.is_string()) check_string(s, v, path);
+      if (v.is_number()) check_number(s, v, path);
       check_cel(s, v, old, path);
       return;
     }

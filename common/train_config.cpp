@@ -56,7 +56,24 @@ nlohmann::json validate_train_config(nlohmann::json config) {
 }
 
 TrainConfig parse_train_config(const nlohmann::json& validated) {
-  return validated.get<TrainConfig>();
+  TrainConfig c = validated.get<TrainConfig>();
+  if (micro_batch_is_auto(c) && c.training.global_batch_size == 0)
+    throw ConfigError(
+        {"training.microBatchSize: auto chooses how training.globalBatchSize splits "
+         "into micro-batches; set training.globalBatchSize"});
+  return c;
+}
+
+bool micro_batch_is_auto(const TrainConfig& c) { return c.training.micro_batch_size.is_string(); }
+
+int64_t micro_batch_size(const TrainConfig& c) {
+  if (!c.training.micro_batch_size.is_number_integer())
+    throw std::logic_error("training.microBatchSize is still auto: resolve it first");
+  return c.training.micro_batch_size.get<int64_t>();
+}
+
+void set_micro_batch_size(TrainConfig& c, int64_t examples) {
+  c.training.micro_batch_size = examples;
 }
 
 std::vector<std::string> lora_target_modules(const api::Lora& lora) {

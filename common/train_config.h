@@ -6,6 +6,7 @@
 // trainer, the operator and the API server never disagree about a field.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -57,6 +58,14 @@ inline bool trains_adapters(const TrainConfig& c) {
 inline bool recomputes_layers(const TrainConfig& c) {
   return c.model.gradient_checkpointing || c.model.offload_checkpoints;
 }
+
+// training.microBatchSize is a number of examples, or "auto" until the trainer chooses one from
+// the GPU's memory (trainer/train/micro_batch.h); auto needs training.globalBatchSize, which
+// parse_train_config checks.
+bool micro_batch_is_auto(const TrainConfig& c);
+// The number; throws std::logic_error while it is still "auto" (a bug: resolve it first).
+int64_t micro_batch_size(const TrainConfig& c);
+void set_micro_batch_size(TrainConfig& c, int64_t examples);
 
 // method.lora.targetModules with "all-linear" spelled out as the seven projections.
 std::vector<std::string> lora_target_modules(const api::Lora& lora);

@@ -35,6 +35,9 @@ inline constexpr std::string_view kEpoch = "kubetune_epoch";
 inline constexpr std::string_view kEtaSeconds = "kubetune_eta_seconds";
 inline constexpr std::string_view kCheckpointsTotal = "kubetune_checkpoints_total";
 inline constexpr std::string_view kCollectiveTimeoutsTotal = "kubetune_collective_timeouts_total";
+inline constexpr std::string_view kMicroBatchSize = "kubetune_micro_batch_size";
+inline constexpr std::string_view kOutOfMemoryRecoveriesTotal =
+    "kubetune_out_of_memory_recoveries_total";
 
 // Values of the `phase` label of kubetune_step_phase_seconds_total.
 inline constexpr std::array<std::string_view, 4> kStepPhases = {"data_wait", "forward_backward",
@@ -46,7 +49,7 @@ inline constexpr std::array<double, 13> kStepSecondsBuckets = {0.05, 0.1, 0.25, 
 
 inline constexpr std::string_view kRankLabels = "job,rank,local_rank";
 
-inline constexpr std::array<SeriesSpec, 21> kAll = {{
+inline constexpr std::array<SeriesSpec, 23> kAll = {{
     {kTrainLoss, MetricType::kGauge, "Training loss of the last optimizer step.",
      "job,rank,local_rank"},
     {kEvalLoss, MetricType::kGauge, "Loss of the last evaluation pass.", "job,rank,local_rank"},
@@ -88,6 +91,12 @@ inline constexpr std::array<SeriesSpec, 21> kAll = {{
      "job,rank,local_rank"},
     {kCollectiveTimeoutsTotal, MetricType::kCounter,
      "Collective operations (all-reduce, barrier) that timed out.", "job,rank,local_rank"},
+    {kMicroBatchSize, MetricType::kGauge,
+     "Examples per forward pass per process (training.microBatchSize, or what auto chose).",
+     "job,rank,local_rank"},
+    {kOutOfMemoryRecoveriesTotal, MetricType::kCounter,
+     "Steps that ran out of GPU memory and were re-run at a smaller micro-batch.",
+     "job,rank,local_rank"},
 }};
 
 }  // namespace kubetune::metrics::trainer_series

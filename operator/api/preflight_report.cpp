@@ -38,7 +38,14 @@ std::string preflight_summary(const json& report) {
                 number_at(report, "memory", "totalGiB"));
   std::string line = count(number_at(report, "steps", "total")) + " steps, " +
                      count(number_at(report["data"], "train", "records")) + " records, " +
-                     count(number_at(report["data"], "train", "tokens")) + " tokens, " + memory;
+                     count(number_at(report["data"], "train", "tokens")) + " tokens, ";
+  if (const double size = number_at(report, "microBatch", "size"); size > 0) {
+    const bool automatic = report["microBatch"].value("auto", false);
+    line += "micro-batch " + count(size) + " x " +
+            count(number_at(report, "microBatch", "accumulation")) + " accumulation" +
+            (automatic ? " (auto)" : "") + ", ";
+  }
+  line += memory;
   if (const double seconds = number_at(report, "time", "totalSeconds"); seconds > 0) {
     line += ", ~" + format_duration(seconds) + " on H100/H200";
   }

@@ -164,7 +164,45 @@ def resume_on_another_world_size_keeps_the_global_batch():
     assert diff <= 1e-5, diff
 
 
+def out_of_memory_step_is_rerun_smaller():
+    """A step that runs out of memory (an allocation failure injected into every forward of more
+    than 2 examples: KUBETUNE_TEST_OOM_ABOVE_EXAMPLES, the CPU twin of the GPU test
+    tests/gpu/out_of_memory_gpu.sh) is re-run at micro-batch 2 with the global batch of 8 kept, and
+    the run ends with the weights of one that used micro-batch 2 from the start. On 1 process
+    (the failure in the first of two micro-batches) and on 2, where only rank 1 runs out, in the
+    forward of its only micro-batch: rank 0 learns it from the vote and skips the update too."""
+    w, model, data = setup("oom", n_examples=32)
+    for world, only_rank in ((1, None), (2, 1)):
+        outs = {}
+        for name, micro in (("reference", 2), ("oom", 4)):
+            cfg = h.config(model, data, w / f"{name}{world}", microBatchSize=micro, globalBatchSize=8,
+                           maxSteps=3, learningRate=1e-2)
+            path = h.write_config(w / f"{name}{world}.json", cfg)
+            env = dict(os.environ)
+            if name == "oom":
+                env["KUBETUNE_TEST_OOM_ABOVE_EXAMPLES"] = "2"
+                if only_rank is not None:
+                    env["KUBETUNE_TEST_OOM_RANK"] = str(only_rank)
+            p = h.run(["train", "--config", path] if world == 1 else launch(world, path), env=env)
+            outs[name] = p.stdout + p.stderr
+        log = outs["oom"]
+        assert "step 1 ran out of GPU memory at micro-batch 4: running it again at micro-batch 2" in log, log[-3000:]
+        assert log.count("ran out of GPU memory at micro-batch") == 1, log[-3000:]
+        assert "ran out of GPU memory" not in outs["reference"]
+        diff = h.max_abs_diff(h.weights(w / f"reference{world}"), h.weights(w / f"oom{world}"))
+        moved = h.max_abs_diff(h.weights(model), h.weights(w / f"reference{world}"))
+        print(f"world {world}: max |w_oom - w_reference| = {diff:.3g} (weights moved by up to {moved:.3g})")
+        assert moved > 1e-3, moved
+        assert diff <= 1e-6, diff
+    # At micro-batch 1 there is nothing smaller: the run stops, naming what to change.
+    cfg = h.config(model, data, w / "tiny", microBatchSize=1, globalBatchSize=2, maxSteps=2)
+    p = h.run(["train", "--config", h.write_config(w / "tiny.json", cfg)], check=False,
+              env={**os.environ, "KUBETUNE_TEST_OOM_ABOVE_EXAMPLES": "0"})
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    assert "step 1 ran out of GPU memory at micro-batch 1" in p.stderr and "gradientCheckpointing" in p.stderr, p.stderr[-2000:]
+
+
 if __name__ == "__main__":
-    h.main({f.__name__: f for f in [same_weights_as_one_process, killed_rank_stops_the_job,
+    h.main({f.__name__: f for f in [same_weights_as_one_process, out_of_memory_step_is_rerun_smaller, killed_rank_stops_the_job,
                                      stalled_rank_times_out, sigterm_checkpoints_and_resume_matches,
                                      resume_on_another_world_size_keeps_the_global_batch]})

@@ -43,6 +43,7 @@ PrometheusObserver::PrometheusObserver(Options options)
   // Timeouts abort the run (the launcher stops every rank), so from inside the process this stays
   // at zero; it is exported so that alerts on increase() see a series that exists.
   counter(ts::kCollectiveTimeoutsTotal);
+  out_of_memory_recoveries_ = &counter(ts::kOutOfMemoryRecoveriesTotal);
   auto phase = [&](std::string_view name) {
     return &counter(ts::kStepPhaseSecondsTotal, {{"phase", std::string(name)}});
   };
@@ -68,6 +69,12 @@ prometheus::Gauge& PrometheusObserver::gauge(std::string_view name,
 prometheus::Counter& PrometheusObserver::counter(std::string_view name,
                                                  const prometheus::Labels& extra) {
   return metrics::counter_family(*registry_, ts::kAll, name).Add(with_extra(labels_, extra));
+}
+
+void PrometheusObserver::on_micro_batch(int64_t size, int64_t /*accumulation*/,
+                                        bool after_out_of_memory) {
+  gauge(ts::kMicroBatchSize).Set(static_cast<double>(size));
+  if (after_out_of_memory) out_of_memory_recoveries_->Increment();
 }
 
 void PrometheusObserver::on_step(const StepStats& s) {

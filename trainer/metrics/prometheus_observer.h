@@ -47,6 +47,7 @@ class PrometheusObserver : public TrainingObserver {
   void on_checkpoint(int64_t step, const std::string& path) override;
   // Publishes the final values, then sleeps linger_seconds so Prometheus scrapes them.
   void on_finish(const StepStats& last) override;
+  void on_micro_batch(int64_t size, int64_t accumulation, bool after_out_of_memory) override;
 
   int port() const { return endpoint_->port(); }
   const prometheus::Registry& registry() const { return *registry_; }
@@ -65,6 +66,7 @@ class PrometheusObserver : public TrainingObserver {
   prometheus::Counter* tokens_total_ = nullptr;
   prometheus::Counter* samples_total_ = nullptr;
   prometheus::Counter* checkpoints_total_ = nullptr;
+  prometheus::Counter* out_of_memory_recoveries_ = nullptr;
   prometheus::Counter* phase_data_ = nullptr;
   prometheus::Counter* phase_forward_backward_ = nullptr;
   prometheus::Counter* phase_allreduce_ = nullptr;

@@ -15,7 +15,7 @@ AdamW::AdamW(std::vector<AdamWParam> params, AdamWOptions options)
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, const torch::Tensor& skip) {
   torch::NoGradGuard no_grad;
   ++step_;
   const bool all_cuda_fp32 =
@@ -23,9 +23,10 @@ void AdamW::step(double lr) {
         return p.param.is_cuda() && p.param.scalar_type() == torch::kFloat32;
       });
   if (all_cuda_fp32) {
-    fused_step(lr);
+    fused_step(lr, skip);
     return;
   }
+  if (skip.defined() && skip.item<float>() > 0) return;
   const double bias_correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
   const double bias_correction2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
   const double step_size = lr / bias_correction1;
@@ -44,7 +45,7 @@ void AdamW::step(double lr) {
 
 // torch.optim.AdamW(fused=True)'s kernel: one launch per group of tensors instead of eight passes
 // over memory per parameter, which is most of the optimizer's time in full fine-tuning.
-void AdamW::fused_step(double lr) {
+void AdamW::fused_step(double lr, const torch::Tensor& skip) {
   if (!step_on_device_.defined())
     step_on_device_ = torch::zeros({}, params_.front().param.options().dtype(torch::kFloat32));
   step_on_device_.fill_(static_cast<double>(step_));
@@ -59,9 +60,12 @@ void AdamW::fused_step(double lr) {
       steps.push_back(step_on_device_);
     }
     if (params.empty()) continue;
-    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr,
-                      options_.beta1, options_.beta2, decay ? options_.weight_decay : 0.0,
-                      options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+    at::_fused_adamw_(
+        params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1,
+        options_.beta2, decay ? options_.weight_decay : 0.0, options_.eps, /*amsgrad=*/false,
+        /*maximize=*/false,
+        /*grad_scale=*/std::nullopt,
+        /*found_inf=*/skip.defined() ? std::optional<at::Tensor>(skip) : std::nullopt);
   }
 }
 

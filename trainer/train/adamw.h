@@ -33,7 +33,11 @@ struct AdamWParam {
 class AdamW {
  public:
   AdamW(std::vector<AdamWParam> params, AdamWOptions options);
-  void step(double lr);
+  // `skip`: a float scalar on the parameters' device; where it is 1 nothing changes (read on the
+  // device by the fused kernel, as GradScaler's found_inf, so the host need not wait for it). The
+  // step is counted either way: a caller that skipped takes it back with undo_steps.
+  void step(double lr, const torch::Tensor& skip = {});
+  void undo_steps(int64_t n) { step_ -= n; }
   int64_t step_count() const { return step_; }
   std::vector<AdamWParam>& params() { return params_; }
 
@@ -44,7 +48,7 @@ class AdamW {
   void load_state(const std::function<torch::Tensor(const std::string&)>& lookup);
 
  private:
-  void fused_step(double lr);
+  void fused_step(double lr, const torch::Tensor& skip);
 
   std::vector<AdamWParam> params_;
   AdamWOptions options_;

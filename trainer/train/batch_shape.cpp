@@ -4,13 +4,15 @@
 
 namespace kubetune::train {
 
+int64_t configured_global_batch(const TrainConfig& c, int world, int64_t resumed_global_batch) {
+  if (resumed_global_batch > 0) return resumed_global_batch;
+  if (c.training.global_batch_size > 0) return c.training.global_batch_size;
+  return micro_batch_size(c) * c.training.gradient_accumulation_steps * world;
+}
+
 BatchShape batch_shape(const TrainConfig& c, int world, int64_t resumed_global_batch) {
-  int64_t global = c.training.global_batch_size > 0
-                       ? c.training.global_batch_size
-                       : static_cast<int64_t>(c.training.micro_batch_size) *
-                             c.training.gradient_accumulation_steps * world;
-  if (resumed_global_batch > 0) global = resumed_global_batch;
-  const int64_t per_step = static_cast<int64_t>(c.training.micro_batch_size) * world;
+  const int64_t global = configured_global_batch(c, world, resumed_global_batch);
+  const int64_t per_step = micro_batch_size(c) * world;
   if (global % per_step != 0)
     throw ConfigError(
         {"training.globalBatchSize: " + std::to_string(global) +

@@ -15,6 +15,8 @@ struct BatchShape {
 // or, when resuming, from the checkpoint (a restart on another number of processes then changes
 // the accumulation steps, not the batch). Throws ConfigError naming training.globalBatchSize
 // when it does not split into micro-batches over `world` processes.
+// The global batch alone (needs a numeric training.microBatchSize only when globalBatchSize is 0).
+int64_t configured_global_batch(const TrainConfig& c, int world, int64_t resumed_global_batch);
 BatchShape batch_shape(const TrainConfig& c, int world, int64_t resumed_global_batch);
 
 // Optimizer steps of the whole run: training.maxSteps, else epochs x steps per epoch.

@@ -12,6 +12,7 @@
 #include "trainer/train/batch_shape.h"
 #include "trainer/train/device.h"
 #include "trainer/train/flops.h"
+#include "trainer/train/micro_batch.h"
 #include "trainer/train/model_setup.h"
 #include "trainer/train/train_loop.h"
 
@@ -157,7 +158,7 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   // Measured: with checkpointing the forward keeps no cast copies (22.4 GiB estimated with
   // them against 19.6 GiB measured for the 1B's full fine-tuning).
   e.autocast_copies = bf16 && !recomputes_layers(c) ? trainable * 2 : 0;
-  const double tokens = static_cast<double>(c.training.micro_batch_size) * c.data.max_length;
+  const double tokens = static_cast<double>(micro_batch_size(c)) * c.data.max_length;
   const bool mlp_output_recomputed = trains_adapters(c) && c.method.lora.dropout == 0;
   const double per_layer =
       kActivationBytesPerHidden * m.hidden_size +
@@ -208,7 +209,8 @@ std::string compact_report(const nlohmann::json& report, size_t max_bytes) {
   return minimal.dump();
 }
 
-PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
+PreflightReport preflight(const TrainConfig& configured, const PreflightOptions& o) {
+  TrainConfig c = configured;  // with training.microBatchSize auto resolved, below
   model::ModelConfig model;
   std::optional<TextTools> text;
   try {
@@ -218,6 +220,11 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
   } catch (const std::exception& e) {
     throw UserInputError(e.what());
   }
+  // training.microBatchSize auto: chosen here as a worker on this GPU would (micro_batch.h).
+  std::optional<int64_t> gpu_bytes;
+  if (o.gpu_memory_gib) gpu_bytes = static_cast<int64_t>(*o.gpu_memory_gib * kGiB);
+  const MicroBatchChoice micro_batch = resolve_micro_batch(
+      c, model, o.world_size, configured_global_batch(configured, o.world_size, 0), gpu_bytes);
   const auto options = dataset_options(c);
   const data::DatasetScan train =
       data::scan_jsonl(c.data.train, text->tokenizer, text->chat.get(), options);
@@ -256,8 +263,8 @@ PreflightReport preflight(const TrainConfig& c, const PreflightOptions& o) {
   }
   const MemoryEstimate memory = estimate_gpu_memory(model, c, o.world_size);
   r["memory"] = memory.to_json();
-  r["memory"]["microBatchTokens"] =
-      static_cast<int64_t>(c.training.micro_batch_size) * c.data.max_length;
+  r["memory"]["microBatchTokens"] = micro_batch_size(c) * c.data.max_length;
+  r["microBatch"] = micro_batch.to_json();
   r["memory"]["gradientCheckpointing"] = recomputes_layers(c);
   r["memory"]["offloadCheckpoints"] = c.model.offload_checkpoints;
   if (o.gpu_memory_gib) r["memory"]["gpuMemoryGiB"] = *o.gpu_memory_gib;

@@ -20,6 +20,9 @@ struct StepStats {
   double learning_rate = 0;
   double grad_norm = 0;
   bool stop_requested = false;  // some rank was asked to stop (SIGTERM/SIGINT) before this step
+  // Some rank ran out of GPU memory in this step (or was recovering from it): no weight changed,
+  // and every rank re-runs the step at a smaller micro-batch (train_loop.cpp).
+  bool out_of_memory = false;
   int64_t global_targets = 0;
   int64_t local_tokens = 0;   // non-padding tokens this rank processed this step
   int64_t global_tokens = 0;  // the same over all ranks
@@ -47,6 +50,10 @@ class TrainingObserver {
   virtual void on_eval(int64_t /*step*/, double /*eval_loss*/) {}
   virtual void on_checkpoint(int64_t /*step*/, const std::string& /*path*/) {}
   virtual void on_finish(const StepStats& /*last*/) {}
+  // The micro-batch the steps run at: at the start, and each time a step that ran out of GPU
+  // memory is re-run at a smaller one (after_out_of_memory).
+  virtual void on_micro_batch(int64_t /*size*/, int64_t /*accumulation*/,
+                              bool /*after_out_of_memory*/) {}
 };
 
 }  // namespace kubetune::train

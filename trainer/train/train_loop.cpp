@@ -44,8 +44,10 @@
 #include "trainer/train/flops.h"
 #include "trainer/train/grad_clip.h"
 #include "trainer/train/lr_schedule.h"
+#include "trainer/train/micro_batch.h"
 #include "trainer/train/model_setup.h"
 #include "trainer/train/observers.h"
+#include "trainer/train/out_of_memory.h"
 #include "trainer/train/preflight.h"
 #include "trainer/train/profiler.h"
 #include "trainer/train/resume_check.h"
@@ -62,6 +64,9 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+// c10's errors append a backtrace after the first line.
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 std::optional<model::LoraConfig> lora_config(const TrainConfig& c) {
   if (!trains_adapters(c)) return std::nullopt;
@@ -89,7 +94,7 @@ data::MicroBatch collate(const std::vector<data::Example>& examples,
 
 // The whole run's state that a step reads and writes.
 struct Run {
-  const TrainConfig& config;
+  TrainConfig& config;  // training.microBatchSize changes when a step runs out of memory
   dist::Communicator& comm;
   torch::Device device;
   torch::Dtype dtype;
@@ -108,6 +113,9 @@ struct Run {
   std::unique_ptr<EmbeddingGradientSync> embedding_sync;  // null: autograd + buckets
   std::unique_ptr<WeightShards> shards;                   // null: every rank updates everything
   int64_t checkpointed_step = -1;                         // the step the last checkpoint holds
+  // This rank ran out of GPU memory: it votes to skip every step queued until all ranks have
+  // read the vote and re-run the step (recover_from_out_of_memory).
+  bool out_of_memory_pending = false;
 };
 
 // With gradient checkpointing, memory comes first: the loss's chunk of logits is then the largest
@@ -160,6 +168,21 @@ torch::Tensor clip_gradients(Run& run) {
   return clip_grad_norm(gradients, counted, run.config.training.max_grad_norm, sum);
 }
 
+// With peers, a backward that runs out of memory may already have sent some gradient buckets, and
+// the other ranks wait for the rest: the rank cannot rejoin the step, so the run stops here (the
+// peers' collectives fail with it) and names what to change. An accumulation of two or more
+// micro-batches meets the peak in a micro-batch that does not synchronise, where it recovers.
+UserInputError out_of_memory_in_synced_backward(const Run& run, const c10::OutOfMemoryError& e) {
+  return UserInputError(
+      "rank " + std::to_string(run.comm.rank()) + " ran out of GPU memory in step " +
+      std::to_string(run.state.step + 1) +
+      " during the backward that reduces gradients across processes (micro-batch " +
+      std::to_string(micro_batch_size(run.config)) +
+      "), which cannot be re-run in place: set a smaller training.microBatchSize, or a "
+      "training.globalBatchSize that gives two or more micro-batches per step (" +
+      first_line(e.what()) + ")");
+}
+
 // A step whose work is queued on the device but whose results have not been read back yet. The
 // loop reads a step back only after queueing the next one, so the GPU never idles while the host
 // prints progress or prepares the next batch.
@@ -208,16 +231,29 @@ PendingStep queue_step(Run& run) {
                      run.comm.rank());  // dropout
   auto loss_sum =
       torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
+  // A rank that runs out of GPU memory drops what the step computed and still takes part in the
+  // step's collectives, with zero gradients; its vote (below) makes every rank skip the update.
+  auto out_of_memory = [&](const c10::OutOfMemoryError& e, size_t m) {
+    log::warn() << "rank " << run.comm.rank() << " ran out of GPU memory in step "
+                << run.state.step + 1 << " (micro-batch " << m + 1 << " of " << micro.size() << ", "
+                << micro[m].batch << " examples): " << first_line(e.what());
+    run.out_of_memory_pending = true;
+    loss_sum.zero_();
+    drop_gradients(run.trainable);
+    release_cached_memory(run.device);
+  };
   for (size_t m = 0; m < micro.size(); ++m) {
     const bool last = m + 1 == micro.size();
     if (last) run.comm.begin_synced_micro_step();
+    if (run.out_of_memory_pending && !last) continue;
     torch::Tensor loss;
-    {
+    try {
       AutocastScope autocast(run.device, run.dtype);
-      if (micro[m].batch == 0) {
+      if (micro[m].batch == 0 || run.out_of_memory_pending) {
         wait_for_weights(run);
         loss = zero_loss(run.trainable);
       } else {
+        inject_test_out_of_memory(micro[m].batch, run.comm.rank());
         auto t = to_tensors(micro[m], run.device);
         auto hidden = run.model->hidden_states(t.input_ids, t.position_ids, t.segment_ids);
         auto [sum, n] =
@@ -225,16 +261,25 @@ PendingStep queue_step(Run& run) {
         loss_sum += sum.detach().to(torch::kFloat64);
         loss = sum * scale;
       }
+      if (!last) loss.backward();
+    } catch (const c10::OutOfMemoryError& e) {
+      out_of_memory(e, m);
+      if (!last) continue;
+      AutocastScope autocast(run.device, run.dtype);
+      loss = zero_loss(run.trainable);
     }
-    if (!last) {
-      loss.backward();
-      continue;
-    }
+    if (!last) continue;
     dist::Communicator::Watch watch(run.comm, "gradient all-reduce (backward)");
     p.timeline.record(kLastGradient);
     *run.on_gradient = [&] { p.timeline.record(kLastGradient); };
     try {
       loss.backward();
+    } catch (const c10::OutOfMemoryError& e) {
+      *run.on_gradient = nullptr;
+      // Alone, nothing was reduced yet. With peers, some gradient buckets may already be on their
+      // way to the other ranks, which then wait for the rest: this rank cannot take part any more.
+      if (run.comm.world_size() > 1) throw out_of_memory_in_synced_backward(run, e);
+      out_of_memory(e, m);
     } catch (const std::exception& e) {
       *run.on_gradient = nullptr;
       if (run.comm.world_size() > 1 && dist::is_collective_failure(e))
@@ -244,20 +289,27 @@ PendingStep queue_step(Run& run) {
     *run.on_gradient = nullptr;
   }
   if (run.embedding_sync) run.embedding_sync->finish_step();
+  // Whether any rank ran out of memory: summed on the device, read by the optimizer there (a
+  // skipped update) and by the host with the step's results, so no rank waits for it here.
+  auto skip_vote =
+      model::to_device_async(torch::tensor({run.out_of_memory_pending ? 1.0F : 0.0F}), run.device);
+  run.comm.all_reduce_sum(skip_vote, "out-of-memory vote");
+  skip_vote = skip_vote.clamp_max(1).reshape({});
   p.timeline.mark();  // kGradientsSynced
 
-  // 3. Update.
+  // 3. Update (none where some rank ran out of memory).
   const torch::Tensor grad_norm = clip_gradients(run);
   s.learning_rate = run.schedule.at(run.state.step);
-  run.optimizer.step(s.learning_rate);
+  run.optimizer.step(s.learning_rate, skip_vote);
   if (run.shards) run.shards->start_weight_gather(run.comm);
   drop_gradients(run.trainable);
   p.timeline.mark();  // kWeightsUpdated
 
   run.comm.all_reduce_sum(loss_sum, "loss");
-  p.results = model::to_host_async(torch::stack(
-      {loss_sum, counts[0].to(torch::kFloat64), counts[1].to(torch::kFloat64),
-       grad_norm.to(loss_sum.device(), torch::kFloat64), counts[2].to(torch::kFloat64)}));
+  p.results = model::to_host_async(
+      torch::stack({loss_sum, counts[0].to(torch::kFloat64), counts[1].to(torch::kFloat64),
+                    grad_norm.to(loss_sum.device(), torch::kFloat64), counts[2].to(torch::kFloat64),
+                    skip_vote.to(torch::kFloat64)}));
   p.timeline.mark();  // kResultsCopied
 
   run.state.step += 1;
@@ -277,9 +329,11 @@ StepStats finish_step(Run& run, PendingStep& p) {
   s.loss = values[0] / std::max<int64_t>(1, s.global_targets);
   s.grad_norm = values[3];
   s.stop_requested = values[4] > 0;
+  s.out_of_memory = values[5] > 0;
   s.forward_backward_seconds = p.timeline.seconds_between(kStart, kLastGradient);
   s.allreduce_wait_seconds = p.timeline.seconds_between(kLastGradient, kGradientsSynced);
   s.optimizer_seconds = p.timeline.seconds_between(kGradientsSynced, kWeightsUpdated);
+  if (s.out_of_memory) return s;  // nothing of it counts: it is run again
   run.state.tokens_seen += s.global_tokens;
   run.state.samples_seen += s.local_samples;  // this rank's; the global count is step x batch
   s.has_device_memory = device_memory(run.device, s.device_memory);
@@ -296,6 +350,43 @@ void report_step(Run& run, StepStats& s, Clock::time_point start, int64_t first_
   s.tokens_per_second = smoothed_tps;
   if (run.device.is_cuda()) s.mfu = smoothed_tps * flops_per_token / kPeakBf16FlopsPerSecond;
   for (auto& o : run.observers) o->on_step(s);
+}
+
+// Every rank read the same vote: some rank ran out of GPU memory in the step after `rerun_from`.
+// The steps queued since changed no weight (the optimizer skipped them on the device); they are
+// forgotten and the step runs again with half the micro-batch (or the next divisor below) and more
+// accumulation, so the global batch and the update are what they would have been.
+void recover_from_out_of_memory(Run& run, int64_t rerun_from) {
+  const int64_t failed_step = rerun_from + 1, before = micro_batch_size(run.config);
+  run.optimizer.undo_steps(run.state.step - rerun_from);
+  run.state.step = rerun_from;
+  run.out_of_memory_pending = false;
+  release_cached_memory(run.device);
+  const int world = run.comm.world_size();
+  const int64_t per_process = run.state.global_batch / world;
+  const int64_t smaller = smaller_micro_batch(per_process, before);
+  if (smaller == 0) {
+    std::ostringstream what;
+    what << "step " << failed_step
+         << " ran out of GPU memory at micro-batch 1: the model and one sequence of data.maxLength "
+            "do not fit (try model.gradientCheckpointing or model.offloadCheckpoints, a shorter "
+            "data.maxLength, method.type qlora, or more GPUs with distributed.shardOptimizer); "
+            "nothing of this step is saved";
+    if (run.checkpointed_step > 0)
+      what << "; the last checkpoint is at step " << run.checkpointed_step;
+    throw UserInputError(what.str());
+  }
+  set_micro_batch_size(run.config, smaller);
+  const int64_t accumulation = per_process / smaller;
+  run.sampler = data::DistributedSampler(run.train.size(), run.state.global_batch,
+                                         static_cast<int>(accumulation), run.comm.rank(), world,
+                                         run.config.training.seed, run.config.data.shuffle);
+  if (run.comm.rank() == 0)
+    log::warn() << "step " << failed_step << " ran out of GPU memory at micro-batch " << before
+                << ": running it again at micro-batch " << smaller << " x " << accumulation
+                << " accumulation (global batch " << run.state.global_batch
+                << " and the update unchanged)";
+  for (auto& o : run.observers) o->on_micro_batch(smaller, accumulation, true);
 }
 
 // A NaN or infinite loss or gradient norm never recovers: every later step, checkpoint and output
@@ -547,8 +638,8 @@ void save_outputs(Run& run) {
 
 double run_validation(Run& run) {
   wait_for_weights(run);
-  auto result = evaluate(*run.model, run.validation, run.config.training.micro_batch_size,
-                         run.text.pad_id, run.device, run.dtype, &run.comm);
+  auto result = evaluate(*run.model, run.validation, micro_batch_size(run.config), run.text.pad_id,
+                         run.device, run.dtype, &run.comm);
   return result.mean_loss;
 }
 
@@ -587,10 +678,10 @@ void log_start(const Run& run, const BatchShape& shape, int64_t total_steps) {
   const TrainConfig& c = run.config;
   log::info() << "training " << c.method.type << " on " << run.train.size()
               << " examples: " << total_steps << " steps, global batch " << shape.global_batch
-              << " (" << c.training.micro_batch_size << " x " << shape.accumulation
-              << " accumulation x " << run.comm.world_size() << " processes), "
-              << run.trainable.names.size() << " trainable tensors, device " << run.device.str()
-              << ", backend " << run.comm.backend_name()
+              << " (" << micro_batch_size(c) << " x " << shape.accumulation << " accumulation x "
+              << run.comm.world_size() << " processes), " << run.trainable.names.size()
+              << " trainable tensors, device " << run.device.str() << ", backend "
+              << run.comm.backend_name()
               << (run.shards ? ", optimizer sharded across processes (" +
                                    std::to_string(run.shards->sharded_buckets()) + " of " +
                                    std::to_string(run.shards->buckets()) + " buckets)"
@@ -634,6 +725,13 @@ StepStats train_steps(Run& run, int64_t total_steps) {
     }
     if (pending) {
       last = finish_step(run, *pending);
+      if (last.out_of_memory) {
+        if (next) finish_step(run, *next);  // skipped too: the rank that ran out voted again
+        recover_from_out_of_memory(run, last.step - 1);
+        pending.reset();
+        previous.reset();
+        continue;
+      }
       profiler.after_step(last.step);
       // The pace steps complete at on the device: with steps overlapping, host clocks around a
       // read-back would mostly measure when the host got round to it.
@@ -701,7 +799,35 @@ void finish_training(Run& run, StepStats last) {
 
 }  // namespace
 
-int run_training(const TrainConfig& c) {
+// training.microBatchSize auto is chosen from rank 0's GPU and taken by every rank (a gang's GPUs
+// are alike, and the ranks' micro-batches must be cut the same way); a number stays as it is.
+MicroBatchChoice agree_on_micro_batch(dist::Communicator& comm, TrainConfig& c,
+                                      const model::ModelConfig& model, const torch::Device& device,
+                                      int64_t resumed_global_batch) {
+  const bool automatic = micro_batch_is_auto(c);
+  std::optional<int64_t> gpu_memory;
+  if (DeviceMemory memory; device_memory(device, memory) && memory.total > 0)
+    gpu_memory = memory.total;
+  MicroBatchChoice choice = resolve_micro_batch(
+      c, model, comm.world_size(),
+      configured_global_batch(c, comm.world_size(), resumed_global_batch), gpu_memory);
+  if (!automatic) return choice;
+  std::vector<torch::Tensor> size{torch::tensor({choice.size}, torch::kInt64).to(device)};
+  comm.broadcast(size, 0, "micro-batch size");
+  if (size[0].item<int64_t>() != choice.size) {
+    choice.accumulation = choice.accumulation * choice.size / size[0].item<int64_t>();
+    choice.size = size[0].item<int64_t>();
+    choice.reason = "rank 0's choice";
+    set_micro_batch_size(c, choice.size);
+  }
+  if (comm.rank() == 0)
+    log::info() << "training.microBatchSize auto: " << choice.size << " x " << choice.accumulation
+                << " accumulation: " << choice.reason;
+  return choice;
+}
+
+int run_training(const TrainConfig& configured) {
+  TrainConfig c = configured;  // with training.microBatchSize resolved, and lowered after an OOM
   install_stop_handlers();
   const auto env = dist::DistEnv::from_environment();
   const auto device = pick_device(env.local_rank);
@@ -717,8 +843,11 @@ int run_training(const TrainConfig& c) {
   auto checkpoint = agree_on_resume_point(*comm, c, device, [&](const CheckpointContents& k) {
     check_resumable(k, c, trainable, env.world_size, inputs.train.size());
   });
-  const auto shape =
-      batch_shape(c, env.world_size, checkpoint ? checkpoint->state.global_batch : 0);
+  apply_test_memory_cap(device);
+  const int64_t resumed_global_batch = checkpoint ? checkpoint->state.global_batch : 0;
+  const MicroBatchChoice micro_batch =
+      agree_on_micro_batch(*comm, c, model->config(), device, resumed_global_batch);
+  const auto shape = batch_shape(c, env.world_size, resumed_global_batch);
   data::DistributedSampler sampler(inputs.train.size(), shape.global_batch, shape.accumulation,
                                    env.rank, env.world_size, c.training.seed, c.data.shuffle);
   const int64_t total_steps = train::total_steps(c, sampler.steps_per_epoch());
@@ -761,6 +890,7 @@ int run_training(const TrainConfig& c) {
     checkpoint.reset();  // free the host copies
   }
   attach_gradient_probe(run);
+  for (auto& o : run.observers) o->on_micro_batch(micro_batch.size, shape.accumulation, false);
 
   if (lead) log_start(run, shape, total_steps);
   log_gpu_memory(run, nullptr);
