@@ -63,6 +63,10 @@ inline bool recomputes_layers(const TrainConfig& c) {
 // the GPU's memory (trainer/train/micro_batch.h); auto needs training.globalBatchSize, which
 // parse_train_config checks.
 bool micro_batch_is_auto(const TrainConfig& c);
+// The refusal of auto without a global batch, by the trainer and by the CRD's rule.
+inline constexpr const char* kAutoMicroBatchNeedsGlobalBatch =
+    "training.microBatchSize auto chooses how training.globalBatchSize splits into micro-batches: "
+    "set training.globalBatchSize";
 // The number; throws std::logic_error while it is still "auto" (a bug: resolve it first).
 int64_t micro_batch_size(const TrainConfig& c);
 void set_micro_batch_size(TrainConfig& c, int64_t examples);

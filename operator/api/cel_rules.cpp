@@ -124,6 +124,15 @@ std::vector<CelRule> make_rules() {
                      return string_at(self, "distributed", "backend") != "nccl" ||
                             int_at(self, "workers", "gpusPerWorker", 1) > 0;
                    }});
+  rules.push_back({"spec",
+                   "!has(self.training) || !has(self.training.microBatchSize) || "
+                   "type(self.training.microBatchSize) != string || "
+                   "(has(self.training.globalBatchSize) && self.training.globalBatchSize > 0)",
+                   kAutoMicroBatchNeedsGlobalBatch, [](const json& self, const json*) {
+                     const json training = self.value("training", json::object());
+                     return !training.value("microBatchSize", json()).is_string() ||
+                            training.value("globalBatchSize", 0LL) > 0;
+                   }});
   rules.push_back(spec_immutable_unless_suspended());
   rules.push_back({"spec",
                    "!has(self.volumes) || self.volumes.all(v, self.volumes.filter(w, w.mountPath "

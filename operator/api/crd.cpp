@@ -42,9 +42,13 @@ json printer_columns() {
   restarts["priority"] = 1;  // kubectl get -o wide
   // Why a gang is not running yet: the scheduler's word (Unschedulable, PartiallyScheduled,
   // SchedulingTimeout, AllScheduled), and with -o wide its message.
-  json scheduled = col("Scheduled", "string", R"(.status.conditions[?(@.type=="Scheduled")].reason)");
+  json scheduled =
+      col("Scheduled", "string", R"(.status.conditions[?(@.type=="Scheduled")].reason)");
   json waiting = col("Message", "string", R"(.status.conditions[?(@.type=="Scheduled")].message)");
   waiting["priority"] = 1;
+  // What the workers run at: training.microBatchSize, auto's choice, or less after an OOM.
+  json micro_batch = col("MicroBatch", "integer", ".status.progress.microBatchSize");
+  micro_batch["priority"] = 1;
   return {col("Phase", "string", ".status.phase"),
           scheduled,
           col("Progress", "string", ".status.progress.summary"),
@@ -52,6 +56,7 @@ json printer_columns() {
           col("Tokens/s", "number", ".status.progress.tokensPerSecond"),
           col("ETA", "string", ".status.progress.eta"),
           restarts,
+          micro_batch,
           waiting,
           col("Age", "date", ".metadata.creationTimestamp")};
 }

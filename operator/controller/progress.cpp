@@ -19,6 +19,8 @@ Progress scrape_progress(const std::string& url, int timeout_ms) {
   p.tokens_per_second = value(ts::kTokensPerSecond);
   p.eta_seconds = value(ts::kEtaSeconds);
   p.checkpoints = value(ts::kCheckpointsTotal);
+  p.micro_batch_size = value(ts::kMicroBatchSize);
+  p.out_of_memory_recoveries = value(ts::kOutOfMemoryRecoveriesTotal);
   return p;
 }
 

@@ -9,6 +9,7 @@ namespace kubetune::op {
 struct Progress {
   std::optional<double> step, total_steps, epoch, loss, tokens_per_second, eta_seconds;
   std::optional<double> checkpoints;  // kubetune_checkpoints_total
+  std::optional<double> micro_batch_size, out_of_memory_recoveries;
 };
 
 // GETs `url` (http://ip:port/metrics); throws std::runtime_error when it cannot.

@@ -6,7 +6,7 @@
 namespace kubetune::op {
 
 std::string to_string(Reason reason) {
-  static constexpr std::array<std::pair<Reason, const char*>, 39> kNames = {{
+  static constexpr std::array<std::pair<Reason, const char*>, 40> kNames = {{
       {Reason::kWorkerFailed, "WorkerFailed"},
       {Reason::kConfigError, "ConfigError"},
       {Reason::kOOMKilled, "OOMKilled"},
@@ -27,6 +27,7 @@ std::string to_string(Reason reason) {
       {Reason::kResumed, "Resumed"},
       {Reason::kAllScheduled, "AllScheduled"},
       {Reason::kUnschedulable, "Unschedulable"},
+      {Reason::kOutOfMemoryRecovered, "OutOfMemoryRecovered"},
       {Reason::kPartiallyScheduled, "PartiallyScheduled"},
       {Reason::kSchedulingTimeout, "SchedulingTimeout"},
       {Reason::kQueued, "Queued"},

@@ -29,6 +29,7 @@ enum class Reason {
   kSpecAccepted,
   kSuspended,
   kResumed,
+  kOutOfMemoryRecovered,  // a step ran out of GPU memory and was re-run at a smaller micro-batch
   // Placement of the current gang by the scheduler (the Scheduled condition).
   kAllScheduled,
   kUnschedulable,       // no worker bound yet: nothing held, the gang waits as it is

@@ -24,8 +24,8 @@ struct JobReconciler::Pass {
     Reason reason;
     std::string message;
   };
-  std::vector<Event> events;         // recorded once the status that they describe is stored
-  std::vector<std::string> flavors;  // Kueue's admitted ResourceFlavors, applied to new pods
+  std::vector<Event> events;               // recorded once the status that they describe is stored
+  std::vector<std::string> flavors;        // Kueue's admitted ResourceFlavors, applied to new pods
   std::optional<nlohmann::json> workload;  // Kueue's admitted Workload of this job, if any
 
   std::string item() const { return kube::resources::kFineTuneJobs.item(ns, name); }

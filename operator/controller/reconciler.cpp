@@ -576,6 +576,22 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   put(progress.tokens_per_second, pr.tokens_per_second, world);  // rank 0's rate x world size
   put(progress.eta_seconds, pr.eta_seconds);
   if (progress.eta_seconds) progress.eta = format_duration(*progress.eta_seconds);
+  if (pr.micro_batch_size) progress.micro_batch_size = static_cast<int64_t>(*pr.micro_batch_size);
+  // The counter is the gang's (a restarted gang starts from 0): each rise is one more recovery.
+  if (pr.out_of_memory_recoveries) {
+    const auto now_seen = static_cast<int64_t>(*pr.out_of_memory_recoveries);
+    const int64_t before_seen =
+        scraped_recoveries(p.key, now_seen, progress.out_of_memory_recoveries.value_or(0) > 0);
+    if (now_seen > before_seen) {
+      progress.out_of_memory_recoveries =
+          progress.out_of_memory_recoveries.value_or(0) + (now_seen - before_seen);
+      p.events.push_back({"Warning", Reason::kOutOfMemoryRecovered,
+                          "a step ran out of GPU memory; the workers re-ran it at micro-batch " +
+                              std::to_string(progress.micro_batch_size.value_or(0)) +
+                              " with the same global batch (" +
+                              std::to_string(*progress.out_of_memory_recoveries) + " so far)"});
+    }
+  }
   progress.summary = std::to_string(progress.step.value_or(0)) + "/" +
                      std::to_string(progress.total_steps.value_or(0));
   if (json(progress) != before) progress.update_time = format_time(p.now);
@@ -591,6 +607,15 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
                            static_cast<double>(progress.total_steps.value_or(0)),
                            progress.loss.value_or(0), progress.tokens_per_second.value_or(0));
   }
+}
+
+int64_t JobReconciler::scraped_recoveries(const std::string& key, int64_t now,
+                                          bool status_counts_some) {
+  std::lock_guard<std::mutex> lock(scrape_mutex_);
+  std::optional<int64_t>& seen = scrapes_[key].recoveries;
+  const int64_t before = seen ? (*seen > now ? 0 : *seen) : (status_counts_some ? now : 0);
+  seen = now;
+  return before;
 }
 
 std::optional<WorkerFailure> JobReconciler::stalled(const Pass& p) {

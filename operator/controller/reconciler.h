@@ -134,7 +134,12 @@ class JobReconciler {
   struct Scrapes {
     std::chrono::steady_clock::time_point last;
     SystemTime answered;
+    std::optional<int64_t> recoveries;  // rank 0's kubetune_out_of_memory_recoveries_total
   };
+  // The recoveries counter rank 0 showed at the previous scrape, remembering `now`: 0 for a new
+  // gang (its counter starts again), `now` when the operator has not seen this job since it
+  // started and the status already counts some (they were counted before it restarted).
+  int64_t scraped_recoveries(const std::string& key, int64_t now, bool status_counts_some);
   std::map<std::string, Scrapes> scrapes_;
 };
 

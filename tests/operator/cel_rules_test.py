@@ -102,6 +102,10 @@ def edits_of(base):
         "nccl on GPU": edit(lambda o: o["spec"]["distributed"].__setitem__("backend", "nccl")),
         "reserved volume name": edit(lambda o: o["spec"]["volumes"][0].__setitem__(
             "name", "kubetune-x")),
+        "microBatchSize auto, no globalBatchSize": edit(lambda o: o["spec"]["training"].update(
+            microBatchSize="auto", globalBatchSize=0)),
+        "microBatchSize auto with globalBatchSize": edit(lambda o: o["spec"]["training"].update(
+            microBatchSize="auto", globalBatchSize=64)),
         "volume with two sources": edit(lambda o: o["spec"]["volumes"][0].__setitem__(
             "hostPath", {"path": "/x", "type": ""})),
     }

@@ -287,7 +287,10 @@ TEST_F(OperatorTest, ProgressIsReadFromRankZero) {
   gauge(ts::kTokensPerSecond).Set(500);
   gauge(ts::kEtaSeconds).Set(60);
   gauge(ts::kEpoch).Set(0.4);
+  gauge(ts::kMicroBatchSize).Set(16);
   metrics::counter_family(*reg, ts::kAll, ts::kCheckpointsTotal).Add(l).Increment();
+  auto& recoveries =
+      metrics::counter_family(*reg, ts::kAll, ts::kOutOfMemoryRecoveriesTotal).Add(l);
   metrics::HttpEndpoint exporter("127.0.0.1", 0);
   exporter.add_registry(reg);
 
@@ -312,6 +315,19 @@ TEST_F(OperatorTest, ProgressIsReadFromRankZero) {
   // Later steps show up on the next period.
   gauge(ts::kStep).Set(41);
   EXPECT_TRUE(eventually([&] { return job("prog")["status"]["progress"]["step"] == 41; }));
+  EXPECT_EQ(job("prog")["status"]["progress"]["microBatchSize"], 16);
+  EXPECT_FALSE(has_event("prog", "OutOfMemoryRecovered"));
+  // A step ran out of GPU memory and was re-run at 8: counted, shown and told once.
+  recoveries.Increment();
+  gauge(ts::kMicroBatchSize).Set(8);
+  EXPECT_TRUE(eventually(
+      [&] { return job("prog")["status"]["progress"].value("outOfMemoryRecoveries", 0) == 1; }));
+  EXPECT_EQ(job("prog")["status"]["progress"]["microBatchSize"], 8);
+  EXPECT_TRUE(eventually([&] { return has_event("prog", "OutOfMemoryRecovered"); }));
+  gauge(ts::kStep).Set(42);
+  EXPECT_TRUE(eventually([&] { return job("prog")["status"]["progress"]["step"] == 42; }));
+  EXPECT_EQ(job("prog")["status"]["progress"]["outOfMemoryRecoveries"], 1);
+  expect_status_matches_schema("prog");
 }
 
 // Rank 0 serves its metrics but its step stops advancing (a hung filesystem, a deadlocked data
