@@ -682,6 +682,46 @@ def preflight_memory_matches_measured_peaks():
     assert worst <= 0.06, worst
 
 
+def kubetune_plan_picks_the_measured_micro_batch():
+    """`kubetune plan` of a FineTuneJob with microBatchSize auto on the 1B and 8B shapes (LoRA r16
+    all-linear, 2048 tokens, the benchmark's work) picks, for an H100's and an H200's memory
+    (workers.gpuMemoryGiB), the micro-batch the benchmark measured fastest among those that fit
+    there, or the one below it (bench/results/micro-batch-sweep-h100-h200.jsonl, bench/README.md:
+    the margin), and never one that ran out of memory; accumulation keeps the global batch."""
+    w = h.workdir("plan-auto")
+    results = h.REPO / "bench" / "results" / "micro-batch-sweep-h100-h200.jsonl"
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    assert len(rows) == 4, len(rows)
+    env = {**os.environ, "KUBETUNE_TRAINER": h.TRAINER}
+    for r in rows:
+        inputs = w / r["shape"]
+        if not inputs.exists():
+            subprocess.run([sys.executable, str(h.REPO / "bench" / "make_bench_inputs.py"), str(inputs),
+                            "--shape", r["shape"], "--seq", str(r["seq"]), "--records", "8", "--config-only"],
+                           check=True, capture_output=True, timeout=300)
+        spec = json.loads(subprocess.run(
+            ["bash", str(h.REPO / "bench" / "trainer_config.sh"), str(inputs), str(w / "out"), r["method"],
+             "10", "1", str(r["seq"])], check=True, capture_output=True, text=True).stdout)
+        swept = [row["micro_batch"] for row in r["rows"]]
+        spec["training"].update(microBatchSize="auto", globalBatchSize=max(swept) * 2)
+        spec.update(workers={"replicas": 1, "gpusPerWorker": 1, "gpuMemoryGiB": r["gpu_gib"]},
+                    volumes=[{"name": "work", "mountPath": str(w), "hostPath": {"path": str(w)}}])
+        path = w / "job.yaml"
+        path.write_text(json.dumps({"apiVersion": "kubetune.io/v1alpha1", "kind": "FineTuneJob",
+                                    "metadata": {"name": "planned"}, "spec": spec}))
+        plan = subprocess.run([os.environ["KUBETUNE_CLI"], "plan", str(path)], capture_output=True,
+                              text=True, timeout=300, env=env)
+        assert plan.returncode == 0, (plan.returncode, plan.stdout[-2000:], plan.stderr[-2000:])
+        chosen = json.loads(plan.stdout)["microBatch"]
+        fits = sorted(row["micro_batch"] for row in r["rows"] if not row.get("out_of_memory"))
+        fastest = r["fastest_that_fits"]
+        allowed = {fastest} | {m for m in fits if m < fastest and m * 2 >= fastest}
+        print(f"{r['gpu']} {r['shape']}: measured fastest that fits {fastest}, plan picks "
+              f"{chosen['size']} x {chosen['accumulation']} ({chosen['reason']})")
+        assert chosen["auto"] and chosen["size"] in allowed, (chosen, allowed)
+        assert chosen["size"] * chosen["accumulation"] == max(swept) * 2, chosen
+
+
 if __name__ == "__main__":
     h.main({f.__name__: f for f in [accumulation_equals_big_batch, resume_equals_uninterrupted,
                                      damaged_checkpoint_is_skipped, eval_matches_transformers,
@@ -697,4 +737,5 @@ if __name__ == "__main__":
                                      preflight_lists_bad_lines_and_counts_like_peft,
                                      preflight_termination_log_names_line_9731,
                                      preflight_memory_matches_measured_peaks,
-                                     kubetune_plan_and_run_stop_at_a_bad_line]})
+                                     kubetune_plan_and_run_stop_at_a_bad_line,
+                                     kubetune_plan_picks_the_measured_micro_batch]})
