@@ -53,15 +53,16 @@ int preflight_command(const std::string& config_path, const train::PreflightOpti
     result = train::preflight(load_train_config(config_path), options);
   } catch (const std::exception& e) {  // the config, the model folder or the dataset file
     result.verdict = api::PreflightVerdict::kInputInvalid;
-    result.report = {{"verdict", *result.verdict}, {"message", e.what()}};
+    result.report = {};
+    result.report.verdict = *result.verdict;
+    result.report.message = e.what();
   }
-  std::cout << result.report.dump(2) << std::endl;
-  if (!termination_log.empty()) {
-    std::ofstream(termination_log)
-        << train::compact_report(result.report, kTerminationMessageBytes);
-  }
+  const nlohmann::json report = result.report;
+  std::cout << report.dump(2) << std::endl;
+  if (!termination_log.empty())
+    std::ofstream(termination_log) << train::compact_report(report, kTerminationMessageBytes);
   if (!result.verdict) return 0;
-  log::error() << *result.verdict << ": " << result.report.value("message", "");
+  log::error() << *result.verdict << ": " << result.report.message.value_or("");
   return kExitUserError;
 }
 

@@ -13,7 +13,8 @@
 //   integer                -> int when the schema bounds it to 32 bits, else int64_t
 //   number, boolean        -> double, bool
 //   array, string map      -> std::vector, std::map
-//   int-or-string, free    -> nlohmann::json (a quantity, a report)
+//   int-or-string, free    -> nlohmann::json (a quantity, a free-form object)
+// A name given twice with x-kubetune-type to the same definition is one type.
 // A scalar with neither a default nor `required` is std::optional: absent is not zero. Structs,
 // lists and maps are always there and are left out of the JSON when empty.
 #include <fstream>
@@ -75,8 +76,8 @@ std::string pascal(const std::string& name) {
 // gradientCheckpointing -> gradient_checkpointing; a last capital is no word of its own, as in a
 // unit: gpuMemoryGiB -> gpu_memory_gib.
 std::string snake(const std::string& name) {
-  static const std::set<std::string> keywords = {"operator", "default", "class", "namespace",
-                                                 "template", "delete",  "new",   "union"};
+  static const std::set<std::string> keywords = {
+      "operator", "default", "class", "namespace", "template", "delete", "new", "union", "auto"};
   std::string out;
   for (size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
@@ -170,6 +171,7 @@ class Generator {
     if (type == "string") {
       if (!p.contains("enum") || has_empty_value(p["enum"])) return "std::string";
       const std::string name = p.value("x-kubetune-type", owner + pascal(key));
+      if (same_as_before(name, p["enum"], path)) return name;
       if (!type_names_.insert(name).second) fail(path, "type name " + name + " is used twice");
       enums_.push_back({name, one_line(p.value("description", "")), p["enum"]});
       return name;
@@ -180,7 +182,8 @@ class Generator {
         if (!items.contains("x-kubetune-type")) {
           fail(path, "a list of objects needs x-kubetune-type on its items (the struct's name)");
         }
-        add_struct(items["x-kubetune-type"], items, path + "[]", "");
+        if (!same_as_before(items["x-kubetune-type"], items["properties"], path))
+          add_struct(items["x-kubetune-type"], items, path + "[]", "");
         return "std::vector<" + items["x-kubetune-type"].get<std::string>() + ">";
       }
       if (!is_scalar(items)) fail(path, "lists of lists are not supported");
@@ -191,7 +194,8 @@ class Generator {
     if (type == "object") {
       if (p.contains("properties")) {
         const std::string name = p.value("x-kubetune-type", pascal(key));
-        add_struct(name, p, path, "");
+        if (!p.contains("x-kubetune-type") || !same_as_before(name, p["properties"], path))
+          add_struct(name, p, path, "");
         return name;
       }
       if (p.contains("additionalProperties") && p["additionalProperties"].is_object() &&
@@ -201,6 +205,16 @@ class Generator {
       if (p.value("x-kubernetes-preserve-unknown-fields", false)) return "nlohmann::json";
     }
     fail(path, "no C++ type for this schema: " + p.dump());
+  }
+
+  // A type named twice (x-kubetune-type) is one type when both places define it alike (the
+  // preflight report's verdict and the status's, its train and validation data); else an error.
+  bool same_as_before(const std::string& name, const json& definition, const std::string& path) {
+    const auto [it, first] = definitions_.emplace(name, definition.dump());
+    if (first) return false;
+    if (it->second != definition.dump())
+      fail(path, "type " + name + " is defined twice, differently");
+    return true;
   }
 
   static bool has_empty_value(const json& values) {
@@ -237,6 +251,7 @@ class Generator {
   static std::string enum_constant(const std::string& value) { return "k" + pascal(value); }
 
   std::set<std::string> type_names_;
+  std::map<std::string, std::string> definitions_;  // named type -> its definition, dumped
   std::vector<Struct> structs_;
   std::vector<Enum> enums_;
 };

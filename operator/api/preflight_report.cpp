@@ -1,57 +1,50 @@
 #include "operator/api/preflight_report.h"
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "operator/controller/time_util.h"
 
 namespace kubetune::op {
-
-using nlohmann::json;
-
 namespace {
 
-// report[a][b] when it is a number, else 0.
-double number_at(const json& report, const char* a, const char* b) {
-  if (!report.contains(a) || !report[a].is_object() || !report[a].contains(b)) return 0;
-  const json& v = report[a][b];
-  return v.is_number() ? v.get<double>() : 0;
-}
-
-std::string count(double v) { return std::to_string(static_cast<long long>(v)); }
+std::string count(std::optional<int64_t> v) { return std::to_string(v.value_or(0)); }
 
 }  // namespace
 
-std::string report_text(const json& report, const char* key, const std::string& otherwise) {
-  if (!report.is_object() || !report.contains(key) || !report[key].is_string()) return otherwise;
-  return report[key].get<std::string>();
+std::optional<api::PreflightReport> parse_preflight_report(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  try {
+    return j.get<api::PreflightReport>();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
-std::string preflight_summary(const json& report) {
-  if (!report.is_object()) return "no report";
-  const std::string verdict = report_text(report, "verdict", "?");
-  const std::string message = report_text(report, "message");
-  if (!report.contains("data") || !report["data"].is_object()) {
-    return verdict + (message.empty() ? "" : ": " + message);
+std::string preflight_summary(const api::PreflightReport& r) {
+  const std::string verdict = r.verdict ? api::to_string(*r.verdict) : "?";
+  const std::string message = r.message.value_or("");
+  if (!r.data.train.records) return verdict + (message.empty() ? "" : ": " + message);
+  std::string line = count(r.steps.total) + " steps, " + count(r.data.train.records) +
+                     " records, " + count(r.data.train.tokens) + " tokens, ";
+  if (r.micro_batch.size.value_or(0) > 0) {
+    line += "micro-batch " + count(r.micro_batch.size) + " x " + count(r.micro_batch.accumulation) +
+            " accumulation" + (r.micro_batch.auto_.value_or(false) ? " (auto)" : "") + ", ";
   }
   char memory[64];
-  std::snprintf(memory, sizeof memory, "est. %.1f GiB per GPU",
-                number_at(report, "memory", "totalGiB"));
-  std::string line = count(number_at(report, "steps", "total")) + " steps, " +
-                     count(number_at(report["data"], "train", "records")) + " records, " +
-                     count(number_at(report["data"], "train", "tokens")) + " tokens, ";
-  if (const double size = number_at(report, "microBatch", "size"); size > 0) {
-    const bool automatic = report["microBatch"].value("auto", false);
-    line += "micro-batch " + count(size) + " x " +
-            count(number_at(report, "microBatch", "accumulation")) + " accumulation" +
-            (automatic ? " (auto)" : "") + ", ";
-  }
+  std::snprintf(memory, sizeof memory, "est. %.1f GiB per GPU", r.memory.total_gib.value_or(0));
   line += memory;
-  if (const double seconds = number_at(report, "time", "totalSeconds"); seconds > 0) {
+  if (const double seconds = r.time.total_seconds.value_or(0); seconds > 0) {
     line += ", ~" + format_duration(seconds) + " on H100/H200";
   }
   line += ": " + verdict;
   if (!message.empty()) line += ": " + message;
   return line;
+}
+
+std::string preflight_summary(const std::optional<api::PreflightReport>& report) {
+  return report ? preflight_summary(*report) : "no report";
 }
 
 }  // namespace kubetune::op

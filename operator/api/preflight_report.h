@@ -1,17 +1,24 @@
-// The report of `kubetune-trainer preflight` as the operator and `kubetune run` show it.
+// The report of `kubetune-trainer preflight` as the operator and `kubetune run` read it: the
+// schema's type api::PreflightReport (common/finetunejob_schema.json, status.preflight.report),
+// the same one the trainer writes.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+
+#include "common/finetunejob_types.h"
 
 namespace kubetune::op {
 
-// A field of a report that is a string, else `otherwise`: the report comes from a pod's
-// termination message, which anything in the pod can write, so nothing in it is trusted.
-std::string report_text(const nlohmann::json& report, const char* key,
-                        const std::string& otherwise = "");
+// The report in a pod's termination message or on the trainer's stdout; nullopt when the text is
+// no JSON object or does not have the schema's types: anything in the pod can write it, so
+// nothing in it is trusted.
+std::optional<api::PreflightReport> parse_preflight_report(const std::string& text);
 
-// One line for people: "1499 steps, 2998 records, 137908 tokens, est. 12.6 GiB per GPU: OK".
-std::string preflight_summary(const nlohmann::json& report);
+// One line for people: "1499 steps, 2998 records, 137908 tokens, micro-batch 4 x 2 accumulation,
+// est. 12.6 GiB per GPU: OK".
+std::string preflight_summary(const api::PreflightReport& report);
+// The same for a report that could not be read: "no report".
+std::string preflight_summary(const std::optional<api::PreflightReport>& report);
 
 }  // namespace kubetune::op

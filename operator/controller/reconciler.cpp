@@ -293,8 +293,7 @@ std::optional<ReconcileResult> JobReconciler::preflight_ended(Pass& p, const jso
   }
   const int code = terminated.is_object() ? terminated.value("exitCode", -1) : -1;
   const std::string text = terminated.is_object() ? terminated.value("message", "") : "";
-  json report = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!report.is_object()) report = nullptr;
+  std::optional<api::PreflightReport> report = parse_preflight_report(text);
   api::Preflight& record = p.status.preflight;
   const std::string name = preflight_pod_name(p.name);
 
@@ -303,23 +302,24 @@ std::optional<ReconcileResult> JobReconciler::preflight_ended(Pass& p, const jso
     // Anything in the pod can write its termination message: a verdict that is none of the
     // schema's, or none at all, means the input could not be read.
     api::PreflightVerdict verdict = api::PreflightVerdict::kInputInvalid;
-    if (passed || !parse(report_text(report, "verdict"), verdict) ||
-        verdict == api::PreflightVerdict::kOK) {
+    if (!passed && report && report->verdict && *report->verdict != api::PreflightVerdict::kOK) {
+      verdict = *report->verdict;
+    } else {
       verdict = passed ? api::PreflightVerdict::kOK : api::PreflightVerdict::kInputInvalid;
     }
-    if (report.is_object()) report["verdict"] = verdict;
-    const std::string summary = report.is_object() ? preflight_summary(report) : text;
+    if (report) report->verdict = verdict;
+    const std::string summary = report ? preflight_summary(*report) : text;
     record.verdict = verdict;
     record.summary = summary.substr(0, 4096);
     record.completion_time = format_time(p.now);
-    if (report.is_object()) record.report = report;
+    if (report) record.report = *report;
     if (passed) {
       set_condition(p.status.conditions, ConditionType::kPreflightPassed, true, Reason::kPassed,
                     summary, p.generation, p.now);
       p.events.push_back({"Normal", Reason::kPreflightPassed, summary});
       return std::nullopt;
     }
-    const std::string message = report_text(report, "message", summary) +
+    const std::string message = (report && report->message ? *report->message : summary) +
                                 " (found by the preflight; kubectl logs pod/" + name +
                                 " has the whole report)";
     set_condition(p.status.conditions, ConditionType::kPreflightPassed, false, reason_for(verdict),

@@ -62,8 +62,7 @@ PreflightResult run_preflight(const FineTuneJob& job, const std::string& trainer
   argv[0] = trainer;
   PreflightResult r;
   std::tie(r.exit_code, r.output) = run_capturing_stdout(argv);
-  r.report = nlohmann::json::parse(r.output, nullptr, /*allow_exceptions=*/false);
-  if (r.report.is_discarded()) r.report = nullptr;
+  r.report = parse_preflight_report(r.output);
   return r;
 }
 

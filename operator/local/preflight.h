@@ -12,9 +12,9 @@
 namespace kubetune::op::local {
 
 struct PreflightResult {
-  int exit_code = 0;      // the trainer's: 0 ok, kExitUserError for DatasetInvalid / DoesNotFit
-  std::string output;     // its stdout: the JSON report
-  nlohmann::json report;  // parsed; null when the trainer printed none (it failed earlier)
+  int exit_code = 0;   // the trainer's: 0 ok, kExitUserError for DatasetInvalid / DoesNotFit
+  std::string output;  // its stdout: the JSON report
+  std::optional<api::PreflightReport> report;  // parsed; none when the trainer printed none
 };
 
 // Writes the job's trainer config into `work_dir` and runs `trainer preflight` on it for the

@@ -106,9 +106,27 @@ TEST(TrainConfig, EveryProblemIsReportedAtOnce) {
 
 TEST(TrainConfig, TypesAreChecked) {
   auto config = minimal();
-  config["training"]["microBatchSize"] = "8";
-  EXPECT_NE(problems_of(config).find("training.microBatchSize: must be an integer (got string"),
+  config["training"]["gradientAccumulationSteps"] = "8";
+  EXPECT_NE(problems_of(config).find(
+                "training.gradientAccumulationSteps: must be an integer (got string"),
             std::string::npos);
+}
+
+// training.microBatchSize is a number or "auto", and auto needs the global batch it splits.
+TEST(TrainConfig, MicroBatchSizeIsANumberOrAuto) {
+  auto config = minimal();
+  config["training"]["microBatchSize"] = "8";
+  EXPECT_NE(problems_of(config).find("training.microBatchSize"), std::string::npos);
+  config["training"]["microBatchSize"] = 0;
+  EXPECT_NE(problems_of(config).find("training.microBatchSize: must be >= 1"), std::string::npos)
+      << problems_of(config);
+  config["training"]["microBatchSize"] = "auto";
+  EXPECT_EQ(problems_of(config), "");
+  EXPECT_THROW(parse_train_config(validate_train_config(config)), ConfigError);
+  config["training"]["globalBatchSize"] = 64;
+  const TrainConfig parsed = parse_train_config(validate_train_config(config));
+  EXPECT_TRUE(micro_batch_is_auto(parsed));
+  EXPECT_THROW(micro_batch_size(parsed), std::logic_error);
 }
 
 TEST(TrainConfig, YamlScalarsAreTypedLikeYaml) {

@@ -44,6 +44,53 @@ def preflight_gib(inputs: Path, w: Path, micro) -> float:
     return json.loads(h.run(["preflight", "--config", path]).stdout)["memory"]["totalGiB"]
 
 
+def run_trainer(cfg_path, gpus, env):
+    if gpus == 1:
+        args = ["train", "--config", cfg_path]
+    else:
+        args = ["launch", "--nproc-per-node", gpus, "--master-port", h.free_port(), "--", "train",
+                "--config", cfg_path]
+    p = h.run(args, timeout=500, env={**os.environ, "NCCL_NVLS_ENABLE": "0", **env})
+    return p.stdout + p.stderr
+
+
+def compare_with_reference(w, inputs, gpus, micro, global_batch, fraction):
+    """Runs at `micro` with the allocator capped at `fraction` (on rank 1 of 2, or the one GPU), and
+    at micro / 2 uncapped twice and on half the batch; checks the first recovers and lands where the
+    second does, within the GPU's own run-to-run noise."""
+    env = {"KUBETUNE_TEST_GPU_MEMORY_FRACTION": f"{fraction:.4f}"}
+    if gpus > 1:
+        env["KUBETUNE_TEST_OOM_RANK"] = "1"
+    outs = {}
+    # "half-batch" sees half the examples a step: how far a wrong update lands (the test must tell
+    # it from the noise, or it proves nothing).
+    for name, m, g, e in (("oom", micro, global_batch, env), ("reference", micro // 2, global_batch, {}),
+                          ("reference-again", micro // 2, global_batch, {}),
+                          ("half-batch", micro // 2, global_batch // 2, {})):
+        cfg = lora_config(inputs, w / f"{name}{gpus}", m, g, 3)
+        outs[name] = run_trainer(h.write_config(w / f"{name}{gpus}.json", cfg), gpus, e)
+    log = outs["oom"]
+    assert f"step 1 ran out of GPU memory at micro-batch {micro}: running it again at micro-batch {micro // 2}" in log, log[-3000:]
+    assert "CUDA out of memory" in log, log[-3000:]  # a real allocation failure, not an injected one
+    weights = {n: h.weights(w / f"{n}{gpus}") for n in outs}
+    moved = h.max_abs_diff(weights["reference"], {k: torch.zeros_like(v) for k, v in weights["reference"].items()})
+    noise = h.max_abs_diff(weights["reference"], weights["reference-again"])
+    diff = h.max_abs_diff(weights["reference"], weights["oom"])
+    wrong = h.max_abs_diff(weights["reference"], weights["half-batch"])
+    print(f"{gpus} GPU(s): max |w_oom - w_reference| = {diff:.3g}; two reference runs differ by {noise:.3g}; "
+          f"a run on half the batch by {wrong:.3g}; |w| up to {moved:.3g}")
+    assert wrong > 5 * max(noise, 1e-6), (wrong, noise)
+    assert diff <= max(2 * noise, 1e-6), (diff, noise)
+
+
+def cap_between(inputs, w, small_micro, large_micro):
+    small, large = preflight_gib(inputs, w, small_micro), preflight_gib(inputs, w, large_micro)
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    print(f"estimates: micro-batch {small_micro} {small} GiB, {large_micro} {large} GiB; "
+          f"cap {(small + large) / 2:.1f} of {total:.1f} GiB")
+    return (small + large) / 2 / total
+
+
 def out_of_memory_step_is_rerun_smaller():
     """The caching allocator is capped (KUBETUNE_TEST_GPU_MEMORY_FRACTION) between the preflight's
     estimates for micro-batch 4 and 8, so the first step at 8 really runs out of GPU memory. The
@@ -51,32 +98,19 @@ def out_of_memory_step_is_rerun_smaller():
     close as two runs at 4 are to each other (GPU kernels need not be bitwise repeatable)."""
     w = h.workdir("gpu-oom")
     inputs = bench_inputs(w)
-    small, large = preflight_gib(inputs, w, 4), preflight_gib(inputs, w, 8)
-    total = torch.cuda.get_device_properties(0).total_memory / 2**30
-    fraction = (small + large) / 2 / total
-    print(f"estimates: micro-batch 4 {small} GiB, 8 {large} GiB; cap {fraction * total:.1f} of {total:.1f} GiB")
-    outs = {}
-    # "half-batch" sees 4 examples a step instead of 8: how far a wrong update lands (the test
-    # must tell it from the noise, or it proves nothing).
-    for name, micro, global_batch, env in (
-            ("oom", 8, 8, {"KUBETUNE_TEST_GPU_MEMORY_FRACTION": f"{fraction:.4f}"}),
-            ("reference", 4, 8, {}), ("reference-again", 4, 8, {}), ("half-batch", 4, 4, {})):
-        cfg = lora_config(inputs, w / name, micro, global_batch, 3)
-        p = h.run(["train", "--config", h.write_config(w / f"{name}.json", cfg)], timeout=500,
-                  env={**os.environ, **env})
-        outs[name] = p.stdout + p.stderr
-    log = outs["oom"]
-    assert "step 1 ran out of GPU memory at micro-batch 8: running it again at micro-batch 4" in log, log[-3000:]
-    assert "CUDA out of memory" in log, log[-3000:]  # a real allocation failure, not an injected one
-    weights = {n: h.weights(w / n) for n in outs}
-    moved = h.max_abs_diff(weights["reference"], {k: torch.zeros_like(v) for k, v in weights["reference"].items()})
-    noise = h.max_abs_diff(weights["reference"], weights["reference-again"])
-    diff = h.max_abs_diff(weights["reference"], weights["oom"])
-    wrong = h.max_abs_diff(weights["reference"], weights["half-batch"])
-    print(f"max |w_oom - w_reference| = {diff:.3g}; two reference runs differ by {noise:.3g}; "
-          f"a run on half the batch by {wrong:.3g}; |w| up to {moved:.3g}")
-    assert wrong > 5 * max(noise, 1e-6), (wrong, noise)
-    assert diff <= max(2 * noise, 1e-6), (diff, noise)
+    compare_with_reference(w, inputs, 1, 8, 8, cap_between(inputs, w, 4, 8))
+
+
+def out_of_memory_on_one_rank_of_two():
+    """Two GPUs (NCCL), the allocator capped on rank 1 only: rank 1 runs out in the first of its two
+    micro-batches of 8, rank 0 does not; rank 1's vote makes both skip the update on the device,
+    both re-run the step at 4 x 4, and the run lands where one at 4 from the start does."""
+    if torch.cuda.device_count() < 2:
+        print("fewer than 2 GPUs: skipped")
+        sys.exit(77)
+    w = h.workdir("gpu-oom-2")
+    inputs = bench_inputs(w)
+    compare_with_reference(w, inputs, 2, 8, 32, cap_between(inputs, w, 4, 8))
 
 
 def auto_micro_batch_runs_at_its_choice():
@@ -104,4 +138,5 @@ if __name__ == "__main__":
     if not torch.cuda.is_available():
         print("no GPU visible to torch: skipped")
         sys.exit(77)
-    h.main({f.__name__: f for f in [out_of_memory_step_is_rerun_smaller, auto_micro_batch_runs_at_its_choice]})
+    h.main({f.__name__: f for f in [out_of_memory_step_is_rerun_smaller, out_of_memory_on_one_rank_of_two,
+                                     auto_micro_batch_runs_at_its_choice]})

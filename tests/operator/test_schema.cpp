@@ -348,7 +348,7 @@ TEST(Crd, TypedStatusHoldsEveryField) {
                        "time": "2026-11-23T10:02:00Z"},
     "preflight": {"specHash": "abc", "failures": 0, "verdict": "OK", "summary": "fits",
                   "completionTime": "2026-11-23T10:00:30Z", "gpuMemoryGiB": 80,
-                  "gpuMemorySource": "workers.gpuMemoryGiB", "report": {"steps": 100}}})");
+                  "gpuMemorySource": "workers.gpuMemoryGiB", "report": {"steps": {"total": 100}, "microBatch": {"size": 8, "auto": true}}}})");
   EXPECT_EQ(json(status.get<api::FineTuneJobStatus>()), status);
   // Every property of the schema's status was set above.
   for (const auto& [key, property] :

@@ -107,6 +107,7 @@ TEST(PrometheusObserver, ExportsEveryCpuSeriesWithItsLabelsAndNoGpuSeries) {
     tokens += static_cast<double>(s.local_tokens);
     samples += static_cast<double>(s.local_samples);
   }
+  observer.on_micro_batch(4, 2, false);  // the trainer's at start
   observer.on_eval(3, 1.75);
   observer.on_checkpoint(2, "/tmp/ckpt-2");
   observer.on_checkpoint(3, "/tmp/ckpt-3");

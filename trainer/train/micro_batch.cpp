@@ -36,11 +36,14 @@ int64_t estimated_peak(const model::ModelConfig& m, TrainConfig c, int world, in
 
 }  // namespace
 
-nlohmann::json MicroBatchChoice::to_json() const {
-  nlohmann::json out = {
-      {"size", size}, {"accumulation", accumulation}, {"auto", automatic}, {"reason", reason}};
-  if (!candidates.empty()) out["candidates"] = candidates;
-  return out;
+api::MicroBatchReport MicroBatchChoice::to_report() const {
+  api::MicroBatchReport r;
+  r.size = size;
+  r.accumulation = accumulation;
+  r.auto_ = automatic;
+  r.reason = reason;
+  r.candidates = candidates;
+  return r;
 }
 
 int64_t examples_per_process(int64_t global_batch, int world) {
@@ -66,8 +69,10 @@ MicroBatchChoice choose_micro_batch(const model::ModelConfig& m, const TrainConf
   int64_t too_big = 0, too_big_peak = 0;
   for (const int64_t size : divisors_descending(share)) {
     const int64_t peak = estimated_peak(m, c, world, size);
-    choice.candidates.push_back(
-        {{"size", size}, {"estimatedGiB", std::round(peak / kGiB * 100) / 100}});
+    api::MicroBatchCandidate candidate;
+    candidate.size = size;
+    candidate.estimated_gib = std::round(peak / kGiB * 100) / 100;
+    choice.candidates.push_back(candidate);
     if (peak <= budget || size == 1) {
       choice.size = size;
       choice.accumulation = share / size;

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/train_config.h"
 #include "trainer/model/model_config.h"
@@ -20,12 +20,12 @@ namespace kubetune::train {
 inline constexpr double kAutoMemoryFraction = 0.90;
 
 struct MicroBatchChoice {
-  int64_t size = 0;          // examples per forward pass per process
-  int64_t accumulation = 0;  // micro-batches per optimizer step per process
-  bool automatic = false;    // chosen by auto
-  std::string reason;        // for people: why this size
-  nlohmann::json candidates = nlohmann::json::array();  // auto: [{size, estimatedGiB}]
-  nlohmann::json to_json() const;
+  int64_t size = 0;                                  // examples per forward pass per process
+  int64_t accumulation = 0;                          // micro-batches per optimizer step per process
+  bool automatic = false;                            // chosen by auto
+  std::string reason;                                // for people: why this size
+  std::vector<api::MicroBatchCandidate> candidates;  // auto: each size considered, largest first
+  api::MicroBatchReport to_report() const;
 };
 
 // The per-process share of the global batch; throws ConfigError naming training.globalBatchSize

@@ -14,8 +14,9 @@ namespace kubetune::train {
 void release_cached_memory(const torch::Device& device);
 
 // KUBETUNE_TEST_GPU_MEMORY_FRACTION=f: the caching allocator may hold at most f of the GPU's
-// memory (torch.cuda.set_per_process_memory_fraction), so a test can make a real step run out.
-void apply_test_memory_cap(const torch::Device& device);
+// memory (torch.cuda.set_per_process_memory_fraction), so a test can make a real step run out;
+// with KUBETUNE_TEST_OOM_RANK=r only on rank r.
+void apply_test_memory_cap(const torch::Device& device, int rank);
 
 // KUBETUNE_TEST_OOM_ABOVE_EXAMPLES=n (and KUBETUNE_TEST_OOM_RANK=r, else every rank): a forward
 // of more than n examples throws c10::OutOfMemoryError, the error the CUDA allocator throws.

@@ -48,18 +48,20 @@ constexpr double kMeasuredMfu = 0.40;
 constexpr double kMeasuredMfuRecompute = 0.30;
 
 // Time per optimizer step on an H100/H200: each GPU's share of a step's tokens at the measured MFU.
-nlohmann::json time_estimate(const model::ModelConfig& m, const TrainConfig& c,
-                             const data::DatasetScan& train, int64_t steps_per_epoch,
-                             int64_t total_steps, int world_size) {
+api::TimeEstimate time_estimate(const model::ModelConfig& m, const TrainConfig& c,
+                                const data::DatasetScan& train, int64_t steps_per_epoch,
+                                int64_t total_steps, int world_size) {
   const double tokens_per_gpu =
       static_cast<double>(train.tokens) / std::max<int64_t>(1, steps_per_epoch) / world_size;
   const double mfu = recomputes_layers(c) ? kMeasuredMfuRecompute : kMeasuredMfu;
   const double seconds =
       tokens_per_gpu * executed_flops_per_token(c, m) / (kPeakBf16FlopsPerSecond * mfu);
-  return {{"secondsPerStep", std::round(seconds * 1000) / 1000},
-          {"totalSeconds", std::round(seconds * static_cast<double>(total_steps))},
-          {"assumes", "H100/H200 GPUs at the model FLOPs utilisation this build measured (" +
-                          std::to_string(static_cast<int>(mfu * 100)) + "%, bench/README.md)"}};
+  api::TimeEstimate t;
+  t.seconds_per_step = std::round(seconds * 1000) / 1000;
+  t.total_seconds = std::round(seconds * static_cast<double>(total_steps));
+  t.assumes = "H100/H200 GPUs at the model FLOPs utilisation this build measured (" +
+              std::to_string(static_cast<int>(mfu * 100)) + "%, bench/README.md)";
+  return t;
 }
 
 struct LinearShape {
@@ -79,22 +81,25 @@ std::array<LinearShape, 7> decoder_linears(const model::ModelConfig& m) {
            {"mlp.down_proj", i, h}}};
 }
 
-nlohmann::json data_report(const std::string& path, const data::DatasetScan& scan, int max_length,
-                           int listed) {
-  nlohmann::json invalid = nlohmann::json::array(), truncated = nlohmann::json::array();
-  for (size_t i = 0; i < scan.invalid.size() && static_cast<int>(i) < listed; ++i)
-    invalid.push_back({{"line", scan.invalid[i].line}, {"error", scan.invalid[i].error}});
+api::DatasetReport data_report(const std::string& path, const data::DatasetScan& scan,
+                               int max_length, int listed) {
+  api::DatasetReport d;
+  d.file = path;
+  d.records = static_cast<int64_t>(scan.examples.size());
+  d.tokens = scan.tokens;
+  d.targets = scan.targets;
+  d.invalid_records = static_cast<int64_t>(scan.invalid.size());
+  for (size_t i = 0; i < scan.invalid.size() && static_cast<int>(i) < listed; ++i) {
+    api::InvalidLine line;
+    line.line = static_cast<int64_t>(scan.invalid[i].line);
+    line.error = scan.invalid[i].error;
+    d.invalid_lines.push_back(line);
+  }
+  d.truncated_records = static_cast<int64_t>(scan.truncated.size());
   for (size_t i = 0; i < scan.truncated.size() && static_cast<int>(i) < listed; ++i)
-    truncated.push_back(scan.truncated[i]);
-  return {{"file", path},
-          {"records", scan.examples.size()},
-          {"tokens", scan.tokens},
-          {"targets", scan.targets},
-          {"invalidRecords", scan.invalid.size()},
-          {"invalidLines", invalid},
-          {"truncatedRecords", scan.truncated.size()},
-          {"truncatedLines", truncated},
-          {"truncatedTo", max_length}};
+    d.truncated_lines.push_back(static_cast<int64_t>(scan.truncated[i]));
+  d.truncated_to = max_length;
+  return d;
 }
 
 }  // namespace
@@ -104,15 +109,17 @@ int64_t MemoryEstimate::total() const {
          activations;
 }
 
-nlohmann::json MemoryEstimate::to_json() const {
+api::MemoryReport MemoryEstimate::to_report() const {
   auto gib = [](int64_t bytes) { return std::round(bytes / kGiB * 100) / 100; };
-  return {{"frozenWeightsGiB", gib(frozen_weights)},
-          {"trainableWeightsGiB", gib(trainable_weights)},
-          {"gradientsGiB", gib(gradients)},
-          {"optimizerStatesGiB", gib(optimizer_states)},
-          {"autocastCopiesGiB", gib(autocast_copies)},
-          {"activationsGiB", gib(activations)},
-          {"totalGiB", gib(total())}};
+  api::MemoryReport m;
+  m.frozen_weights_gib = gib(frozen_weights);
+  m.trainable_weights_gib = gib(trainable_weights);
+  m.gradients_gib = gib(gradients);
+  m.optimizer_states_gib = gib(optimizer_states);
+  m.autocast_copies_gib = gib(autocast_copies);
+  m.activations_gib = gib(activations);
+  m.total_gib = gib(total());
+  return m;
 }
 
 int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) {
@@ -228,66 +235,63 @@ PreflightReport preflight(const TrainConfig& configured, const PreflightOptions&
   const auto options = dataset_options(c);
   const data::DatasetScan train =
       data::scan_jsonl(c.data.train, text->tokenizer, text->chat.get(), options);
-  nlohmann::json data = {
-      {"train", data_report(c.data.train, train, c.data.max_length, o.invalid_lines_listed)}};
+  PreflightReport out;
+  api::PreflightReport& r = out.report;
+  r.data.train = data_report(c.data.train, train, c.data.max_length, o.invalid_lines_listed);
   size_t invalid = train.invalid.size();
+  std::string first_invalid = train.invalid.empty() ? "" : train.invalid.front().error;
   if (c.data.validation) {
     const auto validation =
         data::scan_jsonl(*c.data.validation, text->tokenizer, text->chat.get(), options);
-    data["validation"] =
+    r.data.validation =
         data_report(*c.data.validation, validation, c.data.max_length, o.invalid_lines_listed);
     invalid += validation.invalid.size();
+    if (first_invalid.empty() && !validation.invalid.empty())
+      first_invalid = validation.invalid.front().error;
   }
 
-  PreflightReport out;
-  nlohmann::json& r = out.report;
-  r["model"] = {{"path", c.model.path},
-                {"modelType", model.model_type},
-                {"layers", model.num_hidden_layers},
-                {"hiddenSize", model.hidden_size},
-                {"parameters", model.num_parameters()},
-                {"method", c.method.type},
-                {"trainableParameters", trainable_parameters(model, c)}};
-  r["data"] = data;
+  r.model.path = c.model.path;
+  r.model.model_type = model.model_type;
+  r.model.layers = model.num_hidden_layers;
+  r.model.hidden_size = model.hidden_size;
+  r.model.parameters = model.num_parameters();
+  r.model.method = api::to_string(c.method.type);
+  r.model.trainable_parameters = trainable_parameters(model, c);
   if (!train.examples.empty()) {
     const BatchShape shape = batch_shape(c, o.world_size, 0);
     data::DistributedSampler sampler(train.examples.size(), shape.global_batch,
                                      static_cast<int>(shape.accumulation), 0, o.world_size,
                                      c.training.seed, c.data.shuffle);
     const int64_t total = total_steps(c, sampler.steps_per_epoch());
-    r["steps"] = {{"worldSize", o.world_size},
-                  {"globalBatch", shape.global_batch},
-                  {"perEpoch", sampler.steps_per_epoch()},
-                  {"total", total}};
-    r["time"] = time_estimate(model, c, train, sampler.steps_per_epoch(), total, o.world_size);
+    r.steps.world_size = o.world_size;
+    r.steps.global_batch = shape.global_batch;
+    r.steps.per_epoch = sampler.steps_per_epoch();
+    r.steps.total = total;
+    r.time = time_estimate(model, c, train, sampler.steps_per_epoch(), total, o.world_size);
   }
   const MemoryEstimate memory = estimate_gpu_memory(model, c, o.world_size);
-  r["memory"] = memory.to_json();
-  r["memory"]["microBatchTokens"] = micro_batch_size(c) * c.data.max_length;
-  r["microBatch"] = micro_batch.to_json();
-  r["memory"]["gradientCheckpointing"] = recomputes_layers(c);
-  r["memory"]["offloadCheckpoints"] = c.model.offload_checkpoints;
-  if (o.gpu_memory_gib) r["memory"]["gpuMemoryGiB"] = *o.gpu_memory_gib;
+  r.memory = memory.to_report();
+  r.memory.micro_batch_tokens = micro_batch_size(c) * c.data.max_length;
+  r.memory.gradient_checkpointing = recomputes_layers(c);
+  r.memory.offload_checkpoints = c.model.offload_checkpoints;
+  r.memory.gpu_memory_gib = o.gpu_memory_gib;
+  r.micro_batch = micro_batch.to_report();
 
   if (invalid > 0 || train.examples.empty()) {
     out.verdict = api::PreflightVerdict::kDatasetInvalid;
-    r["message"] =
-        train.examples.empty() && invalid == 0
-            ? c.data.train + ": no records"
-            : std::to_string(invalid) + " invalid record(s); first: " +
-                  (train.invalid.empty()
-                       ? data["validation"]["invalidLines"][0]["error"].get<std::string>()
-                       : train.invalid.front().error);
+    r.message = train.examples.empty() && invalid == 0
+                    ? c.data.train + ": no records"
+                    : std::to_string(invalid) + " invalid record(s); first: " + first_invalid;
   } else if (o.gpu_memory_gib && memory.total() > *o.gpu_memory_gib * kGiB) {
     out.verdict = api::PreflightVerdict::kDoesNotFit;
     char text_gib[64];
     std::snprintf(text_gib, sizeof text_gib, "%.1f GiB per GPU, more than the GPU's %.1f GiB",
                   memory.total() / kGiB, *o.gpu_memory_gib);
-    r["message"] = std::string("estimated peak memory ") + text_gib +
-                   " (try model.gradientCheckpointing, a smaller training.microBatchSize or "
-                   "data.maxLength, LoRA, or more GPUs with distributed.shardOptimizer)";
+    r.message = std::string("estimated peak memory ") + text_gib +
+                " (try model.gradientCheckpointing, a smaller training.microBatchSize or "
+                "data.maxLength, LoRA, or more GPUs with distributed.shardOptimizer)";
   }
-  r["verdict"] = out.verdict.value_or(api::PreflightVerdict::kOK);
+  r.verdict = out.verdict.value_or(api::PreflightVerdict::kOK);
   return out;
 }
 

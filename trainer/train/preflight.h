@@ -23,7 +23,7 @@ struct MemoryEstimate {
   int64_t autocast_copies = 0;    // bf16 copies of fp32 weights cached by autocast in forward
   int64_t activations = 0;        // saved for backward (one micro-batch of maxLength rows)
   int64_t total() const;
-  nlohmann::json to_json() const;
+  api::MemoryReport to_report() const;  // in GiB, for the preflight report
 };
 
 // Trainable parameters of the method: all of them (full) or the LoRA adapters' A and B.
@@ -41,7 +41,7 @@ struct PreflightOptions {
 };
 
 struct PreflightReport {
-  nlohmann::json report;
+  api::PreflightReport report;
   // nullopt when the job can start; else DatasetInvalid or DoesNotFit.
   std::optional<api::PreflightVerdict> verdict;
 };

@@ -777,7 +777,7 @@ void log_gpu_memory(const Run& run, const StepStats* last) {
       estimate_gpu_memory(run.model->config(), run.config, run.comm.world_size());
   if (last == nullptr) {
     log::info() << "estimated peak GPU memory=" << log::fixed(m.total() / kGiB, 2) << " GiB "
-                << m.to_json().dump();
+                << nlohmann::json(m.to_report()).dump();
   } else if (last->has_device_memory) {
     log::info() << "peak GPU memory=" << log::fixed(last->device_memory.peak / kGiB, 2)
                 << " GiB (estimated " << log::fixed(m.total() / kGiB, 2) << " GiB)";
@@ -843,7 +843,7 @@ int run_training(const TrainConfig& configured) {
   auto checkpoint = agree_on_resume_point(*comm, c, device, [&](const CheckpointContents& k) {
     check_resumable(k, c, trainable, env.world_size, inputs.train.size());
   });
-  apply_test_memory_cap(device);
+  apply_test_memory_cap(device, env.rank);
   const int64_t resumed_global_batch = checkpoint ? checkpoint->state.global_batch : 0;
   const MicroBatchChoice micro_batch =
       agree_on_micro_batch(*comm, c, model->config(), device, resumed_global_batch);
