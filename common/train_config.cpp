@@ -58,18 +58,17 @@ nlohmann::json validate_train_config(nlohmann::json config) {
 TrainConfig parse_train_config(const nlohmann::json& validated) {
   TrainConfig c = validated.get<TrainConfig>();
   if (micro_batch_is_auto(c) && c.training.global_batch_size == 0)
-    throw ConfigError(
-        {"training.microBatchSize: auto chooses how training.globalBatchSize splits "
-         "into micro-batches; set training.globalBatchSize"});
+    throw ConfigError({kAutoMicroBatchNeedsGlobalBatch});
   return c;
 }
 
 bool micro_batch_is_auto(const TrainConfig& c) { return c.training.micro_batch_size.is_string(); }
 
 int64_t micro_batch_size(const TrainConfig& c) {
-  if (!c.training.micro_batch_size.is_number_integer())
+  // The schema takes integral numbers written as 4.0 too.
+  if (!c.training.micro_batch_size.is_number())
     throw std::logic_error("training.microBatchSize is still auto: resolve it first");
-  return c.training.micro_batch_size.get<int64_t>();
+  return static_cast<int64_t>(c.training.micro_batch_size.get<double>());
 }
 
 void set_micro_batch_size(TrainConfig& c, int64_t examples) {

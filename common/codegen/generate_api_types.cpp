@@ -182,7 +182,7 @@ class Generator {
         if (!items.contains("x-kubetune-type")) {
           fail(path, "a list of objects needs x-kubetune-type on its items (the struct's name)");
         }
-        if (!same_as_before(items["x-kubetune-type"], items["properties"], path))
+        if (!same_as_before(items.at("x-kubetune-type"), items, path))
           add_struct(items["x-kubetune-type"], items, path + "[]", "");
         return "std::vector<" + items["x-kubetune-type"].get<std::string>() + ">";
       }
@@ -194,7 +194,7 @@ class Generator {
     if (type == "object") {
       if (p.contains("properties")) {
         const std::string name = p.value("x-kubetune-type", pascal(key));
-        if (!p.contains("x-kubetune-type") || !same_as_before(name, p["properties"], path))
+        if (!p.contains("x-kubetune-type") || !same_as_before(name, p, path))
           add_struct(name, p, path, "");
         return name;
       }

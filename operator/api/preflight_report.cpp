@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/schema_validator.h"
+#include "common/train_config.h"
 #include "operator/controller/time_util.h"
 
 namespace kubetune::op {
@@ -13,8 +15,19 @@ std::string count(std::optional<int64_t> v) { return std::to_string(v.value_or(0
 }  // namespace
 
 std::optional<api::PreflightReport> parse_preflight_report(const std::string& text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return std::nullopt;
+  // The schema's limits too (lengths, list sizes), not only its types: a report the API server
+  // would refuse in the status would make every later status write fail.
+  static const nlohmann::json& schema = finetunejob_schema()
+                                            .at("status")
+                                            .at("properties")
+                                            .at("preflight")
+                                            .at("properties")
+                                            .at("report");
+  std::vector<std::string> problems;
+  validate_against_schema(schema, j, "report", {}, problems);
+  if (!problems.empty()) return std::nullopt;
   try {
     return j.get<api::PreflightReport>();
   } catch (const std::exception&) {

@@ -11,8 +11,8 @@
 namespace kubetune::op {
 
 // The report in a pod's termination message or on the trainer's stdout; nullopt when the text is
-// no JSON object or does not have the schema's types: anything in the pod can write it, so
-// nothing in it is trusted.
+// no JSON object or breaks the schema (types, lengths, list sizes): anything in the pod can write
+// it, so nothing in it is trusted.
 std::optional<api::PreflightReport> parse_preflight_report(const std::string& text);
 
 // One line for people: "1499 steps, 2998 records, 137908 tokens, micro-batch 4 x 2 accumulation,

@@ -20,6 +20,20 @@ using std::chrono::milliseconds;
 
 namespace {
 
+// The stored status, typed.
+api::FineTuneJobStatus read_status(const json& obj) {
+  json status = obj.value("status", json::object());
+  try {
+    return status.get<api::FineTuneJobStatus>();
+  } catch (const std::exception&) {
+    // An operator before the typed preflight report stored any object there; drop it, keep the
+    // rest.
+    if (status.contains("preflight") && status["preflight"].is_object())
+      status["preflight"].erase("report");
+    return status.get<api::FineTuneJobStatus>();
+  }
+}
+
 const milliseconds kShortRequeue{300};  // waiting for pods of an old gang to go
 
 std::string join(const std::vector<std::string>& parts, const std::string& sep) {
@@ -81,7 +95,7 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
   if (p.obj["metadata"].contains("deletionTimestamp")) return {};
   p.now = options_.clock();
   p.generation = p.obj["metadata"].value("generation", 0L);
-  p.old_status = p.obj.value("status", json::object()).get<api::FineTuneJobStatus>();
+  p.old_status = read_status(p.obj);
   p.status = p.old_status;
 
   try {
@@ -581,7 +595,8 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   if (pr.out_of_memory_recoveries) {
     const auto now_seen = static_cast<int64_t>(*pr.out_of_memory_recoveries);
     const int64_t before_seen =
-        scraped_recoveries(p.key, now_seen, progress.out_of_memory_recoveries.value_or(0) > 0);
+        scraped_recoveries(p.key, pod0["metadata"].value("uid", ""), now_seen,
+                           progress.out_of_memory_recoveries.value_or(0) > 0);
     if (now_seen > before_seen) {
       progress.out_of_memory_recoveries =
           progress.out_of_memory_recoveries.value_or(0) + (now_seen - before_seen);
@@ -609,12 +624,18 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   }
 }
 
-int64_t JobReconciler::scraped_recoveries(const std::string& key, int64_t now,
-                                          bool status_counts_some) {
+int64_t JobReconciler::scraped_recoveries(const std::string& key, const std::string& gang,
+                                          int64_t now, bool status_counts_some) {
   std::lock_guard<std::mutex> lock(scrape_mutex_);
-  std::optional<int64_t>& seen = scrapes_[key].recoveries;
-  const int64_t before = seen ? (*seen > now ? 0 : *seen) : (status_counts_some ? now : 0);
-  seen = now;
+  Scrapes& scrapes = scrapes_[key];
+  int64_t before = 0;  // a new gang's counter starts again
+  if (scrapes.recoveries_gang == gang) {
+    before = scrapes.recoveries.value_or(0);
+  } else if (scrapes.recoveries_gang.empty() && status_counts_some) {
+    before = now;  // the operator restarted: the status already counts what it saw before
+  }
+  scrapes.recoveries_gang = gang;
+  scrapes.recoveries = now;
   return before;
 }
 

@@ -135,11 +135,13 @@ class JobReconciler {
     std::chrono::steady_clock::time_point last;
     SystemTime answered;
     std::optional<int64_t> recoveries;  // rank 0's kubetune_out_of_memory_recoveries_total
+    std::string recoveries_gang;        // ... of this rank 0 pod (uid): each gang counts anew
   };
-  // The recoveries counter rank 0 showed at the previous scrape, remembering `now`: 0 for a new
-  // gang (its counter starts again), `now` when the operator has not seen this job since it
-  // started and the status already counts some (they were counted before it restarted).
-  int64_t scraped_recoveries(const std::string& key, int64_t now, bool status_counts_some);
+  // The recoveries counter rank 0 (pod uid `gang`) showed at the previous scrape, remembering
+  // `now`: 0 for a new gang, `now` when the operator has not seen this job since it started and
+  // the status already counts some (they were counted before it restarted).
+  int64_t scraped_recoveries(const std::string& key, const std::string& gang, int64_t now,
+                             bool status_counts_some);
   std::map<std::string, Scrapes> scrapes_;
 };
 

@@ -12,6 +12,7 @@
 #include "operator/api/cel_rules.h"
 #include "operator/api/crd.h"
 #include "operator/api/job.h"
+#include "operator/api/preflight_report.h"
 #include "operator/controller/phase.h"
 #include "test_support.h"
 
@@ -333,6 +334,27 @@ TEST(Examples, TypedSpecHoldsEveryField) {
 }
 
 // So does the generated status type, for a status with every field the operator writes.
+// A preflight report is trusted only as the schema allows it: types, and the limits the API server
+// would enforce on the status it goes into (else every later status write would be refused).
+TEST(PreflightReport, OnlyWhatTheSchemaAllowsIsRead) {
+  const auto ok = parse_preflight_report(
+      R"({"verdict": "OK", "steps": {"total": 12}, "microBatch": {"size": 8, "auto": true},
+          "data": {"train": {"records": 24, "invalidLines": [{"line": 9, "error": "x"}]}}})");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->steps.total, 12);
+  EXPECT_EQ(ok->micro_batch.auto_, true);
+  EXPECT_EQ(ok->data.train.invalid_lines.at(0).line, 9);
+  EXPECT_EQ(preflight_summary(*ok),
+            "12 steps, 24 records, 0 tokens, micro-batch 8 x 0 accumulation (auto), est. 0.0 GiB "
+            "per GPU: OK");
+  nlohmann::json many = {{"verdict", "DoesNotFit"}};
+  for (int i = 0; i < 65; ++i) many["microBatch"]["candidates"].push_back({{"size", i}});
+  EXPECT_FALSE(parse_preflight_report(many.dump()));  // maxItems 64
+  EXPECT_FALSE(parse_preflight_report(R"({"verdict": "OK", "memory": "big"})"));
+  EXPECT_FALSE(parse_preflight_report(R"({"verdict": "Fine"})"));
+  EXPECT_FALSE(parse_preflight_report("error: cannot open /data/models/x/config.json"));
+}
+
 TEST(Crd, TypedStatusHoldsEveryField) {
   const json status = json::parse(R"({
     "phase": "Running", "observedGeneration": 3, "restarts": 1,

@@ -37,21 +37,24 @@ def accumulation_equals_big_batch():
 
 def resume_equals_uninterrupted():
     """A run stopped right after its step-3 checkpoint, resumed, ends with the weights of a run
-    that never stopped. (The stop is simulated by deleting every later checkpoint.)"""
+    that never stopped. (The stop is simulated by deleting every later checkpoint.) With a fixed
+    micro-batch and accumulation, and with microBatchSize auto."""
     w = h.workdir("resume")
     model = h.tiny_model(w / "model")
     data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 40)
-    cfg = h.config(model, data, w / "straight", microBatchSize=2, gradientAccumulationSteps=2, maxSteps=6)
-    cfg["checkpoint"] = {"resume": "auto", "dir": str(w / "ckpt"), "everySteps": 1, "keepLast": 10}
-    h.run(["train", "--config", h.write_config(w / "straight.json", cfg)])
-    for step in (4, 5, 6):
-        shutil.rmtree(w / "ckpt" / f"step-{step:08d}")
-    cfg["output"]["dir"] = str(w / "resumed")
-    p = h.run(["train", "--config", h.write_config(w / "resumed.json", cfg)])
-    assert "resuming from" in p.stderr and "step-00000003" in p.stderr, p.stderr[-2000:]
-    diff = h.max_abs_diff(h.weights(w / "straight"), h.weights(w / "resumed"))
-    print(f"max |uninterrupted - resumed| = {diff:.3g}")
-    assert diff <= 1e-6, diff
+    for label, batch in (("fixed", dict(microBatchSize=2, gradientAccumulationSteps=2)),
+                         ("auto", dict(microBatchSize="auto", globalBatchSize=4))):
+        cfg = h.config(model, data, w / f"straight-{label}", maxSteps=6, **batch)
+        cfg["checkpoint"] = {"resume": "auto", "dir": str(w / f"ckpt-{label}"), "everySteps": 1, "keepLast": 10}
+        h.run(["train", "--config", h.write_config(w / f"straight-{label}.json", cfg)])
+        for step in (4, 5, 6):
+            shutil.rmtree(w / f"ckpt-{label}" / f"step-{step:08d}")
+        cfg["output"]["dir"] = str(w / f"resumed-{label}")
+        p = h.run(["train", "--config", h.write_config(w / f"resumed-{label}.json", cfg)])
+        assert "resuming from" in p.stderr and "step-00000003" in p.stderr, p.stderr[-2000:]
+        diff = h.max_abs_diff(h.weights(w / f"straight-{label}"), h.weights(w / f"resumed-{label}"))
+        print(f"{label}: max |uninterrupted - resumed| = {diff:.3g}")
+        assert diff <= 1e-6, diff
 
 
 def damaged_checkpoint_is_skipped():

@@ -50,7 +50,7 @@ void check_resumable(const CheckpointContents& checkpoint, const TrainConfig& co
   expect_tensor(moments, "optimizer.safetensors", "step", {1});
   // The schedule a resumed run follows is the checkpoint's global batch (batch_shape.h).
   const auto global =
-      static_cast<size_t>(batch_shape(config, world, state.global_batch).global_batch);
+      static_cast<size_t>(configured_global_batch(config, world, state.global_batch));
   const int64_t last = total_steps(config, static_cast<int64_t>((examples + global - 1) / global));
   if (state.step > last)
     throw CheckpointUnusable("at step " + std::to_string(state.step) +

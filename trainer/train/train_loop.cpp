@@ -248,24 +248,27 @@ PendingStep queue_step(Run& run) {
     if (run.out_of_memory_pending && !last) continue;
     torch::Tensor loss;
     try {
-      AutocastScope autocast(run.device, run.dtype);
-      if (micro[m].batch == 0 || run.out_of_memory_pending) {
-        wait_for_weights(run);
-        loss = zero_loss(run.trainable);
-      } else {
-        inject_test_out_of_memory(micro[m].batch, run.comm.rank());
-        auto t = to_tensors(micro[m], run.device);
-        auto hidden = run.model->hidden_states(t.input_ids, t.position_ids, t.segment_ids);
-        auto [sum, n] =
-            model::next_token_loss_sum(*run.model, hidden, t.labels, loss_chunk_rows(run));
-        loss_sum += sum.detach().to(torch::kFloat64);
-        loss = sum * scale;
+      {  // autocast for the forward only: backward runs outside it (autograd's threads inherit it)
+        AutocastScope autocast(run.device, run.dtype);
+        if (micro[m].batch == 0 || run.out_of_memory_pending) {
+          wait_for_weights(run);
+          loss = zero_loss(run.trainable);
+        } else {
+          inject_test_out_of_memory(micro[m].batch, run.comm.rank());
+          auto t = to_tensors(micro[m], run.device);
+          auto hidden = run.model->hidden_states(t.input_ids, t.position_ids, t.segment_ids);
+          auto [sum, n] =
+              model::next_token_loss_sum(*run.model, hidden, t.labels, loss_chunk_rows(run));
+          loss_sum += sum.detach().to(torch::kFloat64);
+          loss = sum * scale;
+        }
       }
       if (!last) loss.backward();
     } catch (const c10::OutOfMemoryError& e) {
       out_of_memory(e, m);
       if (!last) continue;
       AutocastScope autocast(run.device, run.dtype);
+      wait_for_weights(run);
       loss = zero_loss(run.trainable);
     }
     if (!last) continue;
