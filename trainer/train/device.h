@@ -3,6 +3,8 @@
 
 #include <torch/types.h>
 
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -17,6 +19,8 @@ torch::Device pick_device(int local_rank);
 torch::Dtype compute_dtype(api::ModelDtype configured, const torch::Device& device);
 // Bytes in a GiB, for every memory figure the trainer prints.
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Bytes as GiB to two decimals, as reports show them.
+inline double rounded_gib(int64_t bytes) { return std::round(bytes / kGiB * 100) / 100; }
 
 // GPU memory of `device` from the caching allocator; nullopt-like zeros on CPU.
 bool device_memory(const torch::Device& device, DeviceMemory& out);

@@ -71,7 +71,7 @@ MicroBatchChoice choose_micro_batch(const model::ModelConfig& m, const TrainConf
     const int64_t peak = estimated_peak(m, c, world, size);
     api::MicroBatchCandidate candidate;
     candidate.size = size;
-    candidate.estimated_gib = std::round(peak / kGiB * 100) / 100;
+    candidate.estimated_gib = rounded_gib(peak);
     choice.candidates.push_back(candidate);
     if (peak <= budget || size == 1) {
       choice.size = size;

@@ -110,15 +110,14 @@ int64_t MemoryEstimate::total() const {
 }
 
 api::MemoryReport MemoryEstimate::to_report() const {
-  auto gib = [](int64_t bytes) { return std::round(bytes / kGiB * 100) / 100; };
   api::MemoryReport m;
-  m.frozen_weights_gib = gib(frozen_weights);
-  m.trainable_weights_gib = gib(trainable_weights);
-  m.gradients_gib = gib(gradients);
-  m.optimizer_states_gib = gib(optimizer_states);
-  m.autocast_copies_gib = gib(autocast_copies);
-  m.activations_gib = gib(activations);
-  m.total_gib = gib(total());
+  m.frozen_weights_gib = rounded_gib(frozen_weights);
+  m.trainable_weights_gib = rounded_gib(trainable_weights);
+  m.gradients_gib = rounded_gib(gradients);
+  m.optimizer_states_gib = rounded_gib(optimizer_states);
+  m.autocast_copies_gib = rounded_gib(autocast_copies);
+  m.activations_gib = rounded_gib(activations);
+  m.total_gib = rounded_gib(total());
   return m;
 }
 

@@ -292,12 +292,13 @@ PendingStep queue_step(Run& run) {
     *run.on_gradient = nullptr;
   }
   if (run.embedding_sync) run.embedding_sync->finish_step();
-  // Whether any rank ran out of memory: summed on the device, read by the optimizer there (a
-  // skipped update) and by the host with the step's results, so no rank waits for it here.
-  auto skip_vote =
-      model::to_device_async(torch::tensor({run.out_of_memory_pending ? 1.0F : 0.0F}), run.device);
-  run.comm.all_reduce_sum(skip_vote, "out-of-memory vote");
-  skip_vote = skip_vote.clamp_max(1).reshape({});
+  // The loss and whether any rank ran out of memory, summed in the step's one small all-reduce.
+  // The vote stays on the device: the optimizer reads it there (a skipped update), the host with
+  // the step's results, so no rank waits for it here.
+  auto loss_and_vote = torch::stack(
+      {loss_sum, torch::full({}, run.out_of_memory_pending ? 1.0 : 0.0, loss_sum.options())});
+  run.comm.all_reduce_sum(loss_and_vote, "loss and out-of-memory vote");
+  const torch::Tensor skip_vote = loss_and_vote[1].clamp_max(1).to(torch::kFloat32);
   p.timeline.mark();  // kGradientsSynced
 
   // 3. Update (none where some rank ran out of memory).
@@ -308,11 +309,10 @@ PendingStep queue_step(Run& run) {
   drop_gradients(run.trainable);
   p.timeline.mark();  // kWeightsUpdated
 
-  run.comm.all_reduce_sum(loss_sum, "loss");
   p.results = model::to_host_async(
-      torch::stack({loss_sum, counts[0].to(torch::kFloat64), counts[1].to(torch::kFloat64),
+      torch::stack({loss_and_vote[0], counts[0].to(torch::kFloat64), counts[1].to(torch::kFloat64),
                     grad_norm.to(loss_sum.device(), torch::kFloat64), counts[2].to(torch::kFloat64),
-                    skip_vote.to(torch::kFloat64)}));
+                    loss_and_vote[1]}));
   p.timeline.mark();  // kResultsCopied
 
   run.state.step += 1;
