@@ -8,7 +8,7 @@
 set -euo pipefail
 A=$1 B=$2; shift 2
 SHAPE=llama-3.2-1b METHODS="lora full" MB=4 SEQ=2048 STEPS=20 WARMUP=5 ROUNDS=2
-OUT=${OUT:-/tmp/kubetune-ab}
+OUT=/tmp/kubetune-ab
 while [[ $# -gt 0 ]]; do
   case $1 in
     --shape) SHAPE=$2; shift 2 ;; --methods) METHODS=$2; shift 2 ;; --micro-batch) MB=$2; shift 2 ;;
@@ -40,6 +40,7 @@ peak = max(s.get("gpu_memory_peak_bytes", 0) for s in steps) / 2**30
 print(json.dumps({"side": side, "method": method, "tokens_per_s": round(tps), "peak_gib": round(peak, 2),
                   "first_loss": steps[0]["loss"]}))
 PY
+      rm -rf "$run/out/checkpoints" "$run/out"/*.safetensors  # a full model's are GBs a run
     done
   done
 done
