@@ -1,7 +1,9 @@
-// How the generated FineTuneJob types (common/finetunejob_types.h) read and write their fields:
+// How the generated types (common/finetunejob_types.h, operator/kube/kube_types.h) read and write
+// their fields:
 // the few rules of the Kubernetes JSON conventions that nlohmann::json does not have by itself.
 #pragma once
 
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,12 +31,17 @@ void read_field(const nlohmann::json& j, const char* key, std::optional<T>& out)
 // an optional not set, an empty list or map, a struct equal to a default-constructed one (a
 // volume's hostPath when it uses a persistentVolumeClaim). So an object written back is the
 // object that was read.
-enum class Omit { kNever, kWhenEmpty };
+// kWhenNothing (the Kubernetes types): left out while it writes as nothing (an empty object or
+// list). Not "equal to a default-constructed one": a pod spec with no containers writes as
+// {"containers": []}, which is something.
+enum class Omit { kNever, kWhenEmpty, kWhenNothing };
 
 template <class T>
 void write_field(nlohmann::json& j, const char* key, const T& value, Omit omit) {
   nlohmann::json v = value;
   if (omit == Omit::kWhenEmpty && v == nlohmann::json(T{})) return;
+  if (omit == Omit::kWhenNothing && (v.is_null() || ((v.is_object() || v.is_array()) && v.empty())))
+    return;
   j[key] = std::move(v);
 }
 
@@ -53,6 +60,24 @@ void parse_enum(const nlohmann::json& j, const char* type, Enum& out) {
   if (!j.is_string() || !parse(j.get_ref<const std::string&>(), out)) {
     throw std::invalid_argument(std::string(type) + ": unknown value " + j.dump());
   }
+}
+
+// What a generated Kubernetes type keeps of `j` beside its members, so that writing the object
+// back gives the object read: the members that are not among `known` (another controller's, a
+// newer server's), and the known ones that are an empty object or list (`lastState: {}`,
+// `containers: []`), which the member alone would leave out when written. A member the code fills
+// in is written over its kept empty value.
+inline nlohmann::json unknown_members(const nlohmann::json& j,
+                                      std::initializer_list<const char*> known) {
+  nlohmann::json rest = nlohmann::json::object();
+  if (!j.is_object()) return rest;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool named = false;
+    for (const char* k : known) named = named || it.key() == k;
+    const bool empty_container = (it->is_object() || it->is_array()) && it->empty();
+    if (!named || empty_container) rest[it.key()] = it.value();
+  }
+  return rest;
 }
 
 }  // namespace kubetune::api

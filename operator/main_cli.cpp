@@ -11,6 +11,7 @@
 #include "operator/api/job.h"
 #include "operator/api/workload.h"
 #include "operator/api/yaml_emit.h"
+#include "operator/kube/objects.h"
 #include "operator/local/local_runner.h"
 #include "operator/local/preflight.h"
 
@@ -24,9 +25,7 @@ kubetune::op::FineTuneJob load_job(const std::string& path) {
       throw std::runtime_error(path + ": " + field + ": required field is missing");
     }
   }
-  if (obj.is_object() && !obj["metadata"].contains("namespace")) {
-    obj["metadata"]["namespace"] = "default";
-  }
+  // No metadata.namespace: parse_job gives the job "default", as kubectl would.
   try {
     return kubetune::op::parse_job(obj);
   } catch (const kubetune::op::SpecError& e) {
@@ -63,16 +62,19 @@ int cmd_validate(const std::vector<std::string>& files) {
 
 int cmd_render(const std::string& file) {
   const auto job = load_job(file);
+  // The job's labels name its LocalQueue. Read first: metadata the Kubernetes types refuse (a label
+  // that is not a string) stops the render before anything is printed.
+  const kubetune::k8s::ObjectMeta metadata =
+      kubetune::op::kube::metadata_of(kubetune::load_yaml_or_json_file(file));
   const auto objects = kubetune::op::desired_objects(job, 0);
   std::cout << kubetune::op::json_to_yaml(objects.config_map) << "---\n"
             << kubetune::op::json_to_yaml(objects.service);
   for (const auto& pod : objects.pods) std::cout << "---\n" << kubetune::op::json_to_yaml(pod);
   // Kueue's Workload, for a job labelled with a LocalQueue (instead of the pods, until admitted).
-  const nlohmann::json object = kubetune::load_yaml_or_json_file(file);
   namespace kueue = kubetune::op::kueue;
-  if (const auto queue = kueue::queue_name(object)) {
+  if (const auto queue = kueue::queue_name(metadata)) {
     std::optional<kueue::Priority> priority;
-    if (const auto name = kueue::priority_class(object)) priority = kueue::Priority{*name, 0};
+    if (const auto name = kueue::priority_class(metadata)) priority = kueue::Priority{*name, 0};
     std::cout << "---\n# Kueue's Workload: no pod above is created until Kueue admits it."
               << (priority ? " spec.priority is\n# the WorkloadPriorityClass's value, which the "
                              "operator reads from the cluster."

@@ -23,81 +23,16 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "common/codegen/cpp_types.h"
 
 namespace {
 
 // The schema's own order of properties is the order of the members.
 using json = nlohmann::ordered_json;
-
-struct Field {
-  std::string json_name;
-  std::string cpp_name;
-  std::string cpp_type;
-  std::string initializer;  // "" = value-initialized (zero, empty)
-  std::string comment;
-  bool required = false;   // always written, even when empty
-  bool defaulted = false;  // the schema has a default: always written too
-};
-
-struct Struct {
-  std::string name;
-  std::string base;  // "" or the struct it extends
-  std::string comment;
-  std::vector<Field> fields;
-};
-
-struct Enum {
-  std::string name;
-  std::string comment;
-  std::vector<std::string> values;
-};
-
-[[noreturn]] void fail(const std::string& path, const std::string& why) {
-  throw std::runtime_error(path + ": " + why);
-}
-
-std::string pascal(const std::string& name) {
-  std::string out;
-  bool up = true;
-  for (char c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) {
-      up = true;
-      continue;
-    }
-    out += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
-    up = false;
-  }
-  return out;
-}
-
-// gradientCheckpointing -> gradient_checkpointing; a last capital is no word of its own, as in a
-// unit: gpuMemoryGiB -> gpu_memory_gib.
-std::string snake(const std::string& name) {
-  static const std::set<std::string> keywords = {
-      "operator", "default", "class", "namespace", "template", "delete", "new", "union", "auto"};
-  std::string out;
-  for (size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool upper = std::isupper(static_cast<unsigned char>(c));
-    if (upper && i > 0 && i + 1 < name.size() &&
-        (std::islower(static_cast<unsigned char>(name[i - 1])) ||
-         std::isdigit(static_cast<unsigned char>(name[i - 1])))) {
-      out += '_';
-    }
-    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  return keywords.count(out) ? out + "_" : out;
-}
-
-std::string one_line(std::string text) {
-  for (char& c : text) {
-    if (c == '\n') c = ' ';
-  }
-  return text;
-}
+using namespace kubetune::codegen;
 
 class Generator {
  public:
@@ -105,8 +40,10 @@ class Generator {
     split_spec(schema.at("spec"));
     add_struct("FineTuneJobStatus", schema.at("status"), "status", "");
   }
-  std::string header() const;
-  std::string source() const;
+  Types types() const {
+    return {"common/finetunejob_schema.json by common/codegen/generate_api_types.cpp",
+            "common/finetunejob_types.h", "kubetune::api", enums_, structs_};
+  }
 
  private:
   // spec = TrainConfig (what `kubetune-trainer train --config` reads) + the operator's fields.
@@ -128,7 +65,7 @@ class Generator {
   void add_struct(const std::string& name, const json& node, const std::string& path,
                   const std::string& base) {
     if (!type_names_.insert(name).second) fail(path, "type name " + name + " is used twice");
-    Struct s{name, base, one_line(node.value("description", "")), {}};
+    Struct s{name, base, one_line(node.value("description", "")), {}, false};
     std::set<std::string> required;
     for (const auto& r : node.value("required", json::array())) required.insert(r);
     for (const auto& [key, property] : node.at("properties").items()) {
@@ -248,108 +185,11 @@ class Generator {
     fail(path, "cannot write default " + value.dump() + " in C++");
   }
 
-  static std::string enum_constant(const std::string& value) { return "k" + pascal(value); }
-
   std::set<std::string> type_names_;
   std::map<std::string, std::string> definitions_;  // named type -> its definition, dumped
   std::vector<Struct> structs_;
   std::vector<Enum> enums_;
 };
-
-std::string Generator::header() const {
-  std::ostringstream h;
-  h << "// Generated from common/finetunejob_schema.json by common/codegen/generate_api_types.cpp."
-       "\n// Do not edit: change the schema.\n#pragma once\n\n#include <array>\n#include "
-       "<cstdint>\n#include <map>\n#include <nlohmann/json.hpp>\n#include <optional>\n#include "
-       "<ostream>\n#include "
-       "<string>\n#include <string_view>\n#include <vector>\n\nnamespace kubetune::api {\n";
-  for (const auto& e : enums_) {
-    h << "\n";
-    if (!e.comment.empty()) h << "// " << e.comment << "\n";
-    h << "enum class " << e.name << " {";
-    for (size_t i = 0; i < e.values.size(); ++i) {
-      h << (i ? ", " : " ") << enum_constant(e.values[i]);
-    }
-    h << " };\ninline constexpr std::array<" << e.name << ", " << e.values.size() << "> k" << e.name
-      << "Values = {";
-    for (size_t i = 0; i < e.values.size(); ++i) {
-      h << (i ? ", " : "") << e.name << "::" << enum_constant(e.values[i]);
-    }
-    h << "};\nstd::string to_string(" << e.name << " value);\n"
-      << "// false when `text` is not one of the schema's values.\n"
-      << "bool parse(std::string_view text, " << e.name << "& out);\n"
-      << "std::ostream& operator<<(std::ostream& out, " << e.name << " value);\n"
-      << "void to_json(nlohmann::json& j, " << e.name << " value);\n"
-      << "void from_json(const nlohmann::json& j, " << e.name << "& value);\n";
-  }
-  for (const auto& s : structs_) {
-    h << "\n";
-    if (!s.comment.empty()) h << "// " << s.comment << "\n";
-    h << "struct " << s.name << (s.base.empty() ? "" : " : " + s.base) << " {\n";
-    for (const auto& f : s.fields) {
-      if (!f.comment.empty()) h << "  // " << f.comment << "\n";
-      h << "  " << f.cpp_type << " " << f.cpp_name;
-      h << (f.initializer.empty() ? "{}" : " = " + f.initializer);  // never uninitialized
-      h << ";  // " << f.json_name << "\n";
-    }
-    h << "};\nvoid to_json(nlohmann::json& j, const " << s.name << "& value);\n"
-      << "void from_json(const nlohmann::json& j, " << s.name << "& value);\n";
-  }
-  h << "\n}  // namespace kubetune::api\n";
-  return h.str();
-}
-
-std::string Generator::source() const {
-  std::ostringstream c;
-  c << "// Generated from common/finetunejob_schema.json by common/codegen/generate_api_types.cpp."
-       "\n#include \"common/finetunejob_types.h\"\n\n#include \"common/api_json.h\"\n\n"
-       "namespace kubetune::api {\n";
-  for (const auto& e : enums_) {
-    c << "\nstd::string to_string(" << e.name << " value) {\n  switch (value) {\n";
-    for (const auto& v : e.values) {
-      c << "    case " << e.name << "::" << enum_constant(v) << ":\n      return " << json(v).dump()
-        << ";\n";
-    }
-    c << "  }\n  return \"\";\n}\n\nbool parse(std::string_view text, " << e.name
-      << "& out) {\n  for (" << e.name << " v : k" << e.name
-      << "Values) {\n    if (to_string(v) == text) {\n      out = v;\n      return true;\n    }\n  "
-         "}\n"
-      << "  return false;\n}\n\nstd::ostream& operator<<(std::ostream& out, " << e.name
-      << " value) { return out << to_string(value); }\n\nvoid to_json(nlohmann::json& j, " << e.name
-      << " value) { j = to_string(value); }\n\nvoid from_json(const nlohmann::json& j, " << e.name
-      << "& value) { parse_enum(j, \"" << e.name << "\", value); }\n";
-  }
-  for (const auto& s : structs_) {
-    c << "\nvoid to_json(nlohmann::json& j, const " << s.name << "& value) {\n";
-    if (s.base.empty()) {
-      c << "  j = nlohmann::json::object();\n";
-    } else {
-      c << "  to_json(j, static_cast<const " << s.base << "&>(value));\n";
-    }
-    for (const auto& f : s.fields) {
-      c << "  write_field(j, \"" << f.json_name << "\", value." << f.cpp_name << ", "
-        << (f.required || f.defaulted ? "Omit::kNever" : "Omit::kWhenEmpty") << ");\n";
-    }
-    c << "}\n\nvoid from_json(const nlohmann::json& j, " << s.name << "& value) {\n";
-    if (!s.base.empty()) c << "  from_json(j, static_cast<" << s.base << "&>(value));\n";
-    for (const auto& f : s.fields) {
-      c << "  read_field(j, \"" << f.json_name << "\", value." << f.cpp_name << ");\n";
-    }
-    c << "}\n";
-  }
-  c << "\n}  // namespace kubetune::api\n";
-  return c.str();
-}
-
-void write_if_changed(const std::string& path, const std::string& text) {
-  std::ifstream in(path);
-  std::stringstream old;
-  old << in.rdbuf();
-  if (in && old.str() == text) return;  // keeps the timestamp: nothing recompiles
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw std::runtime_error("cannot write " + path);
-}
 
 }  // namespace
 
@@ -362,8 +202,8 @@ int main(int argc, char** argv) {
     std::ifstream in(argv[1]);
     Generator g;
     g.run(json::parse(in));
-    write_if_changed(argv[2], g.header());
-    write_if_changed(argv[3], g.source());
+    write_if_changed(argv[2], write_header(g.types()));
+    write_if_changed(argv[3], write_source(g.types()));
   } catch (const std::exception& e) {
     std::cerr << argv[1] << ": " << e.what() << "\n";
     return 1;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 
 #include "common/contracts.h"
 #include "common/launch_contract.h"
@@ -11,30 +12,53 @@ namespace {
 
 using nlohmann::json;
 
-json labels(const FineTuneJob& job) {
+// The resources a worker asks for (client-go's corev1.ResourceCPU, ...).
+constexpr const char* kResourceCpu = "cpu";
+constexpr const char* kResourceMemory = "memory";
+constexpr const char* kResourceGpu = "nvidia.com/gpu";
+
+std::map<std::string, std::string> labels(const FineTuneJob& job) {
   return {{kLabelManagedBy, kManagerName},
           {"app.kubernetes.io/name", "kubetune"},
           {"app.kubernetes.io/instance", job.name},
           {kLabelJob, job.name}};
 }
 
-json metadata(const FineTuneJob& job, const std::string& name) {
-  return {{"name", name},
-          {"namespace", job.ns},
-          {"labels", labels(job)},
-          {"ownerReferences", json::array({owner_reference(job)})}};
+k8s::ObjectMeta metadata(const FineTuneJob& job, const std::string& name) {
+  k8s::ObjectMeta meta;
+  meta.name = name;
+  meta.namespace_ = job.ns;
+  meta.labels = labels(job);
+  meta.owner_references = {owner_reference(job)};
+  return meta;
 }
 
 int processes_per_pod(const FineTuneJob& job) {
   return job.spec.workers.gpus_per_worker > 0 ? job.spec.workers.gpus_per_worker : 1;
 }
 
-json env_var(const std::string& name, const std::string& value) {
-  return {{"name", name}, {"value", value}};
+k8s::EnvVar env_var(const std::string& name, const std::optional<std::string>& value) {
+  k8s::EnvVar e;
+  e.name = name;
+  e.value = value;
+  return e;
 }
 
-json field_env(const std::string& name, const std::string& field) {
-  return {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", field}}}}}};
+// A field of the pod itself (the downward API), filled in by the kubelet.
+k8s::EnvVar field_env(const std::string& name, const std::string& field) {
+  k8s::ObjectFieldSelector selector;
+  selector.field_path = field;
+  k8s::EnvVarSource source;
+  source.field_ref = selector;
+  k8s::EnvVar e;
+  e.name = name;
+  e.value_from = source;
+  return e;
+}
+
+// workers.env, as the user wrote it.
+void add_user_env(const Workers& w, std::vector<k8s::EnvVar>& env) {
+  for (const auto& e : w.env) env.push_back(env_var(e.name, e.value));
 }
 
 // Where this pod stands in the job (common/launch_contract.h): `kubetune-trainer launch` reads it.
@@ -47,20 +71,20 @@ LaunchContract launch_contract(const FineTuneJob& job, int rank) {
   return c;
 }
 
-json container_env(const FineTuneJob& job, int rank, int attempt) {
-  json env = json::array();
+std::vector<k8s::EnvVar> container_env(const FineTuneJob& job, int rank, int attempt) {
+  std::vector<k8s::EnvVar> env;
   for (const auto& [name, value] : launch_contract(job, rank).to_environment()) {
     env.push_back(env_var(name, value));
   }
   env.push_back(env_var("KUBETUNE_ATTEMPT", std::to_string(attempt)));
   env.push_back(field_env("POD_NAME", "metadata.name"));
   env.push_back(field_env("POD_NAMESPACE", "metadata.namespace"));
-  for (const auto& e : job.spec.workers.env) env.push_back(e);
+  add_user_env(job.spec.workers, env);
   return env;
 }
 
 // Everything about the node comes from the environment above.
-json container_command() {
+std::vector<std::string> container_command() {
   return {"kubetune-trainer",
           "launch",
           "--",
@@ -69,101 +93,179 @@ json container_command() {
           std::string(kConfigMountDir) + "/" + kConfigFile};
 }
 
-json resources(const Workers& w) {
-  json limits = json::object();
-  json requests = json::object();
-  if (w.gpus_per_worker > 0) limits["nvidia.com/gpu"] = w.gpus_per_worker;
-  if (!w.resources.cpu.is_null()) limits["cpu"] = requests["cpu"] = w.resources.cpu;
-  if (!w.resources.memory.is_null()) {
-    limits["memory"] = requests["memory"] = w.resources.memory;
-  }
-  json out = {{"limits", limits}};
-  if (!requests.empty()) out["requests"] = requests;
-  return out;
+k8s::ContainerPort container_port(const std::string& name, int port) {
+  k8s::ContainerPort p;
+  p.name = name;
+  p.container_port = port;
+  return p;
 }
 
-void add_volumes(const FineTuneJob& job, json& pod_spec, json& mounts) {
-  pod_spec["volumes"] = json::array(
-      {{{"name", "kubetune-config"}, {"configMap", {{"name", config_map_name(job.name)}}}},
-       {{"name", "kubetune-shm"},
-        {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", job.spec.workers.shm_size}}}}});
-  mounts = json::array(
-      {{{"name", "kubetune-config"}, {"mountPath", kConfigMountDir}, {"readOnly", true}},
-       {{"name", "kubetune-shm"}, {"mountPath", "/dev/shm"}}});
+k8s::ResourceRequirements resources(const Workers& w) {
+  k8s::ResourceRequirements r;
+  if (w.gpus_per_worker > 0) r.limits[kResourceGpu] = w.gpus_per_worker;
+  if (!w.resources.cpu.is_null()) {
+    r.limits[kResourceCpu] = r.requests[kResourceCpu] = w.resources.cpu;
+  }
+  if (!w.resources.memory.is_null()) {
+    r.limits[kResourceMemory] = r.requests[kResourceMemory] = w.resources.memory;
+  }
+  return r;
+}
+
+k8s::Volume config_volume(const FineTuneJob& job) {
+  k8s::ConfigMapVolumeSource source;
+  source.name = config_map_name(job.name);
+  k8s::Volume v;
+  v.name = "kubetune-config";
+  v.config_map = source;
+  return v;
+}
+
+// /dev/shm in memory, for the data loader and NCCL: the container runtime's default is 64 MiB.
+k8s::Volume shm_volume(const FineTuneJob& job) {
+  k8s::EmptyDirVolumeSource source;
+  source.medium = "Memory";
+  source.size_limit = job.spec.workers.shm_size;
+  k8s::Volume v;
+  v.name = "kubetune-shm";
+  v.empty_dir = source;
+  return v;
+}
+
+// spec.volumes: a PersistentVolumeClaim, else a hostPath.
+k8s::Volume user_volume(const Volume& v) {
+  k8s::Volume volume;
+  volume.name = v.name;
+  if (!v.persistent_volume_claim.claim_name.empty()) {
+    k8s::PersistentVolumeClaimVolumeSource claim;
+    claim.claim_name = v.persistent_volume_claim.claim_name;
+    claim.read_only = v.read_only;
+    volume.persistent_volume_claim = claim;
+  } else {
+    k8s::HostPathVolumeSource host_path;
+    host_path.path = v.host_path.path;
+    host_path.type = v.host_path.type;
+    volume.host_path = host_path;
+  }
+  return volume;
+}
+
+k8s::VolumeMount volume_mount(const std::string& name, const std::string& path,
+                              std::optional<bool> read_only) {
+  k8s::VolumeMount m;
+  m.name = name;
+  m.mount_path = path;
+  m.read_only = read_only;
+  return m;
+}
+
+void add_volumes(const FineTuneJob& job, k8s::PodSpec& pod_spec,
+                 std::vector<k8s::VolumeMount>& mounts) {
+  pod_spec.volumes = {config_volume(job), shm_volume(job)};
+  mounts = {volume_mount("kubetune-config", kConfigMountDir, true),
+            volume_mount("kubetune-shm", "/dev/shm", std::nullopt)};
   for (const auto& v : job.spec.volumes) {
-    json volume = {{"name", v.name}};
-    if (!v.persistent_volume_claim.claim_name.empty()) {
-      volume["persistentVolumeClaim"] = {{"claimName", v.persistent_volume_claim.claim_name},
-                                         {"readOnly", v.read_only}};
-    } else {
-      volume["hostPath"] = {{"path", v.host_path.path}, {"type", v.host_path.type}};
-    }
-    pod_spec["volumes"].push_back(volume);
-    mounts.push_back({{"name", v.name}, {"mountPath", v.mount_path}, {"readOnly", v.read_only}});
+    pod_spec.volumes.push_back(user_volume(v));
+    mounts.push_back(volume_mount(v.name, v.mount_path, v.read_only));
   }
 }
 
 // Pod-level: the user and group, volume ownership, seccomp. Container-level: no escalation, no
 // capabilities beyond the ones asked for.
-json pod_security_context(const api::SecurityContext& w) {
-  json s = {{"runAsNonRoot", w.run_as_non_root},
-            {"seccompProfile", {{"type", "RuntimeDefault"}}},
-            {"fsGroup", w.fs_group},
-            // no recursive chown of a large model volume
-            {"fsGroupChangePolicy", "OnRootMismatch"}};
-  if (w.run_as_user) s["runAsUser"] = *w.run_as_user;
-  if (w.run_as_group) s["runAsGroup"] = *w.run_as_group;
+k8s::PodSecurityContext pod_security_context(const api::SecurityContext& w) {
+  k8s::SeccompProfile seccomp;
+  seccomp.type = "RuntimeDefault";
+  k8s::PodSecurityContext s;
+  s.run_as_non_root = w.run_as_non_root;
+  s.seccomp_profile = seccomp;
+  s.fs_group = w.fs_group;
+  s.fs_group_change_policy = "OnRootMismatch";  // no recursive chown of a large model volume
+  if (w.run_as_user) s.run_as_user = *w.run_as_user;
+  if (w.run_as_group) s.run_as_group = *w.run_as_group;
   return s;
 }
 
-json container_security_context(const api::SecurityContext& w) {
-  json capabilities = {{"drop", json::array({"ALL"})}};
-  if (!w.add_capabilities.empty()) capabilities["add"] = w.add_capabilities;
-  return {{"allowPrivilegeEscalation", false}, {"capabilities", capabilities}};
+k8s::SecurityContext container_security_context(const api::SecurityContext& w) {
+  k8s::Capabilities capabilities;
+  capabilities.drop = {"ALL"};
+  capabilities.add = w.add_capabilities;
+  k8s::SecurityContext s;
+  s.allow_privilege_escalation = false;
+  s.capabilities = capabilities;
+  return s;
+}
+
+k8s::Toleration toleration(const api::Toleration& t) {
+  k8s::Toleration out;
+  out.key = t.key;
+  if (t.operator_) out.operator_ = to_string(*t.operator_);
+  out.value = t.value;
+  out.effect = t.effect;
+  out.toleration_seconds = t.toleration_seconds;
+  return out;
 }
 
 // A pod of the job: placement, security, volumes and the trainer container with `command`.
-json job_pod(const FineTuneJob& job, const std::string& name, const std::string& role,
-             json container) {
-  container["name"] = kTrainerContainer;
-  container["image"] = job.spec.workers.image;
-  container["imagePullPolicy"] = job.spec.workers.image_pull_policy;
-  container["securityContext"] = container_security_context(job.spec.workers.security_context);
-  json spec = {{"restartPolicy", "Never"},  // the operator restarts the whole gang instead
-               {"securityContext", pod_security_context(job.spec.workers.security_context)}};
-  json mounts;
-  add_volumes(job, spec, mounts);
-  container["volumeMounts"] = mounts;
-  spec["containers"] = json::array({container});
+k8s::Pod job_pod(const FineTuneJob& job, const std::string& name, const std::string& role,
+                 k8s::Container container) {
   const Workers& w = job.spec.workers;
-  if (!w.node_selector.empty()) spec["nodeSelector"] = w.node_selector;
-  if (!w.tolerations.empty()) spec["tolerations"] = w.tolerations;
-  if (w.priority_class_name) spec["priorityClassName"] = *w.priority_class_name;
-  if (w.service_account_name) spec["serviceAccountName"] = *w.service_account_name;
-  json meta = metadata(job, name);
-  meta["labels"][kLabelRole] = role;
-  meta["annotations"] = job.spec.workers.annotations;
-  meta["annotations"][kAnnotationSpecHash] = spec_hash(job.spec_json);
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+  container.name = kTrainerContainer;
+  container.image = w.image;
+  container.image_pull_policy = to_string(w.image_pull_policy);
+  container.security_context = container_security_context(w.security_context);
+  k8s::Pod pod;
+  pod.api_version = "v1";
+  pod.kind = "Pod";
+  k8s::PodSpec& spec = pod.spec;
+  spec.restart_policy = "Never";  // the operator restarts the whole gang instead
+  spec.security_context = pod_security_context(w.security_context);
+  add_volumes(job, spec, container.volume_mounts);
+  spec.containers = {container};
+  spec.node_selector = w.node_selector;
+  for (const auto& t : w.tolerations) spec.tolerations.push_back(toleration(t));
+  spec.priority_class_name = w.priority_class_name;
+  spec.service_account_name = w.service_account_name;
+  pod.metadata = metadata(job, name);
+  pod.metadata.labels[kLabelRole] = role;
+  pod.metadata.annotations = w.annotations;
+  pod.metadata.annotations[kAnnotationSpecHash] = spec_hash(job.spec_json);
+  return pod;
 }
 
-json make_pod(const FineTuneJob& job, int rank, int attempt) {
-  json container = {{"command", container_command()},
-                    {"env", container_env(job, rank, attempt)},
-                    {"resources", resources(job.spec.workers)}};
-  container["ports"] = json::array({{{"name", "rendezvous"}, {"containerPort", kRendezvousPort}}});
+k8s::Pod make_pod(const FineTuneJob& job, int rank, int attempt) {
+  k8s::Container container;
+  container.command = container_command();
+  container.env = container_env(job, rank, attempt);
+  container.resources = resources(job.spec.workers);
+  container.ports = {container_port("rendezvous", kRendezvousPort)};
   if (job.spec.metrics.port > 0) {
-    container["ports"].push_back({{"name", "metrics"}, {"containerPort", job.spec.metrics.port}});
+    container.ports.push_back(container_port("metrics", job.spec.metrics.port));
   }
-  json pod = job_pod(job, pod_name(job.name, rank), kRoleWorker, container);
-  pod["spec"]["hostname"] = pod_name(job.name, rank);
-  pod["spec"]["subdomain"] = service_name(job.name);
+  k8s::Pod pod = job_pod(job, pod_name(job.name, rank), kRoleWorker, container);
+  pod.spec.hostname = pod_name(job.name, rank);
+  pod.spec.subdomain = service_name(job.name);
   // Time to finish the step and write a checkpoint after SIGTERM (a drain).
-  pod["spec"]["terminationGracePeriodSeconds"] =
-      job.spec.run_policy.termination_grace_period_seconds;
-  pod["metadata"]["labels"][kLabelRank] = std::to_string(rank);
-  pod["metadata"]["labels"][kLabelAttempt] = std::to_string(attempt);
+  pod.spec.termination_grace_period_seconds = job.spec.run_policy.termination_grace_period_seconds;
+  pod.metadata.labels[kLabelRank] = std::to_string(rank);
+  pod.metadata.labels[kLabelAttempt] = std::to_string(attempt);
   return pod;
+}
+
+k8s::Service service(const FineTuneJob& job) {
+  k8s::ServicePort port;
+  port.name = "rendezvous";
+  port.port = kRendezvousPort;
+  port.target_port = kRendezvousPort;
+  k8s::Service svc;
+  svc.api_version = "v1";
+  svc.kind = "Service";
+  svc.metadata = metadata(job, service_name(job.name));
+  svc.spec.cluster_ip = "None";
+  // Rendezvous happens before any pod is Ready.
+  svc.spec.publish_not_ready_addresses = true;
+  svc.spec.selector = {{kLabelJob, job.name}};
+  svc.spec.ports = {port};
+  return svc;
 }
 
 }  // namespace
@@ -179,16 +281,21 @@ std::string master_address(const FineTuneJob& job) {
   return pod_name(job.name, 0) + "." + service_name(job.name) + "." + job.ns + ".svc";
 }
 
-json owner_reference(const FineTuneJob& job) {
-  return {{"apiVersion", kApiVersion}, {"kind", kKind},
-          {"name", job.name},          {"uid", job.uid},
-          {"controller", true},        {"blockOwnerDeletion", true}};
+k8s::OwnerReference owner_reference(const FineTuneJob& job) {
+  k8s::OwnerReference ref;
+  ref.api_version = kApiVersion;
+  ref.kind = kKind;
+  ref.name = job.name;
+  ref.uid = job.uid;
+  ref.controller = true;
+  ref.block_owner_deletion = true;
+  return ref;
 }
 
-bool owned_by(const json& object, const std::string& uid) {
+bool owned_by(const k8s::ObjectMeta& meta, const std::string& uid) {
   if (uid.empty()) return false;
-  for (const auto& ref : object["metadata"].value("ownerReferences", json::array())) {
-    if (ref.value("uid", "") == uid && ref.value("controller", false)) return true;
+  for (const auto& ref : meta.owner_references) {
+    if (ref.uid == uid && ref.controller.value_or(false)) return true;
   }
   return false;
 }
@@ -216,49 +323,39 @@ std::vector<std::string> preflight_command(const FineTuneJob& job, const std::st
   return argv;
 }
 
-json preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib, int attempt) {
-  json command =
+k8s::Pod preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib, int attempt) {
+  k8s::Container container;
+  container.command =
       preflight_command(job, std::string(kConfigMountDir) + "/" + kConfigFile, gpu_memory_gib);
-  command.push_back("--termination-log");
-  command.push_back("/dev/termination-log");
+  container.command.push_back("--termination-log");
+  container.command.push_back("/dev/termination-log");
   // The workers' CPU and memory (it reads the same data), no GPU; NVIDIA_VISIBLE_DEVICES=void
   // keeps an image that sets it to "all" from seeing the node's GPUs anyway.
   Workers cpu_only = job.spec.workers;
   cpu_only.gpus_per_worker = 0;
-  json env = json::array({env_var("NVIDIA_VISIBLE_DEVICES", "void")});
-  for (const auto& e : job.spec.workers.env) env.push_back(e);
-  json container = {{"command", command},
-                    {"env", env},
-                    {"resources", resources(cpu_only)},
-                    // A trainer that dies before writing its report still leaves its last log
-                    // lines.
-                    {"terminationMessagePolicy", "FallbackToLogsOnError"}};
-  json pod = job_pod(job, preflight_pod_name(job.name), kRolePreflight, container);
-  pod["metadata"]["labels"][kLabelAttempt] = std::to_string(attempt);
+  container.env = {env_var("NVIDIA_VISIBLE_DEVICES", "void")};
+  add_user_env(job.spec.workers, container.env);
+  container.resources = resources(cpu_only);
+  // A trainer that dies before writing its report still leaves its last log lines.
+  container.termination_message_policy = "FallbackToLogsOnError";
+  k8s::Pod pod = job_pod(job, preflight_pod_name(job.name), kRolePreflight, container);
+  pod.metadata.labels[kLabelAttempt] = std::to_string(attempt);
   return pod;
 }
 
-json config_map(const FineTuneJob& job) {
-  return {{"apiVersion", "v1"},
-          {"kind", "ConfigMap"},
-          {"metadata", metadata(job, config_map_name(job.name))},
-          {"data", {{kConfigFile, job.train_config.dump(2)}}}};
+k8s::ConfigMap config_map(const FineTuneJob& job) {
+  k8s::ConfigMap cm;
+  cm.api_version = "v1";
+  cm.kind = "ConfigMap";
+  cm.metadata = metadata(job, config_map_name(job.name));
+  cm.data[kConfigFile] = job.train_config.dump(2);
+  return cm;
 }
 
 DesiredObjects desired_objects(const FineTuneJob& job, int attempt) {
   DesiredObjects out;
   out.config_map = config_map(job);
-  out.service = {{"apiVersion", "v1"},
-                 {"kind", "Service"},
-                 {"metadata", metadata(job, service_name(job.name))},
-                 {"spec",
-                  {{"clusterIP", "None"},
-                   // Rendezvous happens before any pod is Ready.
-                   {"publishNotReadyAddresses", true},
-                   {"selector", {{kLabelJob, job.name}}},
-                   {"ports", json::array({{{"name", "rendezvous"},
-                                           {"port", kRendezvousPort},
-                                           {"targetPort", kRendezvousPort}}})}}}};
+  out.service = service(job);
   for (int rank = 0; rank < job.spec.workers.replicas; ++rank) {
     out.pods.push_back(make_pod(job, rank, attempt));
   }

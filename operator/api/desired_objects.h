@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "operator/api/job.h"
+#include "operator/kube/kube_types.h"
 
 namespace kubetune::op {
 
 struct DesiredObjects {
-  nlohmann::json config_map;         // <job>-config: config.json for `train --config`
-  nlohmann::json service;            // <job>: headless, gives pod 0 a stable DNS name
-  std::vector<nlohmann::json> pods;  // <job>-worker-<rank>, rank = index
+  k8s::ConfigMap config_map;  // <job>-config: config.json for `train --config`
+  k8s::Service service;       // <job>: headless, gives pod 0 a stable DNS name
+  std::vector<k8s::Pod> pods;  // <job>-worker-<rank>, rank = index
 };
 
 // `attempt` is the gang number (status.restarts): it labels the pods so leftovers of an earlier
@@ -27,10 +28,9 @@ DesiredObjects desired_objects(const FineTuneJob& job, int attempt);
 // termination message, read by the reconciler. `gpu_memory_gib`: one GPU's memory, when known.
 // `attempt`: preflight pods that ended without a verdict before this one
 // (status.preflight.failures), as kubetune.io/attempt.
-nlohmann::json preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib,
-                             int attempt);
+k8s::Pod preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_gib, int attempt);
 // <job>-config, also desired_objects().config_map.
-nlohmann::json config_map(const FineTuneJob& job);
+k8s::ConfigMap config_map(const FineTuneJob& job);
 // The preflight's command line for the job (the pod's, and kubetune run's on this machine).
 std::vector<std::string> preflight_command(const FineTuneJob& job, const std::string& config_path,
                                            std::optional<double> gpu_memory_gib);
@@ -43,10 +43,11 @@ std::string service_name(const std::string& job);
 std::string master_address(const FineTuneJob& job);
 
 // The ownerReference that makes the API server delete an object with its job.
-nlohmann::json owner_reference(const FineTuneJob& job);
-// True when `object` is controlled by the job with this uid. Children are recognised by this,
-// never by name or label alone: a job re-created under the same name is another owner.
-bool owned_by(const nlohmann::json& object, const std::string& uid);
+k8s::OwnerReference owner_reference(const FineTuneJob& job);
+// True when the object with this metadata is controlled by the job with this uid. Children are
+// recognised by this, never by name or label alone: a job re-created under the same name is
+// another owner.
+bool owned_by(const k8s::ObjectMeta& meta, const std::string& uid);
 
 // The spec the workers run, hashed (FNV-1a, hex): runPolicy is left out, it changes no pod.
 std::string spec_hash(const nlohmann::json& spec);

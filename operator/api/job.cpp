@@ -7,6 +7,7 @@
 #include "common/train_config.h"
 #include "operator/api/cel_rules.h"
 #include "operator/api/crd.h"
+#include "operator/kube/objects.h"
 
 namespace kubetune::op {
 namespace {
@@ -34,6 +35,20 @@ json training_part(const json& spec) {
   return out;
 }
 
+// Why the metadata does not read as Kubernetes' ObjectMeta (a label value that is a number), or
+// "". parse_job reads it so, as the API server decodes it (which refuses such a manifest too).
+std::string metadata_problem(const json& object) {
+  try {
+    kube::metadata_of(object);
+    return "";
+  } catch (const json::exception& e) {
+    return std::string("does not read as an ObjectMeta: ") + e.what();
+  }
+}
+
+// The status member of a FineTuneJob object, as stored: {} while it has none.
+json stored_status(const json& object) { return object.value("status", json::object()); }
+
 }  // namespace
 
 SpecError::SpecError(std::vector<std::string> problems)
@@ -60,6 +75,8 @@ std::vector<std::string> validate_job(json& object) {
         "metadata.namespace: must be a DNS-1123 label (lower-case letters, digits "
         "and '-', at most 63 characters), got " +
         meta["namespace"].dump());
+  } else if (const std::string why = metadata_problem(object); !why.empty()) {
+    problems.push_back("metadata: " + why);
   }
   json status = object.contains("status") ? object["status"] : json();
   object.erase("status");  // written by the operator, never a user's problem
@@ -81,19 +98,40 @@ FineTuneJob parse_job(const json& object) {
   auto problems = validate_job(obj);
   if (!problems.empty()) throw SpecError(problems);
   FineTuneJob job;
-  const json& meta = obj["metadata"];
-  job.name = meta.value("name", "");
-  job.ns = meta.value("namespace", "default");
-  job.uid = meta.value("uid", "");
-  job.generation = meta.value("generation", 0L);
+  const k8s::ObjectMeta meta = kube::metadata_of(obj);
+  job.name = kube::name_of(meta);
+  job.ns = meta.namespace_.value_or("default");
+  job.uid = kube::uid_of(meta);
+  job.generation = meta.generation.value_or(0);
   job.spec_json = obj["spec"];
   job.train_config = validate_train_config(training_part(job.spec_json));
-  if (job.train_config["metrics"].value("jobName", "").empty()) {
-    job.train_config["metrics"]["jobName"] = job.name;  // the `job` label of every series
-  }
   job.spec = job.spec_json.get<FineTuneJobSpec>();
-  job.spec.metrics.job_name = job.train_config["metrics"]["jobName"];
+  // The `job` label of every series: the job's name unless the spec names one. The trainer reads
+  // it from its config.json, which is JSON as it is written.
+  if (job.spec.metrics.job_name.empty()) job.spec.metrics.job_name = job.name;
+  job.train_config["metrics"]["jobName"] = job.spec.metrics.job_name;
   return job;
+}
+
+api::FineTuneJobStatus job_status(const json& object) {
+  return stored_status(object).get<api::FineTuneJobStatus>();
+}
+
+api::FineTuneJobStatus upgraded_job_status(const json& object) {
+  json status = stored_status(object);
+  try {
+    return status.get<api::FineTuneJobStatus>();
+  } catch (const std::exception&) {
+    // An operator before the typed preflight report stored any object there; drop it, keep the
+    // rest.
+    const auto preflight = status.find("preflight");
+    if (preflight != status.end() && preflight->is_object()) preflight->erase("report");
+    return status.get<api::FineTuneJobStatus>();
+  }
+}
+
+void set_job_status(json& object, const api::FineTuneJobStatus& status) {
+  object["status"] = status;
 }
 
 }  // namespace kubetune::op

@@ -45,4 +45,16 @@ FineTuneJob parse_job(const nlohmann::json& object);
 // The same checks without parsing: an empty list means valid. `object` gets its defaults.
 std::vector<std::string> validate_job(nlohmann::json& object);
 
+// A FineTuneJob's status (api::FineTuneJobStatus, generated from the CRD's schema). FineTuneJob is
+// our own kind, not one of operator/kube/kube_types.h: its object stays JSON as the informer and
+// the REST client carry it, and these are the only readers and writers of its status member.
+//
+// The status the object stores ({} while it has none); throws when it does not fit the schema.
+api::FineTuneJobStatus job_status(const nlohmann::json& object);
+// The same, except that a status written by an operator from before the preflight report was
+// typed (any object in status.preflight.report) is read without that report, keeping the rest.
+api::FineTuneJobStatus upgraded_job_status(const nlohmann::json& object);
+// Replaces the object's status: what the status subresource's update takes.
+void set_job_status(nlohmann::json& object, const api::FineTuneJobStatus& status);
+
 }  // namespace kubetune::op

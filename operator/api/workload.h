@@ -3,8 +3,9 @@
 // podSet is the gang (count = replicas, the worker pod's template with its requests). The operator
 // creates no worker pod until Kueue admits the Workload, then adds the admitted ResourceFlavors'
 // node labels and tolerations to the pods. The Workload carries no finalizer: deleting the job
-// deletes it (garbage collector) and Kueue frees its quota at once. Pinned against Kueue's Workload
-// CRD in tests/operator/kueue/ (the version it came from is written there).
+// deletes it (garbage collector) and Kueue frees its quota at once. The Workload's type is generated
+// from Kueue's CRD as the API server serves it (operator/kube/openapi/, with the Kueue version),
+// and tests/operator/kueue_workload_test.py checks what we make against that schema.
 #pragma once
 
 #include <map>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "operator/api/job.h"
+#include "operator/kube/kube_types.h"
 
 namespace kubetune::op::kueue {
 
@@ -27,9 +29,9 @@ inline constexpr const char* kLabelJobUid = "kueue.x-k8s.io/job-uid";
 inline constexpr const char* kPodSetName = "workers";
 
 // The LocalQueue the job names, if any.
-std::optional<std::string> queue_name(const nlohmann::json& job_object);
+std::optional<std::string> queue_name(const k8s::ObjectMeta& job_metadata);
 // The WorkloadPriorityClass the job names, if any.
-std::optional<std::string> priority_class(const nlohmann::json& job_object);
+std::optional<std::string> priority_class(const k8s::ObjectMeta& job_metadata);
 
 // finetunejob-<job>-<5 hex of the spec hash>: a spec edited while suspended gets a new Workload.
 std::string workload_name(const FineTuneJob& job);
@@ -40,8 +42,8 @@ struct Priority {
 };
 
 // The Workload for the job's gang of `attempt`, owned by the job.
-nlohmann::json workload(const FineTuneJob& job, const std::string& queue,
-                        const std::optional<Priority>& priority);
+k8s::Workload workload(const FineTuneJob& job, const std::string& queue,
+                       const std::optional<Priority>& priority);
 
 // What an admission says, read from a Workload's status.
 struct Admission {
@@ -54,17 +56,17 @@ struct Admission {
   std::optional<std::string> finished;  // Finished=True
   std::string pending_message;          // QuotaReserved=False's message: why it waits
 };
-Admission read_admission(const nlohmann::json& workload);
+Admission read_admission(const k8s::Workload& workload);
 
 // The Workload's status condition of that type, or null (a pointer into `workload`).
-const nlohmann::json* workload_condition(const nlohmann::json& workload, const std::string& type);
+const k8s::Condition* workload_condition(const k8s::Workload& workload, const std::string& type);
 
 // Adds a ResourceFlavor's spec.nodeLabels (node selector) and spec.tolerations to a pod.
-void apply_flavor(nlohmann::json& pod, const nlohmann::json& resource_flavor);
+void apply_flavor(k8s::Pod& pod, const k8s::ResourceFlavor& resource_flavor);
 
 // The status conditions an owner writes (metav1.Condition, as apimachinery's SetStatusCondition:
 // lastTransitionTime changes only when status flips).
-void set_workload_condition(nlohmann::json& workload, const std::string& type, bool value,
+void set_workload_condition(k8s::Workload& workload, const std::string& type, bool value,
                             const std::string& reason, const std::string& message,
                             const std::string& now);
 
@@ -72,7 +74,7 @@ void set_workload_condition(nlohmann::json& workload, const std::string& type, b
 // jobframework does (UnsetQuotaReservationWithCondition): admission cleared, QuotaReserved=False
 // and Admitted=False, and Requeued set as jobframework sets it (True after a preemption or node
 // failures, so that it queues again at once; False otherwise, e.g. Deactivated until reactivated).
-void unset_quota_reservation(nlohmann::json& workload, const std::string& evicted_reason,
+void unset_quota_reservation(k8s::Workload& workload, const std::string& evicted_reason,
                              const std::string& message, const std::string& now);
 
 }  // namespace kubetune::op::kueue

@@ -2,91 +2,86 @@
 
 #include "common/contracts.h"
 #include "operator/controller/gang_policy.h"
+#include "operator/kube/objects.h"
 
 namespace kubetune::op {
 namespace {
 
-using nlohmann::json;
-
-// The trainer container's terminated state, or null.
-json terminated_state(const json& pod) {
-  for (const auto& cs : pod["status"].value("containerStatuses", json::array())) {
-    if (cs.value("name", "") != kTrainerContainer) continue;
-    if (cs.contains("state") && cs["state"].contains("terminated"))
-      return cs["state"]["terminated"];
-    if (cs.contains("lastState") && cs["lastState"].contains("terminated")) {
-      return cs["lastState"]["terminated"];
-    }
+// The trainer container's terminated state (its current one, else its last), or null.
+const k8s::ContainerStateTerminated* terminated_state(const k8s::Pod& pod) {
+  for (const auto& cs : pod.status.container_statuses) {
+    if (cs.name != kTrainerContainer) continue;
+    if (cs.state.terminated) return &*cs.state.terminated;
+    if (cs.last_state.terminated) return &*cs.last_state.terminated;
   }
   return nullptr;
 }
 
-int rank_of(const json& pod) {
-  const json labels = pod["metadata"].value("labels", json::object());
+int rank_of(const k8s::Pod& pod) {
   try {
-    return std::stoi(labels.value(kLabelRank, "-1"));
-  } catch (const std::exception&) {
+    return std::stoi(kube::label(pod.metadata, kLabelRank));
+  } catch (const std::exception&) {  // no rank label, or not a number
     return -1;
   }
 }
 
 // The pod's PodScheduled condition, or null.
-json scheduled_condition(const json& pod) {
-  for (const auto& c : pod.value("status", json::object()).value("conditions", json::array())) {
-    if (c.value("type", "") == "PodScheduled") return c;
+const k8s::PodCondition* scheduled_condition(const k8s::Pod& pod) {
+  for (const auto& c : pod.status.conditions) {
+    if (c.type == "PodScheduled") return &c;
   }
   return nullptr;
 }
 
-void place(Placement& placement, const json& pod, int rank) {
-  if (!pod.value("spec", json::object()).value("nodeName", "").empty()) {
+std::string phase_of(const k8s::Pod& pod) { return pod.status.phase.value_or("Pending"); }
+
+void place(Placement& placement, const k8s::Pod& pod, int rank) {
+  if (!pod.spec.node_name.value_or("").empty()) {
     ++placement.bound;
     return;
   }
-  const json c = scheduled_condition(pod);
-  if (c.is_null() || c.value("status", "") != "False" || c.value("reason", "") != "Unschedulable") {
+  const k8s::PodCondition* c = scheduled_condition(pod);
+  if (!c || c->status != "False" || c->reason.value_or("") != "Unschedulable") {
     return;  // not yet seen by the scheduler
   }
   if (placement.unschedulable++ == 0) {
-    placement.message = "worker " + std::to_string(rank) + " (pod " +
-                        pod.value("metadata", json::object()).value("name", "") +
-                        "): " + c.value("message", "");
+    placement.message = "worker " + std::to_string(rank) + " (pod " + kube::name_of(pod.metadata) +
+                        "): " + c->message.value_or("");
   }
 }
 
 }  // namespace
 
-std::optional<WorkerFailure> pod_failure(const json& pod, int rank) {
-  const json status = pod.value("status", json::object());
-  const std::string phase = status.value("phase", "Pending");
-  const std::string name = pod["metadata"].value("name", "");
+std::optional<WorkerFailure> pod_failure(const k8s::Pod& pod, int rank) {
+  const k8s::PodStatus& status = pod.status;
+  const std::string phase = phase_of(pod);
+  const std::string name = kube::name_of(pod.metadata);
   WorkerFailure f;
   f.rank = rank;
   if (phase == "Failed") {
-    const json term = terminated_state(pod);
-    const std::string pod_reason = status.value("reason", "");
+    const k8s::ContainerStateTerminated* term = terminated_state(pod);
+    const std::string pod_reason = status.reason.value_or("");
     if (pod_reason == "Evicted") {
       f.reason = Reason::kEvicted;
       f.message = "worker " + std::to_string(rank) + " (pod " + name +
-                  ") was evicted: " + status.value("message", "");
+                  ") was evicted: " + status.message.value_or("");
       return f;
     }
-    if (term.is_null()) {
+    if (!term) {
       f.reason = Reason::kWorkerFailed;  // the pod's own reason is in the message
       f.message = "worker " + std::to_string(rank) + " (pod " + name + ") failed" +
                   (pod_reason.empty() ? "" : ": " + pod_reason);
       return f;
     }
-    const std::string detail = term.contains("message") ? term["message"].get<std::string>() : "";
-    return exited(rank, "worker " + std::to_string(rank) + " (pod " + name + ")",
-                  term.value("exitCode", 1), term.value("reason", ""), detail);
+    return exited(rank, "worker " + std::to_string(rank) + " (pod " + name + ")", term->exit_code,
+                  term->reason.value_or(""), term->message.value_or(""));
   }
   if (phase == "Unknown") {
     f.reason = Reason::kNodeLost;
     f.message = "worker " + std::to_string(rank) + " (pod " + name + ") lost contact with its node";
     return f;
   }
-  if (pod["metadata"].contains("deletionTimestamp") && phase != "Succeeded") {
+  if (kube::being_deleted(pod.metadata) && phase != "Succeeded") {
     f.reason = Reason::kWorkerDeleted;
     f.message = "worker " + std::to_string(rank) + " (pod " + name + ") was deleted";
     return f;
@@ -94,7 +89,7 @@ std::optional<WorkerFailure> pod_failure(const json& pod, int rank) {
   return std::nullopt;
 }
 
-GangState assess_gang(const std::vector<json>& pods, int replicas) {
+GangState assess_gang(const std::vector<k8s::Pod>& pods, int replicas) {
   GangState g;
   g.replicas = replicas;
   g.pods.resize(replicas);
@@ -107,14 +102,14 @@ GangState assess_gang(const std::vector<json>& pods, int replicas) {
       g.missing.push_back(rank);
       continue;
     }
-    const json& pod = *g.pods[rank];
+    const k8s::Pod& pod = *g.pods[rank];
     if (auto f = pod_failure(pod, rank)) {
       ++g.failed;
       if (!g.failure || (f->permanent && !g.failure->permanent)) g.failure = f;
       continue;
     }
-    const std::string phase = pod.value("status", json::object()).value("phase", "Pending");
-    if (!pod["metadata"].contains("deletionTimestamp") && phase != "Succeeded") {
+    const std::string phase = phase_of(pod);
+    if (!kube::being_deleted(pod.metadata) && phase != "Succeeded") {
       place(g.placement, pod, rank);
     }
     if (phase == "Succeeded") {

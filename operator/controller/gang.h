@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "operator/controller/reasons.h"
+#include "operator/kube/kube_types.h"
 
 namespace kubetune::op {
 
@@ -29,7 +30,7 @@ struct Placement {
 
 struct GangState {
   int replicas = 0;
-  std::vector<std::optional<nlohmann::json>> pods;  // by rank; nullopt = no such pod
+  std::vector<std::optional<k8s::Pod>> pods;  // by rank; nullopt = no such pod
   int pending = 0, running = 0, succeeded = 0, failed = 0;
   std::vector<int> missing;              // ranks without a pod
   std::optional<WorkerFailure> failure;  // the first failed worker (permanent ones first)
@@ -41,9 +42,9 @@ struct GangState {
 };
 
 // `pods`: the pods of one gang (one attempt); ranks come from their kubetune.io/rank label.
-GangState assess_gang(const std::vector<nlohmann::json>& pods, int replicas);
+GangState assess_gang(const std::vector<k8s::Pod>& pods, int replicas);
 
 // nullopt when the pod has not failed.
-std::optional<WorkerFailure> pod_failure(const nlohmann::json& pod, int rank);
+std::optional<WorkerFailure> pod_failure(const k8s::Pod& pod, int rank);
 
 }  // namespace kubetune::op

@@ -6,11 +6,30 @@
 #include <stdexcept>
 
 #include "operator/controller/time_util.h"
+#include "operator/kube/kube_types.h"
 
 namespace kubetune::op {
 
-using nlohmann::json;
 using Steady = std::chrono::steady_clock;
+
+namespace {
+
+// The Lease of a first candidate: it holds it from `now`.
+k8s::Lease fresh_lease(const LeaderElectionConfig& config, int duration_s, const std::string& now) {
+  k8s::Lease lease;
+  lease.api_version = "coordination.k8s.io/v1";
+  lease.kind = "Lease";
+  lease.metadata.name = config.lease_name;
+  lease.metadata.namespace_ = config.lease_namespace;
+  lease.spec.holder_identity = config.identity;
+  lease.spec.lease_duration_seconds = duration_s;
+  lease.spec.acquire_time = now;
+  lease.spec.renew_time = now;
+  lease.spec.lease_transitions = 0;
+  return lease;
+}
+
+}  // namespace
 
 LeaderElector::LeaderElector(kube::KubeClient& client, LeaderElectionConfig config)
     : client_(client), config_(std::move(config)) {}
@@ -84,48 +103,38 @@ bool LeaderElector::try_acquire_or_renew() {
       kube::resources::kLeases.item(config_.lease_namespace, config_.lease_name);
   const std::string now = format_micro_time(std::chrono::system_clock::now());
   const int duration_s = static_cast<int>(std::ceil(config_.lease_duration.count() / 1000.0));
-  json lease;
+  k8s::Lease lease;
   try {
-    lease = client_.get(lease_path);
+    lease = client_.get(lease_path).get<k8s::Lease>();
   } catch (const kube::ApiError& e) {
     if (!e.not_found()) throw;
-    json fresh = {
-        {"apiVersion", "coordination.k8s.io/v1"},
-        {"kind", "Lease"},
-        {"metadata", {{"name", config_.lease_name}, {"namespace", config_.lease_namespace}}},
-        {"spec",
-         {{"holderIdentity", config_.identity},
-          {"leaseDurationSeconds", duration_s},
-          {"acquireTime", now},
-          {"renewTime", now},
-          {"leaseTransitions", 0}}}};
     try {
-      client_.create(kube::resources::kLeases.collection(config_.lease_namespace), fresh);
+      client_.create(kube::resources::kLeases.collection(config_.lease_namespace),
+                     fresh_lease(config_, duration_s, now));
       return true;
     } catch (const kube::ApiError& ce) {
       if (ce.already_exists() || ce.conflict()) return false;
       throw;
     }
   }
-  json spec = lease.value("spec", json::object());
-  const std::string holder = spec.value("holderIdentity", "");
+  k8s::LeaseSpec& spec = lease.spec;
+  const std::string holder = spec.holder_identity.value_or("");
   if (!holder.empty() && holder != config_.identity) {
-    const std::string version = lease["metadata"].value("resourceVersion", "");
+    const std::string version = lease.metadata.resource_version.value_or("");
     if (version != observed_version_) {
       observed_version_ = version;
       observed_at_ = Steady::now();
     }
-    const auto held_for = std::chrono::seconds(spec.value("leaseDurationSeconds", duration_s));
+    const auto held_for = std::chrono::seconds(spec.lease_duration_seconds.value_or(duration_s));
     if (Steady::now() < observed_at_ + held_for) return false;  // the holder is alive
   }
   if (holder != config_.identity) {
-    spec["acquireTime"] = now;
-    spec["leaseTransitions"] = spec.value("leaseTransitions", 0) + (holder.empty() ? 0 : 1);
+    spec.acquire_time = now;
+    spec.lease_transitions = spec.lease_transitions.value_or(0) + (holder.empty() ? 0 : 1);
   }
-  spec["holderIdentity"] = config_.identity;
-  spec["leaseDurationSeconds"] = duration_s;
-  spec["renewTime"] = now;
-  lease["spec"] = spec;
+  spec.holder_identity = config_.identity;
+  spec.lease_duration_seconds = duration_s;
+  spec.renew_time = now;
   try {
     client_.update(lease_path, lease);  // carries the resourceVersion: 409 if someone won
     return true;
@@ -139,11 +148,11 @@ void LeaderElector::release() {
   const auto lease_path =
       kube::resources::kLeases.item(config_.lease_namespace, config_.lease_name);
   try {
-    json lease = client_.get(lease_path);
-    if (lease["spec"].value("holderIdentity", "") != config_.identity) return;
-    lease["spec"]["holderIdentity"] = "";
-    lease["spec"]["leaseDurationSeconds"] = 1;
-    lease["spec"]["renewTime"] = format_micro_time(std::chrono::system_clock::now());
+    auto lease = client_.get(lease_path).get<k8s::Lease>();
+    if (lease.spec.holder_identity.value_or("") != config_.identity) return;
+    lease.spec.holder_identity = "";
+    lease.spec.lease_duration_seconds = 1;
+    lease.spec.renew_time = format_micro_time(std::chrono::system_clock::now());
     client_.update(lease_path, lease);
     spdlog::info("released the lease {}/{}", config_.lease_namespace, config_.lease_name);
   } catch (const std::exception& e) {

@@ -5,6 +5,7 @@
 #include "common/contracts.h"
 #include "common/metrics/http_endpoint.h"
 #include "operator/api/workload.h"
+#include "operator/kube/objects.h"
 
 namespace kubetune::op {
 
@@ -136,9 +137,10 @@ bool Manager::kueue_served() {
 }
 
 void Manager::enqueue_owner(const json& child) {
-  for (const auto& ref : child["metadata"].value("ownerReferences", json::array())) {
-    if (ref.value("controller", false) && ref.value("kind", "") == kKind) {
-      queue_->add(child["metadata"].value("namespace", "") + "/" + ref.value("name", ""));
+  const k8s::ObjectMeta meta = kube::metadata_of(child);
+  for (const auto& ref : meta.owner_references) {
+    if (ref.controller.value_or(false) && ref.kind == kKind) {
+      queue_->add(meta.namespace_.value_or("") + "/" + ref.name);
       metrics_->set_queue_depth(queue_->depth());
     }
   }

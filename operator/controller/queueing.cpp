@@ -22,6 +22,8 @@
 #include "operator/api/desired_objects.h"
 #include "operator/api/workload.h"
 #include "operator/controller/reconcile_pass.h"
+#include "operator/kube/kube_types.h"
+#include "operator/kube/objects.h"
 
 namespace kubetune::op {
 
@@ -39,18 +41,26 @@ std::string join_flavors(const std::map<std::string, std::string>& flavors) {
   return out;
 }
 
+std::string workload_item(const std::string& ns, const k8s::Workload& wl) {
+  return kube::resources::kWorkloads.item(ns, kube::name_of(wl.metadata));
+}
+
+// spec.active: Kueue's default is true.
+bool is_active(const k8s::Workload& wl) { return wl.spec.active.value_or(true); }
+
 }  // namespace
 
-std::optional<json> JobReconciler::current_workload(Pass& p) {
+std::optional<k8s::Workload> JobReconciler::current_workload(Pass& p) {
   const std::string want = kueue::workload_name(p.job);
-  std::optional<json> current;
-  for (auto& wl : workloads_->list(p.ns, {{kLabelJob, p.name}})) {
-    if (!owned_by(wl, p.uid())) continue;
-    if (wl["metadata"].value("name", "") == want) {
+  std::optional<k8s::Workload> current;
+  for (const json& object : workloads_->list(p.ns, {{kLabelJob, p.name}})) {
+    auto wl = object.get<k8s::Workload>();
+    if (!owned_by(wl.metadata, p.uid())) continue;
+    if (kube::name_of(wl.metadata) == want) {
       current = std::move(wl);
-    } else if (!wl["metadata"].contains("deletionTimestamp")) {
+    } else if (!kube::being_deleted(wl.metadata)) {
       // Made for the spec before an edit (while suspended): its podSet is not the gang's now.
-      client_.remove(kube::resources::kWorkloads.item(p.ns, wl["metadata"].value("name", "")));
+      client_.remove(workload_item(p.ns, wl));
     }
   }
   return current;
@@ -78,7 +88,7 @@ void JobReconciler::mark_queued(Pass& p, Reason reason, const std::string& messa
 }
 
 std::optional<ReconcileResult> JobReconciler::admit(Pass& p) {
-  const auto queue = kueue::queue_name(p.obj);
+  const auto queue = kueue::queue_name(p.metadata);
   if (!queue) return std::nullopt;
   api::Queue& q = p.status.queue;
   q.local_queue = *queue;
@@ -90,13 +100,13 @@ std::optional<ReconcileResult> JobReconciler::admit(Pass& p) {
                "RBAC lacks them; its log says which): install Kueue and restart the operator, or "
                "remove the label");
   }
-  const std::optional<json> wl = current_workload(p);
+  const std::optional<k8s::Workload> wl = current_workload(p);
   if (!wl) return create_workload(p, *queue);
-  q.workload = (*wl)["metadata"].value("name", "");
-  if (!(*wl)["spec"].value("active", true)) {  // the job was suspended: reactivate its Workload
-    json updated = *wl;
-    updated["spec"]["active"] = true;
-    client_.update(kube::resources::kWorkloads.item(p.ns, *q.workload), updated);
+  q.workload = kube::name_of(wl->metadata);
+  if (!is_active(*wl)) {  // the job was suspended: reactivate its Workload
+    k8s::Workload updated = *wl;
+    updated.spec.active = true;
+    client_.update(workload_item(p.ns, *wl), updated);
   }
   const kueue::Admission a = kueue::read_admission(*wl);
   if (a.evicted_reason && a.reserved) return stop_evicted(p, *wl, a);
@@ -139,18 +149,19 @@ std::optional<ReconcileResult> JobReconciler::admit(Pass& p) {
 
 ReconcileResult JobReconciler::create_workload(Pass& p, const std::string& queue) {
   std::optional<kueue::Priority> priority;
-  if (const auto name = kueue::priority_class(p.obj)) {
+  if (const auto name = kueue::priority_class(p.metadata)) {
     try {
-      const json pc = client_.get(kube::resources::kWorkloadPriorityClasses.item("", *name));
-      priority = kueue::Priority{*name, pc.value("value", 0)};
+      const auto pc = client_.get(kube::resources::kWorkloadPriorityClasses.item("", *name))
+                          .get<k8s::WorkloadPriorityClass>();
+      priority = kueue::Priority{*name, pc.value};
     } catch (const kube::ApiError& e) {
       if (!e.not_found()) throw;
       return queue_unavailable(p, "no WorkloadPriorityClass named " + *name + " (label " +
                                       kueue::kLabelPriorityClass + ")");
     }
   }
-  const json object = kueue::workload(p.job, queue, priority);
-  const std::string name = object["metadata"]["name"];
+  const k8s::Workload object = kueue::workload(p.job, queue, priority);
+  const std::string name = kube::name_of(object.metadata);
   create_children(p, [&] { ensure_child(p, kube::resources::kWorkloads, object); });
   p.status.queue.workload = name;
   mark_queued(p, Reason::kQueued,
@@ -163,7 +174,8 @@ ReconcileResult JobReconciler::create_workload(Pass& p, const std::string& queue
   return {};
 }
 
-ReconcileResult JobReconciler::stop_evicted(Pass& p, const json& wl, const kueue::Admission& a) {
+ReconcileResult JobReconciler::stop_evicted(Pass& p, const k8s::Workload& wl,
+                                            const kueue::Admission& a) {
   const std::string why = *a.evicted_reason + ": " + a.evicted_message;
   const int left = static_cast<int>(gang_pods(p).size());
   if (condition_is_true(p.status.conditions, ConditionType::kAdmitted) ||
@@ -172,8 +184,8 @@ ReconcileResult JobReconciler::stop_evicted(Pass& p, const json& wl, const kueue
     p.status.queue.evictions = p.status.queue.evictions.value_or(0) + 1;
     p.status.workers.created = 0;
     const std::string message =
-        "Kueue evicted Workload " + wl["metadata"].value("name", "") + " (" + why +
-        "); stopping the " + std::to_string(left) +
+        "Kueue evicted Workload " + kube::name_of(wl.metadata) + " (" + why + "); stopping the " +
+        std::to_string(left) +
         " workers with SIGTERM: they write a checkpoint and the gang resumes from it when "
         "admitted again";
     p.status.phase = Phase::kQueued;
@@ -197,25 +209,24 @@ ReconcileResult JobReconciler::stop_evicted(Pass& p, const json& wl, const kueue
   return {};
 }
 
-void JobReconciler::release_quota(Pass& p, const json& wl, const kueue::Admission& a) {
-  json released = wl;
+void JobReconciler::release_quota(Pass& p, const k8s::Workload& wl, const kueue::Admission& a) {
+  k8s::Workload released = wl;
   kueue::unset_quota_reservation(released, *a.evicted_reason, a.evicted_message,
                                  format_time(p.now));
-  const std::string name = wl["metadata"].value("name", "");
+  const std::string name = kube::name_of(wl.metadata);
   client_.update_status(kube::resources::kWorkloads.item(p.ns, name), released);
   spdlog::info("{}: released the quota of evicted Workload {}", p.key, name);
 }
 
 void JobReconciler::sync_workload(Pass& p) {
-  if (!workloads_ || !kueue::queue_name(p.obj)) return;
-  const std::optional<json> wl = current_workload(p);
+  if (!workloads_ || !kueue::queue_name(p.metadata)) return;
+  const std::optional<k8s::Workload> wl = current_workload(p);
   if (!wl) return;
-  const std::string item =
-      kube::resources::kWorkloads.item(p.ns, (*wl)["metadata"].value("name", ""));
+  const std::string item = workload_item(p.ns, *wl);
   const kueue::Admission a = kueue::read_admission(*wl);
   if (is_finished(p.phase())) {
     if (a.finished) return;
-    json done = *wl;
+    k8s::Workload done = *wl;
     const bool ok = p.phase() == Phase::kSucceeded;
     const Condition* c = find_condition(p.status.conditions,
                                         ok ? ConditionType::kSucceeded : ConditionType::kFailed);
@@ -226,9 +237,9 @@ void JobReconciler::sync_workload(Pass& p) {
   }
   // runPolicy.suspend <-> spec.active: a suspended job holds no quota.
   const bool active = !p.job.spec.run_policy.suspend;
-  if (wl->value("spec", json::object()).value("active", true) != active) {
-    json updated = *wl;
-    updated["spec"]["active"] = active;
+  if (is_active(*wl) != active) {
+    k8s::Workload updated = *wl;
+    updated.spec.active = active;
     client_.update(item, updated);
     return;
   }
@@ -238,26 +249,25 @@ void JobReconciler::sync_workload(Pass& p) {
 
 void JobReconciler::sync_pods_ready(Pass& p, const GangState& g) {
   if (!p.workload) return;
-  json wl = *p.workload;
-  const json* before = kueue::workload_condition(*p.workload, "PodsReady");
+  k8s::Workload wl = *p.workload;
+  const k8s::Condition* before = kueue::workload_condition(*p.workload, "PodsReady");
   // jobframework's generatePodsReadyCondition: Started (Recovered after a recovery) once ready;
   // WaitForRecovery after having been ready; WaitForStart before.
-  const std::string was = before ? before->value("reason", "") : "";
+  const std::string was = before ? before->reason : "";
   const bool ready = g.running + g.succeeded == g.replicas;
   bool status = ready;
   std::string reason = "WaitForStart", message = "Not all pods are ready or succeeded";
   if (ready) {
     reason = was == "WaitForRecovery" || was == "Recovered" ? "Recovered" : "Started";
     message = "All pods reached readiness and the workload is running";
-  } else if ((before && before->value("status", "") == "True") || was == "WaitForRecovery") {
+  } else if ((before && before->status == "True") || was == "WaitForRecovery") {
     reason = "WaitForRecovery";
     message = "At least one pod has failed, waiting for recovery";
   }
-  if (before && before->value("status", "") == (status ? "True" : "False") && was == reason) return;
+  if (before && before->status == (status ? "True" : "False") && was == reason) return;
   kueue::set_workload_condition(wl, "PodsReady", status, reason, message, format_time(p.now));
   try {
-    p.workload = client_.update_status(
-        kube::resources::kWorkloads.item(p.ns, wl["metadata"].value("name", "")), wl);
+    p.workload = client_.update_status(workload_item(p.ns, wl), wl).get<k8s::Workload>();
   } catch (const kube::ApiError& e) {
     if (!e.conflict()) throw;  // Kueue wrote in between: the next pass writes it again
   }

@@ -12,6 +12,7 @@
 #include "operator/controller/gang_policy.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/reconcile_pass.h"
+#include "operator/kube/objects.h"
 
 namespace kubetune::op {
 
@@ -19,20 +20,6 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 namespace {
-
-// The stored status, typed.
-api::FineTuneJobStatus read_status(const json& obj) {
-  json status = obj.value("status", json::object());
-  try {
-    return status.get<api::FineTuneJobStatus>();
-  } catch (const std::exception&) {
-    // An operator before the typed preflight report stored any object there; drop it, keep the
-    // rest.
-    if (status.contains("preflight") && status["preflight"].is_object())
-      status["preflight"].erase("report");
-    return status.get<api::FineTuneJobStatus>();
-  }
-}
 
 const milliseconds kShortRequeue{300};  // waiting for pods of an old gang to go
 
@@ -42,28 +29,41 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
   return out;
 }
 
-int attempt_of(const json& pod) {
+// The gang a pod belongs to (kubetune.io/attempt).
+int attempt_of(const k8s::Pod& pod) {
   try {
-    return std::stoi(pod["metadata"].value("labels", json::object()).value(kLabelAttempt, "0"));
-  } catch (const std::exception&) {
+    return std::stoi(kube::label(pod.metadata, kLabelAttempt));
+  } catch (const std::exception&) {  // no such label, or not a number
     return 0;
   }
 }
 
-bool is_terminal(const json& pod) {
-  const std::string phase = pod.value("status", json::object()).value("phase", "");
+bool is_terminal(const k8s::Pod& pod) {
+  const std::string phase = pod.status.phase.value_or("");
   return phase == "Succeeded" || phase == "Failed";
 }
 
+// The spec hash a pod was made from; "" for pods of an operator from before the hash.
+std::string spec_hash_of(const k8s::Pod& pod) {
+  return kube::annotation(pod.metadata, kAnnotationSpecHash);
+}
+
+// The informer's copy of a pod, typed; nullopt when there is none.
+std::optional<k8s::Pod> cached_pod(const kube::Informer& pods, const std::string& ns,
+                                   const std::string& name) {
+  const std::optional<json> pod = pods.get(ns, name);
+  if (!pod) return std::nullopt;
+  return pod->get<k8s::Pod>();
+}
+
 // An object without a controlling owner, labelled as ours, and not a pod.
-bool adoptable(const json& existing, const kube::Resource& kind) {
+bool adoptable(const k8s::ObjectMeta& existing, const kube::Resource& kind) {
   if (kind.plural == kube::resources::kPods.plural) return false;
-  if (existing["metadata"].contains("deletionTimestamp")) return false;
-  for (const auto& ref : existing["metadata"].value("ownerReferences", json::array())) {
-    if (ref.value("controller", false)) return false;
+  if (kube::being_deleted(existing)) return false;
+  for (const auto& ref : existing.owner_references) {
+    if (ref.controller.value_or(false)) return false;
   }
-  const json labels = existing["metadata"].value("labels", json::object());
-  return labels.value(kLabelManagedBy, "") == kManagerName;
+  return kube::label(existing, kLabelManagedBy) == kManagerName;
 }
 
 }  // namespace
@@ -92,10 +92,11 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
     return {};
   }
   p.obj = *cached;
-  if (p.obj["metadata"].contains("deletionTimestamp")) return {};
+  p.metadata = kube::metadata_of(p.obj);
+  if (kube::being_deleted(p.metadata)) return {};
   p.now = options_.clock();
-  p.generation = p.obj["metadata"].value("generation", 0L);
-  p.old_status = read_status(p.obj);
+  p.generation = p.metadata.generation.value_or(0);
+  p.old_status = upgraded_job_status(p.obj);
   p.status = p.old_status;
 
   try {
@@ -137,7 +138,7 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
   if (auto r = wait_after_release(p)) return *r;
   const int64_t attempt = p.status.restarts.value_or(0);
   const std::string hash = spec_hash(p.job.spec_json);
-  std::vector<json> current;
+  std::vector<k8s::Pod> current;
   int older = 0;
   for (const auto& pod : gang_pods(p)) {
     const int a = attempt_of(pod);
@@ -147,14 +148,13 @@ ReconcileResult JobReconciler::run_gang(Pass& p) {
     }
     // Pods made before pods carried a spec hash (an older operator) are left alone: an operator
     // upgrade must not restart every running job.
-    const std::string pod_hash =
-        pod["metadata"].value("annotations", json::object()).value(kAnnotationSpecHash, "");
+    const std::string pod_hash = spec_hash_of(pod);
     if (a < attempt || (!pod_hash.empty() && pod_hash != hash)) {
       ++older;
       // Made from another spec: the gang is replaced, which is not a failure to count.
       if (a == attempt) p.status.workers.created = 0;
-      if (!pod["metadata"].contains("deletionTimestamp")) {
-        client_.remove(kube::resources::kPods.item(p.ns, pod["metadata"]["name"]));
+      if (!kube::being_deleted(pod.metadata)) {
+        client_.remove(kube::resources::kPods.item(p.ns, kube::name_of(pod.metadata)));
       }
     } else {
       current.push_back(pod);
@@ -217,11 +217,12 @@ void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
   const int attempt = static_cast<int>(p.status.restarts.value_or(0));
   DesiredObjects want = desired_objects(p.job, attempt);
   for (const auto& name : p.flavors) {
-    const json flavor = client_.get(kube::resources::kResourceFlavors.item("", name));
+    const auto flavor =
+        client_.get(kube::resources::kResourceFlavors.item("", name)).get<k8s::ResourceFlavor>();
     for (auto& pod : want.pods) kueue::apply_flavor(pod, flavor);
   }
   create_children(p, [&] {
-    ensure_child(p, kube::resources::kConfigMaps, want.config_map);
+    ensure_config_map(p, want.config_map);
     ensure_child(p, kube::resources::kServices, want.service);
     for (int rank : missing) ensure_child(p, kube::resources::kPods, want.pods[rank]);
   });
@@ -259,25 +260,23 @@ std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::stri
   if (record.verdict == api::PreflightVerdict::kOK) return std::nullopt;
   const int attempt = static_cast<int>(record.failures.value_or(0));
   const std::string name = preflight_pod_name(p.name);
-  auto pod = pods_.get(p.ns, name);
-  if (pod && owned_by(*pod, p.uid())) {
-    const std::string pod_hash =
-        (*pod)["metadata"].value("annotations", json::object()).value(kAnnotationSpecHash, "");
-    if (attempt_of(*pod) == attempt && pod_hash == hash) {
+  const std::optional<k8s::Pod> pod = cached_pod(pods_, p.ns, name);
+  if (pod && owned_by(pod->metadata, p.uid())) {
+    if (attempt_of(*pod) == attempt && spec_hash_of(*pod) == hash) {
       if (!is_terminal(*pod)) return ReconcileResult{};  // its next status change wakes us
       p.status.preflight = record;  // of this spec, even if the write after creating was lost
       return preflight_ended(p, *pod);
     }
     // One of an earlier spec or try: it goes before the new one (same name).
-    if (!(*pod)["metadata"].contains("deletionTimestamp")) {
+    if (!kube::being_deleted(pod->metadata)) {
       client_.remove(kube::resources::kPods.item(p.ns, name));
     }
     return ReconcileResult{kShortRequeue};
   }
   const auto [gib, source] = gpu_memory(p);
-  const json pod_object = preflight_pod(p.job, gib, attempt);
+  const k8s::Pod pod_object = preflight_pod(p.job, gib, attempt);
   create_children(p, [&] {
-    ensure_child(p, kube::resources::kConfigMaps, config_map(p.job));
+    ensure_config_map(p, config_map(p.job));
     ensure_child(p, kube::resources::kPods, pod_object);
   });
   if (gib) {
@@ -298,20 +297,18 @@ std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::stri
   return ReconcileResult{};
 }
 
-std::optional<ReconcileResult> JobReconciler::preflight_ended(Pass& p, const json& pod) {
-  json terminated;
-  for (const auto& c : pod.value("status", json::object()).value("containerStatuses", json())) {
-    if (c.value("name", "") == kTrainerContainer) {
-      terminated = c.value("state", json::object()).value("terminated", json());
-    }
+std::optional<ReconcileResult> JobReconciler::preflight_ended(Pass& p, const k8s::Pod& pod) {
+  std::optional<k8s::ContainerStateTerminated> terminated;
+  for (const auto& c : pod.status.container_statuses) {
+    if (c.name == kTrainerContainer) terminated = c.state.terminated;
   }
-  const int code = terminated.is_object() ? terminated.value("exitCode", -1) : -1;
-  const std::string text = terminated.is_object() ? terminated.value("message", "") : "";
+  const int code = terminated ? terminated->exit_code : -1;
+  const std::string text = terminated ? terminated->message.value_or("") : "";
   std::optional<api::PreflightReport> report = parse_preflight_report(text);
   api::Preflight& record = p.status.preflight;
   const std::string name = preflight_pod_name(p.name);
 
-  const bool passed = pod["status"].value("phase", "") == "Succeeded";
+  const bool passed = pod.status.phase.value_or("") == "Succeeded";
   if (passed || code == kExitUserError) {
     // Anything in the pod can write its termination message: a verdict that is none of the
     // schema's, or none at all, means the input could not be read.
@@ -343,7 +340,7 @@ std::optional<ReconcileResult> JobReconciler::preflight_ended(Pass& p, const jso
 
   // Ended without a verdict: evicted, out of memory, killed. Tried again, like a gang.
   const std::string why =
-      pod["status"].value("reason", terminated.is_object() ? terminated.value("reason", "") : "");
+      pod.status.reason.value_or(terminated ? terminated->reason.value_or("") : "");
   const int64_t failures = record.failures.value_or(0) + 1;
   const std::string message = "preflight pod " + name + " ended without a verdict (" +
                               (why.empty() ? "exit code " + std::to_string(code) : why) + ")";
@@ -370,9 +367,9 @@ std::pair<std::optional<double>, std::string> JobReconciler::gpu_memory(const Pa
   for (const auto& [key, value] : p.job.spec.workers.node_selector) {
     selector += "," + key + "=" + value;
   }
-  json nodes;
+  k8s::NodeList nodes;
   try {
-    nodes = client_.list(kube::resources::kNodes.collection(""), selector);
+    nodes = client_.list(kube::resources::kNodes.collection(""), selector).get<k8s::NodeList>();
   } catch (const kube::ApiError& e) {
     spdlog::warn("{}: cannot list nodes for their GPU memory ({}); the preflight checks no limit",
                  p.key, e.what());
@@ -380,10 +377,9 @@ std::pair<std::optional<double>, std::string> JobReconciler::gpu_memory(const Pa
   }
   double smallest = 0;
   int counted = 0;
-  for (const auto& node : nodes.value("items", json::array())) {
+  for (const auto& node : nodes.items) {
     try {
-      const double mib =
-          std::stod(node["metadata"]["labels"][kNodeLabelGpuMemory].get<std::string>());
+      const double mib = std::stod(kube::label(node.metadata, kNodeLabelGpuMemory));
       if (mib > 0 && (counted == 0 || mib < smallest)) smallest = mib;
       counted += mib > 0;
     } catch (const std::exception&) {  // not a number: not GFD's label
@@ -394,12 +390,14 @@ std::pair<std::optional<double>, std::string> JobReconciler::gpu_memory(const Pa
           std::string(kNodeLabelGpuMemory) + " of " + std::to_string(counted) + " node(s)"};
 }
 
-void JobReconciler::ensure_child(Pass& p, const kube::Resource& kind, const json& object) {
-  const std::string name = object["metadata"]["name"];
-  const std::string what = object.value("kind", "object") + " " + name;
+std::optional<json> JobReconciler::ensure_child(Pass& p, const kube::Resource& kind,
+                                                const json& object) {
+  const auto want = object.get<k8s::PartialObjectMetadata>();
+  const std::string name = kube::name_of(want.metadata);
+  const std::string what = want.kind.value_or("object") + " " + name;
   try {
     client_.create(kind.collection(p.ns), object);
-    return;
+    return std::nullopt;
   } catch (const kube::ApiError& e) {
     if (e.code() == 0 || e.code() >= 500 || e.conflict()) throw;  // transient: retry as is
     if (!e.already_exists()) {
@@ -408,16 +406,18 @@ void JobReconciler::ensure_child(Pass& p, const kube::Resource& kind, const json
   }
   // It exists: from an earlier pass (idempotent), or someone else's under our name.
   json existing = client_.get(kind.item(p.ns, name));
-  if (!owned_by(existing, p.uid()) && adoptable(existing, kind)) {
+  auto have = existing.get<k8s::PartialObjectMetadata>();
+  if (!owned_by(have.metadata, p.uid()) && adoptable(have.metadata, kind)) {
     // A ConfigMap or Service left by a job deleted with --cascade=orphan: it holds nothing but
     // what the spec says, so it is taken over (as workload controllers adopt orphans) and
-    // rewritten below. A pod never is: it may be training another spec.
-    existing["metadata"]["ownerReferences"] = object["metadata"]["ownerReferences"];
-    existing = client_.update(kind.item(p.ns, name), existing);
+    // rewritten (ensure_config_map). A pod never is: it may be training another spec.
+    have.metadata.owner_references = want.metadata.owner_references;
+    existing = client_.update(kind.item(p.ns, name), have);
+    have = existing.get<k8s::PartialObjectMetadata>();
     p.events.push_back({"Normal", Reason::kAdopted, "adopted the orphaned " + what});
   }
-  if (!owned_by(existing, p.uid())) {
-    if (existing["metadata"].contains("deletionTimestamp")) {
+  if (!owned_by(have.metadata, p.uid())) {
+    if (kube::being_deleted(have.metadata)) {
       throw ChildNotCreated(Reason::kWaitingForOldObjects,
                             what + " of an earlier FineTuneJob named " + p.name +
                                 " is still being deleted; waiting for it to go",
@@ -428,17 +428,23 @@ void JobReconciler::ensure_child(Pass& p, const kube::Resource& kind, const json
                               "); delete it so that the job can create its own",
                           true);
   }
-  if (object.contains("data") && existing.value("data", json()) != object["data"]) {
-    existing["data"] = object["data"];  // the spec was edited while suspended
-    client_.update(kind.item(p.ns, name), existing);
-  }
+  return existing;
+}
+
+void JobReconciler::ensure_config_map(Pass& p, const k8s::ConfigMap& config_map) {
+  const std::optional<json> existing = ensure_child(p, kube::resources::kConfigMaps, config_map);
+  if (!existing) return;  // just created
+  auto have = existing->get<k8s::ConfigMap>();
+  if (have.data == config_map.data) return;
+  have.data = config_map.data;  // the spec was edited while suspended
+  client_.update(kube::resources::kConfigMaps.item(p.ns, kube::name_of(config_map.metadata)), have);
 }
 
 bool JobReconciler::confirm_lost(Pass& p, int rank) {
   try {
     // Ours still exists: the cache is behind. Someone else's of that name: ours is gone.
-    return !owned_by(client_.get(kube::resources::kPods.item(p.ns, pod_name(p.name, rank))),
-                     p.uid());
+    const json pod = client_.get(kube::resources::kPods.item(p.ns, pod_name(p.name, rank)));
+    return !owned_by(kube::metadata_of(pod), p.uid());
   } catch (const kube::ApiError& e) {
     if (e.not_found()) return true;
     throw;
@@ -550,7 +556,7 @@ void JobReconciler::resume(Pass& p) {
       {"Normal", Reason::kResumed, "recreating the workers from the last checkpoint"});
 }
 
-void JobReconciler::update_progress(Pass& p, const json& pod0) {
+void JobReconciler::update_progress(Pass& p, const k8s::Pod& pod0) {
   {
     std::lock_guard<std::mutex> lock(scrape_mutex_);
     auto& last = scrapes_[p.key].last;
@@ -558,7 +564,7 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
     if (last.time_since_epoch().count() != 0 && now - last < options_.progress_period) return;
     last = now;
   }
-  const std::string ip = pod0.value("status", json::object()).value("podIP", "");
+  const std::string ip = pod0.status.pod_ip.value_or("");
   if (ip.empty()) return;
   const std::string url =
       "http://" + ip + ":" + std::to_string(p.job.spec.metrics.port) + "/metrics";
@@ -595,7 +601,7 @@ void JobReconciler::update_progress(Pass& p, const json& pod0) {
   if (pr.out_of_memory_recoveries) {
     const auto now_seen = static_cast<int64_t>(*pr.out_of_memory_recoveries);
     const int64_t before_seen =
-        scraped_recoveries(p.key, pod0["metadata"].value("uid", ""), now_seen,
+        scraped_recoveries(p.key, kube::uid_of(pod0.metadata), now_seen,
                            progress.out_of_memory_recoveries.value_or(0) > 0);
     if (now_seen > before_seen) {
       progress.out_of_memory_recoveries =
@@ -677,26 +683,25 @@ void JobReconciler::write_status(Pass& p) {
     scheduling.held_gpus.reset();
     scheduling.partially_scheduled_since.reset();
   }
-  const json status = p.status;
-  if (status != json(p.old_status)) {
+  if (json(p.status) != json(p.old_status)) {
     json obj = p.obj;
-    obj["status"] = status;
+    set_job_status(obj, p.status);
     for (int attempt = 0;; ++attempt) {
       try {
         p.obj = client_.update_status(p.item(), obj);
+        p.metadata = kube::metadata_of(p.obj);
         break;
       } catch (const kube::ApiError& e) {
         if (!e.conflict() || attempt >= 3) throw;
         // Retry only if nothing this pass relied on changed (e.g. someone added a label);
         // otherwise start over from the fresh object.
         json fresh = client_.get(p.item());
-        if (fresh["metadata"].value("generation", 0L) != p.generation ||
-            json(fresh.value("status", json::object()).get<api::FineTuneJobStatus>()) !=
-                json(p.old_status)) {
+        if (kube::metadata_of(fresh).generation.value_or(0) != p.generation ||
+            json(job_status(fresh)) != json(p.old_status)) {
           throw StaleObjectError(p.key + ": changed while reconciling; retrying");
         }
-        obj = fresh;
-        obj["status"] = status;
+        obj = std::move(fresh);
+        set_job_status(obj, p.status);
       }
     }
     p.old_status = p.status;
@@ -711,19 +716,19 @@ void JobReconciler::write_status(Pass& p) {
   }
 }
 
-std::vector<json> JobReconciler::job_pods(const Pass& p) const {
-  std::vector<json> out;
-  for (auto& pod : pods_.list(p.ns, {{kLabelJob, p.name}})) {
-    if (owned_by(pod, p.uid())) out.push_back(std::move(pod));
+std::vector<k8s::Pod> JobReconciler::job_pods(const Pass& p) const {
+  std::vector<k8s::Pod> out;
+  for (const auto& object : pods_.list(p.ns, {{kLabelJob, p.name}})) {
+    auto pod = object.get<k8s::Pod>();
+    if (owned_by(pod.metadata, p.uid())) out.push_back(std::move(pod));
   }
   return out;
 }
 
-std::vector<json> JobReconciler::gang_pods(const Pass& p) const {
-  std::vector<json> out;
+std::vector<k8s::Pod> JobReconciler::gang_pods(const Pass& p) const {
+  std::vector<k8s::Pod> out;
   for (auto& pod : job_pods(p)) {
-    const json labels = pod["metadata"].value("labels", json::object());
-    if (labels.value(kLabelRole, "") != kRolePreflight) out.push_back(std::move(pod));
+    if (kube::label(pod.metadata, kLabelRole) != kRolePreflight) out.push_back(std::move(pod));
   }
   return out;
 }
@@ -733,8 +738,8 @@ int JobReconciler::delete_pods(Pass& p, bool all) {
   for (const auto& pod : job_pods(p)) {
     if (!all && is_terminal(pod)) continue;
     ++left;
-    if (pod["metadata"].contains("deletionTimestamp")) continue;
-    client_.remove(kube::resources::kPods.item(p.ns, pod["metadata"]["name"]));
+    if (kube::being_deleted(pod.metadata)) continue;
+    client_.remove(kube::resources::kPods.item(p.ns, kube::name_of(pod.metadata)));
   }
   return left;
 }

@@ -30,6 +30,7 @@
 #include "operator/controller/time_util.h"
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
+#include "operator/kube/kube_types.h"
 
 namespace kubetune::op {
 
@@ -64,7 +65,7 @@ class JobReconciler {
   // The preflight pod of the current spec (runPolicy.preflight): nullopt once it passed, so that
   // the gang may be created; else what to return (waiting for it, or the job failed).
   std::optional<ReconcileResult> preflight(Pass& p, const std::string& hash);
-  std::optional<ReconcileResult> preflight_ended(Pass& p, const nlohmann::json& pod);
+  std::optional<ReconcileResult> preflight_ended(Pass& p, const k8s::Pod& pod);
   // One GPU's memory for the preflight's fit check, and where it came from: workers.gpuMemoryGiB,
   // else the smallest nvidia.com/gpu.memory label of the nodes the workers may be placed on.
   std::pair<std::optional<double>, std::string> gpu_memory(const Pass& p);
@@ -81,12 +82,12 @@ class JobReconciler {
   // return (queued, or stopping an evicted gang).
   std::optional<ReconcileResult> admit(Pass& p);
   // The Workload of the current spec that the job owns (others it owns are deleted), if any.
-  std::optional<nlohmann::json> current_workload(Pass& p);
+  std::optional<k8s::Workload> current_workload(Pass& p);
   ReconcileResult create_workload(Pass& p, const std::string& queue);
-  ReconcileResult stop_evicted(Pass& p, const nlohmann::json& workload,
+  ReconcileResult stop_evicted(Pass& p, const k8s::Workload& workload,
                                const kueue::Admission& admission);
   // After an eviction, once the gang is gone: the Workload's quota reservation given back.
-  void release_quota(Pass& p, const nlohmann::json& workload, const kueue::Admission& admission);
+  void release_quota(Pass& p, const k8s::Workload& workload, const kueue::Admission& admission);
   ReconcileResult queue_unavailable(Pass& p, const std::string& message);
   void mark_queued(Pass& p, Reason reason, const std::string& message);
   // Keeps the Workload in step with a suspended or finished job (spec.active, Finished).
@@ -102,10 +103,16 @@ class JobReconciler {
   // condition and an event, and rethrown: the queue retries with back-off, as the PriorityClass
   // or the quota may appear later.
   void create_children(Pass& p, const std::function<void()>& create);
-  // Creates a child unless the job already owns it (a ConfigMap that differs is updated);
-  // throws ChildNotCreated when the server refuses or the name is taken.
-  void ensure_child(Pass& p, const kube::Resource& kind, const nlohmann::json& object);
-  void update_progress(Pass& p, const nlohmann::json& pod0);
+  // Creates a child (an object of any kind, as the REST client takes it) unless the job already
+  // owns it; throws ChildNotCreated when the server refuses or the name is taken. Returns the
+  // object that was there already (owned by the job, adopted if it was an orphan), or nullopt when
+  // it was created.
+  std::optional<nlohmann::json> ensure_child(Pass& p, const kube::Resource& kind,
+                                             const nlohmann::json& object);
+  // ensure_child for the job's ConfigMap: one that differs is updated (the spec was edited while
+  // the job was suspended).
+  void ensure_config_map(Pass& p, const k8s::ConfigMap& config_map);
+  void update_progress(Pass& p, const k8s::Pod& pod0);
   // A Stalled failure when rank 0's step has not advanced for runPolicy.stallTimeoutSeconds.
   std::optional<WorkerFailure> stalled(const Pass& p);
   bool confirm_lost(Pass& p, int rank);
@@ -116,8 +123,8 @@ class JobReconciler {
   // Deletes the job's pods that are still running (all = also finished ones); returns how many
   // are left (deleting or not).
   int delete_pods(Pass& p, bool all);
-  std::vector<nlohmann::json> job_pods(const Pass& p) const;   // all pods the job owns
-  std::vector<nlohmann::json> gang_pods(const Pass& p) const;  // its workers
+  std::vector<k8s::Pod> job_pods(const Pass& p) const;   // all pods the job owns
+  std::vector<k8s::Pod> gang_pods(const Pass& p) const;  // its workers
   std::chrono::milliseconds ttl_requeue(Pass& p);
 
   kube::KubeClient& client_;

@@ -5,7 +5,9 @@
 
 #include <boost/asio/ssl.hpp>
 #include <cstdio>
+#include <optional>
 
+#include "operator/kube/kube_types.h"
 #include "operator/kube/watch_stream.h"
 
 namespace kubetune::op::kube {
@@ -50,13 +52,24 @@ http_request make_request(const ClientConfig& c, const std::string& verb, const 
   return req;
 }
 
+// The Status object an error answer carries; nullopt when the body is not one (a proxy's HTML
+// page, plain text).
+std::optional<k8s::Status> status_of(const std::string& body) {
+  const json parsed = json::parse(body, nullptr, false);
+  if (!parsed.is_object()) return std::nullopt;
+  try {
+    return parsed.get<k8s::Status>();
+  } catch (const json::exception&) {
+    return std::nullopt;  // an object, but not a Status
+  }
+}
+
 ApiError error_from(const std::string& verb, const std::string& path, int code,
                     const std::string& body) {
   std::string reason, message = body;
-  const json status = json::parse(body, nullptr, false);
-  if (status.is_object()) {
-    reason = status.value("reason", "");
-    message = status.value("message", body);
+  if (const auto status = status_of(body)) {
+    reason = status->reason.value_or("");
+    message = status->message.value_or(body);
   }
   return ApiError(code, reason,
                   verb + " " + path + ": " + std::to_string(code) + " " + reason + ": " + message);
@@ -105,9 +118,12 @@ json KubeClient::list(const std::string& collection, const std::string& label_se
 }
 
 bool KubeClient::remove(const std::string& item, const std::string& propagation) {
+  k8s::DeleteOptions options;
+  options.api_version = "v1";
+  options.kind = "DeleteOptions";
+  options.propagation_policy = propagation;
   try {
-    request("DELETE", item,
-            {{"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", propagation}});
+    request("DELETE", item, options);
     return true;
   } catch (const ApiError& e) {
     if (e.not_found()) return false;

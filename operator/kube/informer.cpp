@@ -2,16 +2,39 @@
 
 #include <spdlog/spdlog.h>
 
+#include "operator/kube/objects.h"
 #include "operator/kube/watch_stream.h"
 
 namespace kubetune::op::kube {
 
 using nlohmann::json;
 
-std::string object_key(const json& obj) {
-  const json& m = obj.at("metadata");
-  return m.value("namespace", "") + "/" + m.value("name", "");
+namespace {
+
+std::string key_of(const k8s::ObjectMeta& meta) {
+  return meta.namespace_.value_or("") + "/" + name_of(meta);
 }
+
+// "" when absent.
+std::string version_of(const k8s::ObjectMeta& meta) { return meta.resource_version.value_or(""); }
+
+bool has_labels(const k8s::ObjectMeta& meta, const std::map<std::string, std::string>& labels) {
+  for (const auto& [key, value] : labels) {
+    if (label(meta, key) != value) return false;
+  }
+  return true;
+}
+
+// A watch's ERROR event carries a Status (410 Gone when our resourceVersion is compacted away).
+ApiError watch_error(const json& object) {
+  const auto status = object.get<k8s::Status>();
+  return ApiError(status.code.value_or(0), status.reason.value_or(""),
+                  "watch error: " + status.message.value_or(""));
+}
+
+}  // namespace
+
+std::string object_key(const json& obj) { return key_of(metadata_of(obj)); }
 
 Informer::Informer(KubeClient& client, Resource resource, InformerOptions options)
     : client_(client), resource_(std::move(resource)), options_(std::move(options)) {}
@@ -72,28 +95,29 @@ void Informer::run() {
 }
 
 void Informer::relist() {
-  json list = client_.list(resource_.collection(options_.ns), options_.label_selector);
+  const auto list = client_.list(resource_.collection(options_.ns), options_.label_selector)
+                        .get<k8s::PartialObjectMetadataList>();
   ++lists_;
-  std::map<std::string, json> fresh;
-  for (auto& item : list.value("items", json::array())) fresh[object_key(item)] = item;
+  std::map<std::string, Cached> fresh;
+  // An item converted back to JSON is the object as listed: its unknown_fields keep the rest.
+  for (const auto& item : list.items) fresh[key_of(item.metadata)] = {item, item.metadata};
   // Report what changed while we were not watching, as a watch would have.
   std::vector<std::pair<std::string, json>> changes;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [key, obj] : cache_) {
-      if (!fresh.count(key)) changes.emplace_back("DELETED", obj);
+    for (const auto& [key, cached] : cache_) {
+      if (!fresh.count(key)) changes.emplace_back("DELETED", cached.object);
     }
-    for (const auto& [key, obj] : fresh) {
+    for (const auto& [key, cached] : fresh) {
       auto it = cache_.find(key);
       if (it == cache_.end()) {
-        changes.emplace_back("ADDED", obj);
-      } else if (it->second["metadata"].value("resourceVersion", "") !=
-                 obj["metadata"].value("resourceVersion", "")) {
-        changes.emplace_back("MODIFIED", obj);
+        changes.emplace_back("ADDED", cached.object);
+      } else if (version_of(it->second.metadata) != version_of(cached.metadata)) {
+        changes.emplace_back("MODIFIED", cached.object);
       }
     }
     cache_ = std::move(fresh);
-    resource_version_ = list["metadata"].value("resourceVersion", "");
+    resource_version_ = list.metadata.resource_version.value_or("");
   }
   synced_ = true;
   for (const auto& [type, obj] : changes) notify(type, obj);
@@ -111,32 +135,30 @@ void Informer::watch_until_closed() {
   ++watches_;
   json event;
   while (!stopping_ && stream->next(event)) {
-    const std::string type = event.value("type", "");
-    const json& obj = event["object"];
-    if (type == "ERROR") {
-      const int code = obj.value("code", 0);
-      throw ApiError(code, obj.value("reason", ""), "watch error: " + obj.value("message", ""));
-    }
-    if (type == "BOOKMARK") {
+    const auto watched = event.get<k8s::WatchEvent>();
+    if (watched.type == "ERROR") throw watch_error(watched.object);
+    if (watched.type == "BOOKMARK") {
+      const k8s::ObjectMeta meta = metadata_of(watched.object);
       std::lock_guard<std::mutex> lock(mutex_);
-      resource_version_ = obj["metadata"].value("resourceVersion", resource_version_);
+      resource_version_ = meta.resource_version.value_or(resource_version_);
       continue;
     }
-    apply(type, obj);
+    apply(watched.type, watched.object);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   stream_.reset();
 }
 
 void Informer::apply(const std::string& type, const json& obj) {
+  const k8s::ObjectMeta meta = metadata_of(obj);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (type == "DELETED") {
-      cache_.erase(object_key(obj));
+      cache_.erase(key_of(meta));
     } else {
-      cache_[object_key(obj)] = obj;
+      cache_[key_of(meta)] = {obj, meta};
     }
-    resource_version_ = obj["metadata"].value("resourceVersion", resource_version_);
+    resource_version_ = meta.resource_version.value_or(resource_version_);
   }
   notify(type, obj);
 }
@@ -149,20 +171,16 @@ std::optional<json> Informer::get(const std::string& ns, const std::string& name
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = cache_.find(ns + "/" + name);
   if (it == cache_.end()) return std::nullopt;
-  return it->second;
+  return it->second.object;
 }
 
 std::vector<json> Informer::list(const std::string& ns,
                                  const std::map<std::string, std::string>& labels) const {
   std::vector<json> out;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [key, obj] : cache_) {
-    const json& meta = obj["metadata"];
-    if (!ns.empty() && meta.value("namespace", "") != ns) continue;
-    const json obj_labels = meta.value("labels", json::object());
-    bool match = true;
-    for (const auto& [k, v] : labels) match = match && obj_labels.value(k, "") == v;
-    if (match) out.push_back(obj);
+  for (const auto& [key, cached] : cache_) {
+    if (!ns.empty() && cached.metadata.namespace_.value_or("") != ns) continue;
+    if (has_labels(cached.metadata, labels)) out.push_back(cached.object);
   }
   return out;
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "operator/kube/client.h"
+#include "operator/kube/kube_types.h"
 
 namespace kubetune::op::kube {
 
@@ -67,8 +68,14 @@ class Informer {
   InformerOptions options_;
   std::vector<Handler> handlers_;
 
-  mutable std::mutex mutex_;                     // guards cache_, stream_
-  std::map<std::string, nlohmann::json> cache_;  // "ns/name" -> object
+  // An object as listed or watched, and its metadata read once (list() matches on it).
+  struct Cached {
+    nlohmann::json object;
+    k8s::ObjectMeta metadata;
+  };
+
+  mutable std::mutex mutex_;             // guards cache_, stream_
+  std::map<std::string, Cached> cache_;  // "ns/name" -> object
   std::shared_ptr<WatchStream> stream_;
   std::string resource_version_;
 

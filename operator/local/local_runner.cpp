@@ -16,6 +16,7 @@
 #include "operator/controller/gang_policy.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/time_util.h"
+#include "operator/kube/objects.h"
 #include "operator/local/preflight.h"
 #include "operator/local/process_gang.h"
 
@@ -58,8 +59,10 @@ Placement place(const FineTuneJob& job, const LocalRunOptions& o) {
 // collide, so worker r's port is shifted by the processes before it.
 std::string write_config(const FineTuneJob& job, const std::string& dir, int rank, int nproc) {
   json config = job.train_config;
-  const int port = config["metrics"].value("port", 0);
-  if (port > 0) config["metrics"]["port"] = port + rank * nproc;
+  // The trainer's config stays JSON, written as validated: only its metrics.port changes.
+  if (const int port = job.spec.metrics.port; port > 0) {
+    config.at("metrics").at("port") = port + rank * nproc;
+  }
   const std::string path = dir + "/config-" + std::to_string(rank) + ".json";
   std::ofstream(path) << config.dump(2) << "\n";
   return path;
@@ -82,22 +85,23 @@ void set_env(std::vector<std::string>& env, const std::string& name, const std::
 }
 
 // The pod's container, turned into a process: same arguments and environment, local addresses.
-ProcessSpec to_process(const json& pod, const FineTuneJob& job, const LocalRunOptions& o,
+ProcessSpec to_process(const k8s::Pod& pod, const FineTuneJob& job, const LocalRunOptions& o,
                        const Placement& place, int rank, const std::string& config_path) {
-  const json& c = pod["spec"]["containers"][0];
+  const k8s::Container& c = pod.spec.containers.at(0);
   const int nproc = place.gpus_per_worker > 0 ? place.gpus_per_worker : 1;
   ProcessSpec spec;
-  std::vector<std::string> cmd = c["command"].get<std::vector<std::string>>();
+  std::vector<std::string> cmd = c.command;
   cmd[0] = o.trainer;
   for (size_t i = 0; i + 1 < cmd.size(); ++i) {
     if (cmd[i] == "--config") cmd[i + 1] = config_path;
   }
   spec.argv = cmd;
   spec.env = base_environment();
-  for (const auto& e : c["env"]) {
-    if (e.contains("value")) set_env(spec.env, e["name"], e["value"]);
+  // Values only: the pod's fields (valueFrom) are set below, as the kubelet would.
+  for (const auto& e : c.env) {
+    if (e.value) set_env(spec.env, e.name, *e.value);
   }
-  set_env(spec.env, "POD_NAME", pod["metadata"]["name"]);
+  set_env(spec.env, "POD_NAME", kube::name_of(pod.metadata));
   set_env(spec.env, "POD_NAMESPACE", job.ns);
   // The pod's launch contract, on this machine: rank 0 at 127.0.0.1, a free port, the GPUs here.
   LaunchContract node;

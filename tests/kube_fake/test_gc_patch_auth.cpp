@@ -73,14 +73,12 @@ TEST_F(GcPatchAuthTest, MergePatchFollowsRfc7386) {
   EXPECT_EQ(strategic.body["metadata"]["labels"]["b"], "2");
 }
 
-TEST_F(GcPatchAuthTest, JsonPatchAndPatchErrors) {
+TEST_F(GcPatchAuthTest, PatchErrors) {
   json cm = client.post(kCms, {{"metadata", {{"name", "cm"}}}, {"data", {{"k", "v"}}}}).body;
-  Reply patched = client.send("PATCH", kCms + "/cm",
-                              json::array({{{"op", "replace"}, {"path", "/data/k"}, {"value", "w"}},
-                                           {{"op", "add"}, {"path", "/data/n"}, {"value", "1"}}}),
-                              "application/json-patch+json");
-  ASSERT_EQ(patched.code, 200) << patched.body.dump();
-  EXPECT_EQ(patched.body["data"], (json{{"k", "w"}, {"n", "1"}}));
+  ASSERT_EQ(
+      client.send("PATCH", kCms + "/cm", {{"data", {{"k", "w"}}}}, "application/merge-patch+json")
+          .code,
+      200);  // cm's resourceVersion is now an old one
   Reply unsupported = client.send("PATCH", kCms + "/cm", json::object(), "text/plain");
   EXPECT_EQ(unsupported.code, 415);
   EXPECT_EQ(unsupported.body["kind"], "Status");

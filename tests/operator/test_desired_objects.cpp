@@ -39,7 +39,7 @@ TEST(DesiredObjects, OnePodPerNodeWithTheTorchrunEnvironment) {
   ASSERT_EQ(d.pods.size(), 2u);
   const std::string master = "llama-full-sft-worker-0.llama-full-sft.team-a.svc";
   for (int rank = 0; rank < 2; ++rank) {
-    const json& pod = d.pods[rank];
+    const json pod = d.pods[rank];
     EXPECT_EQ(pod["metadata"]["name"], "llama-full-sft-worker-" + std::to_string(rank));
     EXPECT_EQ(pod["metadata"]["labels"][kLabelRank], std::to_string(rank));
     EXPECT_EQ(pod["metadata"]["labels"][kLabelAttempt], "3");
@@ -73,14 +73,15 @@ TEST(DesiredObjects, OnePodPerNodeWithTheTorchrunEnvironment) {
 TEST(DesiredObjects, OwnedByTheJobSoDeletionCascades) {
   const FineTuneJob job = example("lora-single-gpu.yaml", "abc-123");
   const DesiredObjects d = desired_objects(job, 0);
-  for (const json* obj : {&d.config_map, &d.service, &d.pods[0]}) {
-    const json& ref = (*obj)["metadata"]["ownerReferences"][0];
+  const std::vector<json> objects = {d.config_map, d.service, d.pods[0]};
+  for (const json& obj : objects) {
+    const json& ref = obj["metadata"]["ownerReferences"][0];
     EXPECT_EQ(ref["uid"], "abc-123");
     EXPECT_EQ(ref["kind"], "FineTuneJob");
     EXPECT_EQ(ref["apiVersion"], "kubetune.io/v1alpha1");
     EXPECT_EQ(ref["controller"], true);
     EXPECT_EQ(ref["blockOwnerDeletion"], true);
-    EXPECT_EQ((*obj)["metadata"]["labels"][kLabelManagedBy], kManagerName);
+    EXPECT_EQ(obj["metadata"]["labels"][kLabelManagedBy], kManagerName);
   }
 }
 
@@ -140,7 +141,7 @@ TEST(DesiredObjects, MountsConfigShmAndVolumes) {
 TEST(DesiredObjects, ConfigMapHoldsTheValidatedTrainerConfig) {
   const FineTuneJob job = example("lora-single-gpu.yaml");
   const DesiredObjects d = desired_objects(job, 0);
-  const json config = json::parse(d.config_map["data"]["config.json"].get<std::string>());
+  const json config = json::parse(d.config_map.data.at("config.json"));
   // Exactly what the trainer's own validator makes of the training part (defaults included).
   EXPECT_EQ(config, job.train_config);
   EXPECT_NO_THROW(validate_train_config(config));
@@ -161,11 +162,13 @@ TEST(DesiredObjects, HeadlessServiceForRendezvous) {
 
 TEST(DesiredObjects, CpuWorkersHaveNoGpuLimitAndOneProcess) {
   const FineTuneJob job = example("lora-cpu-hostpath.yaml");
-  const json pod = desired_objects(job, 0).pods[0];
-  const json& c = pod["spec"]["containers"][0];
-  EXPECT_FALSE(c["resources"]["limits"].contains("nvidia.com/gpu"));
+  // Typed: a container that asks for no resource at all has no "resources" member to index.
+  const k8s::Pod pod = desired_objects(job, 0).pods[0];
+  const k8s::Container& c = pod.spec.containers.at(0);
+  EXPECT_EQ(c.resources.limits.count("nvidia.com/gpu"), 0u);
   EXPECT_EQ(env_value(c, "NPROC_PER_NODE"), "1");
-  EXPECT_EQ(pod["spec"]["volumes"][2]["hostPath"]["path"], "/srv/kubetune");
+  ASSERT_TRUE(pod.spec.volumes.at(2).host_path);
+  EXPECT_EQ(pod.spec.volumes.at(2).host_path->path, "/srv/kubetune");
 }
 
 }  // namespace

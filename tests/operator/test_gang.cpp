@@ -9,18 +9,24 @@ namespace {
 
 using nlohmann::json;
 
-json pod(int rank, const std::string& phase) {
+json pod_json(int rank, const std::string& phase) {
   return {{"metadata",
            {{"name", "j-worker-" + std::to_string(rank)},
             {"labels", {{kLabelRank, std::to_string(rank)}}}}},
           {"status", {{"phase", phase}}}};
 }
 
-json terminated(int rank, int code, const std::string& reason = "") {
-  json p = pod(rank, "Failed");
+json terminated_json(int rank, int code, const std::string& reason = "") {
+  json p = pod_json(rank, "Failed");
   p["status"]["containerStatuses"] = {
       {{"name", "trainer"}, {"state", {{"terminated", {{"exitCode", code}, {"reason", reason}}}}}}};
   return p;
+}
+
+// The same pods typed, as the reconciler reads them from the informer's JSON.
+k8s::Pod pod(int rank, const std::string& phase) { return pod_json(rank, phase).get<k8s::Pod>(); }
+k8s::Pod terminated(int rank, int code, const std::string& reason = "") {
+  return terminated_json(rank, code, reason).get<k8s::Pod>();
 }
 
 TEST(Gang, AllRunningAndAllSucceeded) {
@@ -49,13 +55,13 @@ TEST(Gang, OtherExitCodesSignalsAndEvictionsAreRetryable) {
   auto oom = pod_failure(terminated(0, 2, "OOMKilled"), 0);
   EXPECT_FALSE(oom->permanent);
   EXPECT_EQ(oom->reason, Reason::kOOMKilled);
-  json evicted = pod(0, "Failed");
+  json evicted = pod_json(0, "Failed");
   evicted["status"]["reason"] = "Evicted";
-  EXPECT_EQ(pod_failure(evicted, 0)->reason, Reason::kEvicted);
+  EXPECT_EQ(pod_failure(evicted.get<k8s::Pod>(), 0)->reason, Reason::kEvicted);
   EXPECT_EQ(pod_failure(pod(0, "Unknown"), 0)->reason, Reason::kNodeLost);
-  json deleting = pod(0, "Running");
+  json deleting = pod_json(0, "Running");
   deleting["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z";
-  EXPECT_EQ(pod_failure(deleting, 0)->reason, Reason::kWorkerDeleted);
+  EXPECT_EQ(pod_failure(deleting.get<k8s::Pod>(), 0)->reason, Reason::kWorkerDeleted);
 }
 
 TEST(Gang, PermanentFailureWinsOverRetryable) {

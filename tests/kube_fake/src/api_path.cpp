@@ -17,10 +17,6 @@ static std::vector<std::string> split_segments(const std::string& path) {
 
 // Resolves what follows /api/v1 or /apis/{group}/{version}.
 static std::optional<ApiPath> parse_rest(ApiPath result, std::vector<std::string> rest) {
-  if (!rest.empty() && rest[0] == "watch") {
-    result.legacy_watch = true;
-    rest.erase(rest.begin());
-  }
   if (rest.empty()) return std::nullopt;
   // "namespaces/{ns}/{plural}..." is a namespaced path; "namespaces/{name}[/status]" is the
   // cluster-scoped Namespace object itself.

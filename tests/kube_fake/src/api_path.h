@@ -1,7 +1,7 @@
 #pragma once
 // Splits a request path into what it addresses, the way the apiserver's request-info resolver
 // does: /api/v1/..., /apis/{group}/{version}/..., namespaced or cluster-wide, optional name and
-// subresource, and the legacy /watch/ prefix.
+// subresource.
 #include <optional>
 #include <string>
 
@@ -14,7 +14,6 @@ struct ApiPath {
   std::string plural;
   std::string name;           // "" for collections
   std::string subresource;    // "" or "status"
-  bool legacy_watch = false;  // /api/v1/watch/... form
 };
 
 // std::nullopt when the path is not a resource path at all (the caller answers 404).

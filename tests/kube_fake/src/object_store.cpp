@@ -146,20 +146,13 @@ nlohmann::json ObjectStore::list(const Resource& resource, const std::string& ns
                                  const ListOptions& options) {
   std::lock_guard<std::mutex> lock(mu_);
   Bucket& b = bucket(resource);
-  uint64_t list_rv = rv_;
-  const std::map<std::string, nlohmann::json>* objects = &b.objects;
-  std::map<std::string, nlohmann::json> snapshot;
-  if (options.resource_version_match == "Exact") {
-    list_rv = parse_resource_version(options.resource_version);
-    snapshot = snapshot_at(b, list_rv);
-    objects = &snapshot;
-  } else if (!options.resource_version.empty()) {
+  if (!options.resource_version.empty()) {
     parse_resource_version(options.resource_version);  // validates; any newer state is fine
   }
   nlohmann::json items = nlohmann::json::array();
-  for (const auto& [key, object] : *objects) {
+  for (const auto& [key, object] : b.objects) {
     if (!ns.empty() && meta_string(object, "namespace") != ns) continue;
-    if (!options.labels.matches(object) || !options.fields.matches(object)) continue;
+    if (!options.labels.matches(object)) continue;
     nlohmann::json item = object;
     if (resource.builtin) {
       // Built-in list items carry no kind/apiVersion on the wire; custom resources do.
@@ -170,7 +163,7 @@ nlohmann::json ObjectStore::list(const Resource& resource, const std::string& ns
   }
   return {{"kind", resource.info.kind + "List"},
           {"apiVersion", resource.info.api_version()},
-          {"metadata", {{"resourceVersion", std::to_string(list_rv)}}},
+          {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
           {"items", std::move(items)}};
 }
 

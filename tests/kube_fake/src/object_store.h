@@ -20,16 +20,12 @@ namespace kubetune::kubefake {
 
 struct ListOptions {
   LabelSelector labels;
-  FieldSelector fields;
-  std::string resource_version;        // "" = most recent
-  std::string resource_version_match;  // "", "NotOlderThan" or "Exact"
+  std::string resource_version;  // "" = most recent; any other: validated, the newest is served
 };
 
 struct WatchOptions {
   LabelSelector labels;
-  FieldSelector fields;
   std::string resource_version;  // "" or "0": start with ADDED events for the current state
-  bool send_initial_events = false;
   bool bookmarks = false;
 };
 
@@ -78,7 +74,6 @@ class ObjectStore {
     std::string storage_key;
     std::string ns;  // "" = all namespaces
     LabelSelector labels;
-    FieldSelector fields;
     uint64_t after_rv;  // only events newer than this
     std::shared_ptr<WatchQueue> queue;
   };
@@ -101,7 +96,6 @@ class ObjectStore {
   void delete_namespace_contents(const std::string& ns);
   void notify(const Event& event);
   std::string event_line_for(const Watcher& watcher, const Event& event) const;
-  std::map<std::string, nlohmann::json> snapshot_at(const Bucket& bucket, uint64_t rv) const;
   void trim_history();
 
   std::mutex mu_;

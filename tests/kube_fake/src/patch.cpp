@@ -25,26 +25,15 @@ ApiError unsupported(const std::string& content_type) {
 
 nlohmann::json apply_patch(const nlohmann::json& current, const std::string& content_type,
                            const std::string& patch_body) {
+  // Merge patches only (the operator's); a JSON patch (RFC 6902) is refused as unknown here.
   bool merge = content_type == "application/merge-patch+json" ||
                content_type == "application/strategic-merge-patch+json";
-  bool json_patch = content_type == "application/json-patch+json";
-  if (!merge && !json_patch) throw unsupported(content_type);
+  if (!merge) throw unsupported(content_type);
   nlohmann::json patch = parse_patch(patch_body);
-  if (merge) {
-    if (!patch.is_object()) throw bad_request("a merge patch body must be a JSON object");
-    nlohmann::json result = current;
-    result.merge_patch(patch);
-    return result;
-  }
-  if (!patch.is_array()) throw bad_request("a json patch body must be a JSON array");
-  try {
-    return current.patch(patch);
-  } catch (const nlohmann::json::exception& e) {
-    throw ApiError(422, "Invalid",
-                   "the server rejected our request due to an error in our "
-                   "request: " +
-                       std::string(e.what()));
-  }
+  if (!patch.is_object()) throw bad_request("a merge patch body must be a JSON object");
+  nlohmann::json result = current;
+  result.merge_patch(patch);
+  return result;
 }
 
 }  // namespace kubetune::kubefake

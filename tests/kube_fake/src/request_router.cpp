@@ -98,15 +98,12 @@ RouteResult RequestRouter::route_resource(const ApiRequest& request) {
   const std::string& name = path->name;
   const std::string& method = request.method;
 
-  bool watch = path->legacy_watch || query_flag(request, "watch");
-  if (method == "GET" && watch) {
+  if (method == "GET" && query_flag(request, "watch")) {
+    // Collections only: the operator never watches one named object.
+    if (!name.empty()) throw bad_request("kube_fake serves watches of collections only");
     WatchOptions options;
     options.labels = LabelSelector::parse(query_value(request, "labelSelector"));
-    std::string fields = query_value(request, "fieldSelector");
-    if (!name.empty()) fields = "metadata.name=" + name + (fields.empty() ? "" : "," + fields);
-    options.fields = FieldSelector::parse(fields, resource);
     options.resource_version = query_value(request, "resourceVersion");
-    options.send_initial_events = query_flag(request, "sendInitialEvents");
     options.bookmarks = query_flag(request, "allowWatchBookmarks");
     RouteResult result;
     result.watch_settings.kind = info.kind;
@@ -125,9 +122,7 @@ RouteResult RequestRouter::route_resource(const ApiRequest& request) {
     if (method == "GET" || method == "DELETE") {
       ListOptions options;
       options.labels = LabelSelector::parse(query_value(request, "labelSelector"));
-      options.fields = FieldSelector::parse(query_value(request, "fieldSelector"), resource);
       options.resource_version = query_value(request, "resourceVersion");
-      options.resource_version_match = query_value(request, "resourceVersionMatch");
       nlohmann::json list = store_.list(resource, ns, options);
       if (method == "GET") return {200, list};
       // deletecollection: delete what the list selected and answer with it.

@@ -12,16 +12,10 @@ ResourceRegistry::ResourceRegistry() {
   add({"", "v1", "pods", "Pod", true, true}, true);
   add({"", "v1", "services", "Service", true, true}, true);
   add({"", "v1", "configmaps", "ConfigMap", true, false}, true);
-  add({"", "v1", "secrets", "Secret", true, false}, true);
   add({"", "v1", "events", "Event", true, false}, true);
-  add({"", "v1", "serviceaccounts", "ServiceAccount", true, false}, true);
-  add({"", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true, true}, true);
   add({"", "v1", "namespaces", "Namespace", false, true}, true);
   add({"", "v1", "nodes", "Node", false, true}, true);
   add({"coordination.k8s.io", "v1", "leases", "Lease", true, false}, true);
-  add({"events.k8s.io", "v1", "events", "Event", true, false}, true);
-  add({"batch", "v1", "jobs", "Job", true, true}, true);
-  add({"apps", "v1", "statefulsets", "StatefulSet", true, true}, true);
   add({"apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", false,
        true},
       true);

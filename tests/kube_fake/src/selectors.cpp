@@ -65,45 +65,6 @@ std::string label_value(const nlohmann::json& object, const std::string& key, bo
   return value.is_string() ? value.get<std::string>() : value.dump();
 }
 
-// The field labels the real apiserver indexes for each resource (beyond metadata.name and
-// metadata.namespace, which every resource supports).
-std::set<std::string> extra_field_labels(const Resource& resource) {
-  const ResourceInfo& info = resource.info;
-  if (info.group.empty() && info.plural == "pods") {
-    return {"spec.nodeName",           "spec.restartPolicy", "spec.schedulerName",
-            "spec.serviceAccountName", "status.phase",       "status.podIP",
-            "status.nominatedNodeName"};
-  }
-  if (info.group.empty() && info.plural == "events") {
-    return {"involvedObject.kind",       "involvedObject.namespace",
-            "involvedObject.name",       "involvedObject.uid",
-            "involvedObject.apiVersion", "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",  "reason",
-            "reportingComponent",        "type"};
-  }
-  if (info.group == "events.k8s.io" && info.plural == "events") {
-    return {"regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid", "reason",
-            "type",           "reportingController"};
-  }
-  if (info.group.empty() && info.plural == "secrets") return {"type"};
-  return {};
-}
-
-std::string field_value(const nlohmann::json& object, const std::string& dotted) {
-  const nlohmann::json* node = &object;
-  size_t start = 0;
-  while (start <= dotted.size()) {
-    size_t dot = dotted.find('.', start);
-    std::string key =
-        dotted.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (!node->is_object() || !node->contains(key)) return "";
-    node = &(*node)[key];
-    if (dot == std::string::npos) break;
-    start = dot + 1;
-  }
-  return node->is_string() ? node->get<std::string>() : node->dump();
-}
-
 }  // namespace
 
 LabelSelector LabelSelector::parse(const std::string& text) {
@@ -160,38 +121,6 @@ bool LabelSelector::matches(const nlohmann::json& object) const {
         break;
     }
     if (!ok) return false;
-  }
-  return true;
-}
-
-FieldSelector FieldSelector::parse(const std::string& text, const Resource& resource) {
-  FieldSelector selector;
-  if (trim(text).empty()) return selector;
-  std::set<std::string> supported = extra_field_labels(resource);
-  supported.insert({"metadata.name", "metadata.namespace"});
-  for (const std::string& part : split_top_level(text)) {
-    Requirement req;
-    size_t pos;
-    if ((pos = part.find("!=")) != std::string::npos) {
-      req = {trim(part.substr(0, pos)), false, trim(part.substr(pos + 2))};
-    } else if ((pos = part.find("==")) != std::string::npos) {
-      req = {trim(part.substr(0, pos)), true, trim(part.substr(pos + 2))};
-    } else if ((pos = part.find('=')) != std::string::npos) {
-      req = {trim(part.substr(0, pos)), true, trim(part.substr(pos + 1))};
-    } else {
-      throw bad_request("invalid selector: '" + text + "'; can't understand '" + part + "'");
-    }
-    if (!supported.count(req.field)) {
-      throw bad_request("field label not supported: " + req.field);
-    }
-    selector.requirements_.push_back(req);
-  }
-  return selector;
-}
-
-bool FieldSelector::matches(const nlohmann::json& object) const {
-  for (const Requirement& req : requirements_) {
-    if ((field_value(object, req.field) == req.value) != req.equals) return false;
   }
   return true;
 }

@@ -42,7 +42,7 @@ std::string ObjectStore::event_line_for(const Watcher& watcher, const Event& eve
   auto visible = [&watcher](const nlohmann::json& object) {
     return object.is_object() &&
            (watcher.ns.empty() || meta_string(object, "namespace") == watcher.ns) &&
-           watcher.labels.matches(object) && watcher.fields.matches(object);
+           watcher.labels.matches(object);
   };
   bool was = visible(event.previous);
   bool now = visible(event.object);
@@ -74,23 +74,15 @@ std::shared_ptr<WatchQueue> ObjectStore::watch(const Resource& resource, const s
                                                const WatchOptions& options) {
   std::lock_guard<std::mutex> lock(mu_);
   auto queue = std::make_shared<WatchQueue>();
-  Watcher watcher{resource.storage_key(), ns, options.labels, options.fields, 0, queue};
+  Watcher watcher{resource.storage_key(), ns, options.labels, 0, queue};
   const std::string& rv_text = options.resource_version;
-  bool initial_state = rv_text.empty() || rv_text == "0" || options.send_initial_events;
+  bool initial_state = rv_text.empty() || rv_text == "0";
   if (initial_state) {
     // "Get state and start at most recent": synthetic ADDED events for what exists now.
     for (const auto& [key, object] : bucket(resource).objects) {
       Event added{rv_, "ADDED", watcher.storage_key, object, nullptr};
       std::string line = event_line_for(watcher, added);
       if (!line.empty()) queue->push(std::move(line), rv_);
-    }
-    if (options.send_initial_events && options.bookmarks) {
-      nlohmann::json bookmark = {{"kind", resource.info.kind},
-                                 {"apiVersion", resource.info.api_version()},
-                                 {"metadata",
-                                  {{"resourceVersion", std::to_string(rv_)},
-                                   {"annotations", {{"k8s.io/initial-events-end", "true"}}}}}};
-      queue->push(event_line("BOOKMARK", bookmark), rv_);
     }
     watcher.after_rv = rv_;
   } else {
@@ -113,27 +105,6 @@ std::shared_ptr<WatchQueue> ObjectStore::watch(const Resource& resource, const s
   queue->advance(rv_);
   watchers_.push_back(std::move(watcher));
   return queue;
-}
-
-std::map<std::string, nlohmann::json> ObjectStore::snapshot_at(const Bucket& b, uint64_t rv) const {
-  if (rv < compacted_rv_) {
-    throw expired("too old resource version: " + std::to_string(rv) + " (" +
-                  std::to_string(compacted_rv_) + ")");
-  }
-  if (rv > rv_) throw ApiError(504, "Timeout", "Too large resource version: " + std::to_string(rv));
-  // Undo the newer events, newest first, to get the state as of `rv`.
-  std::map<std::string, nlohmann::json> objects = b.objects;
-  for (auto it = history_.rbegin(); it != history_.rend() && it->rv > rv; ++it) {
-    if (it->storage_key != b.resource.storage_key()) continue;
-    const nlohmann::json& object = it->previous.is_object() ? it->previous : it->object;
-    std::string key = meta_string(object, "namespace") + "/" + meta_string(object, "name");
-    if (it->previous.is_object()) {
-      objects[key] = it->previous;
-    } else {
-      objects.erase(key);
-    }
-  }
-  return objects;
 }
 
 void ObjectStore::set_history_limit(size_t limit) {
