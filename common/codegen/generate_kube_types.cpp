@@ -20,8 +20,8 @@
 // Mapping: string -> std::string (Kubernetes enums grow between versions, so they stay strings);
 // integer -> int (int32) or int64_t; number, boolean -> double, bool; array -> std::vector; map ->
 // std::map<std::string, T>; int-or-string and schemaless objects -> nlohmann::json. A scalar or
-// object the schema neither requires nor defaults is std::optional, as it is a pointer in Go: absent
-// is not zero (a container state that is not `terminated`), and stays absent when written.
+// object the schema neither requires nor defaults is std::optional, as it is a pointer in Go:
+// absent is not zero (a container state that is not `terminated`), and stays absent when written.
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -51,12 +51,13 @@ class KubeTypes {
 
   Types run() {
     for (const auto& [name, type] : list_.at("types").items()) define(name);
-    return {"the OpenAPI documents in operator/kube/openapi/ and operator/kube/kube_types.json by "
-            "common/codegen/generate_kube_types.cpp",
-            "operator/kube/kube_types.h",
-            "kubetune::k8s",
-            {},
-            structs_};
+    return {
+        "the OpenAPI documents in operator/kube/openapi/ and operator/kube/kube_types.json by "
+        "common/codegen/generate_kube_types.cpp",
+        "operator/kube/kube_types.h",
+        "kubetune::k8s",
+        {},
+        structs_};
   }
 
  private:
@@ -129,8 +130,8 @@ class KubeTypes {
       // schema defaults to {} (metadata, spec, status of the built-in kinds).
       const bool object = list_.at("types").contains(f.cpp_type);
       const bool present = contains(type.value("present", json::array()), key);
-      if (!f.required && (is_scalar(f.cpp_type) ||
-                          (object && !property.contains("default") && !present)))
+      if (!f.required &&
+          (is_scalar(f.cpp_type) || (object && !property.contains("default") && !present)))
         f.cpp_type = "std::optional<" + f.cpp_type + ">";
       s.fields.push_back(f);
     }
@@ -151,7 +152,8 @@ class KubeTypes {
 
   // `element_type` in the list or map that `p` is, or alone.
   static std::string wrap(const json& p, const std::string& element_type) {
-    if (p.value("type", "") == "array") return "std::vector<" + wrap(p["items"], element_type) + ">";
+    if (p.value("type", "") == "array")
+      return "std::vector<" + wrap(p["items"], element_type) + ">";
     if (p.value("type", "") == "object" && p.contains("additionalProperties") &&
         !p.contains("properties")) {
       return "std::map<std::string, " + wrap(p["additionalProperties"], element_type) + ">";

@@ -14,8 +14,8 @@
 namespace kubetune::op {
 
 struct DesiredObjects {
-  k8s::ConfigMap config_map;  // <job>-config: config.json for `train --config`
-  k8s::Service service;       // <job>: headless, gives pod 0 a stable DNS name
+  k8s::ConfigMap config_map;   // <job>-config: config.json for `train --config`
+  k8s::Service service;        // <job>: headless, gives pod 0 a stable DNS name
   std::vector<k8s::Pod> pods;  // <job>-worker-<rank>, rank = index
 };
 

@@ -3,9 +3,9 @@
 // podSet is the gang (count = replicas, the worker pod's template with its requests). The operator
 // creates no worker pod until Kueue admits the Workload, then adds the admitted ResourceFlavors'
 // node labels and tolerations to the pods. The Workload carries no finalizer: deleting the job
-// deletes it (garbage collector) and Kueue frees its quota at once. The Workload's type is generated
-// from Kueue's CRD as the API server serves it (operator/kube/openapi/, with the Kueue version),
-// and tests/operator/kueue_workload_test.py checks what we make against that schema.
+// deletes it (garbage collector) and Kueue frees its quota at once. The Workload's type is
+// generated from Kueue's CRD as the API server serves it (operator/kube/openapi/, with the Kueue
+// version), and tests/operator/kueue_workload_test.py checks what we make against that schema.
 #pragma once
 
 #include <map>

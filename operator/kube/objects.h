@@ -28,7 +28,9 @@ inline std::string annotation(const k8s::ObjectMeta& meta, const std::string& ke
 }
 
 // deletionTimestamp set: the object is going (finalizers or a grace period hold it).
-inline bool being_deleted(const k8s::ObjectMeta& meta) { return meta.deletion_timestamp.has_value(); }
+inline bool being_deleted(const k8s::ObjectMeta& meta) {
+  return meta.deletion_timestamp.has_value();
+}
 
 inline std::string name_of(const k8s::ObjectMeta& meta) { return meta.name.value_or(""); }
 inline std::string uid_of(const k8s::ObjectMeta& meta) { return meta.uid.value_or(""); }

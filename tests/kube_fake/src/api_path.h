@@ -12,8 +12,8 @@ struct ApiPath {
   std::string version;
   std::string namespace_;  // "" when the path names no namespace
   std::string plural;
-  std::string name;           // "" for collections
-  std::string subresource;    // "" or "status"
+  std::string name;         // "" for collections
+  std::string subresource;  // "" or "status"
 };
 
 // std::nullopt when the path is not a resource path at all (the caller answers 404).

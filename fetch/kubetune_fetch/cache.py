@@ -1,0 +1,67 @@
+"""Where a fetched source lives: one folder per source and resolved revision (a commit sha, or a
+digest of the objects' ETags), so a gang restart, a resumed job or a second job on the same
+model finds it and downloads nothing.
+
+    <cache>/hf/models/ORG/NAME/<commit>/
+    <cache>/hf/datasets/ORG/NAME/<commit>/PATH
+    <cache>/s3/<endpoint host>/BUCKET/PREFIX/<digest>/
+
+A fetch writes into `<revision>.partial/` (kept across a kill, so the next fetch resumes it) and
+renames it to `<revision>/` only once every file is verified, with `.kubetune-complete.json`
+(what was fetched, with checksums) inside: a folder without that file is never taken for a whole
+one. Two fetchers of the same entry (two jobs, two nodes on a shared volume) take turns on
+`<revision>.lock`.
+"""
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator, List
+
+from .errors import FetchError
+
+MARKER = ".kubetune-complete.json"
+
+
+class CacheEntry:
+    def __init__(self, root: Path, parts: List[str], revision: str):
+        self.dir = root.joinpath(*parts)
+        self.path = self.dir / revision
+        self.partial = self.dir / f"{revision}.partial"
+        self.lock_file = self.dir / f"{revision}.lock"
+
+    def complete(self) -> bool:
+        return (self.path / MARKER).is_file()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_file, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def finish(self, manifest: dict) -> None:
+        """Marks the partial folder whole and puts it in place, atomically."""
+        (self.partial / MARKER).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        if self.path.exists():  # a folder without the marker: an older, interrupted layout
+            shutil.rmtree(self.path)
+        os.rename(self.partial, self.path)
+
+
+def check_free_space(source: str, where: Path, needed: int) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(where).free
+    if free < needed:
+        raise FetchError(source, f"disk full: {needed} more bytes are needed in {where}, "
+                                 f"{free} are free")
+
+
+def disk_full(source: str, where: Path, e: OSError) -> FetchError:
+    assert e.errno == errno.ENOSPC
+    return FetchError(source, f"disk full while writing into {where}: {e.strerror}")

@@ -1,0 +1,141 @@
+"""hf:// sources, through huggingface_hub (the Hub's official client): the revision resolved to a
+commit, only the files the trainer reads, each checked against the Hub's published checksum."""
+import fnmatch
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
+from typing import Callable, List
+
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import errors as hub_errors
+
+from . import verify
+from .cache import CacheEntry, check_free_space
+from .errors import FetchError
+from .progress import Progress, directory_bytes
+from .result import Fetched
+from .retry import status_of, with_retries
+from .sources import HubSource
+
+# What the trainer reads of a model repository (trainer/io, trainer/text): weights, configs,
+# tokenizer, chat template. Top-level only: `original/` holds the same weights in another format,
+# and `*.bin`/`*.pth` are pickles of the same tensors.
+MODEL_FILES = ("*.safetensors", "*.safetensors.index.json", "config.json",
+               "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
+
+# huggingface_hub keeps its resume state here inside a download folder; not part of the result.
+_HUB_STATE = ".cache"
+
+
+def wanted_model_file(path: str) -> bool:
+    return "/" not in path and any(fnmatch.fnmatch(path, p) for p in MODEL_FILES)
+
+
+def _explain(source: HubSource, e: Exception) -> FetchError:
+    """A client error as one line naming the repository and the reason."""
+    kind = "dataset" if source.repo_type == "dataset" else "model"
+    if isinstance(e, hub_errors.GatedRepoError):
+        return FetchError(source.text, f"the {kind} repository {source.repo_id} is gated: accept its "
+                                       "terms on the Hub and give a token that may read it (HF_TOKEN)")
+    if isinstance(e, hub_errors.RevisionNotFoundError):
+        return FetchError(source.text, f"revision {source.revision!r} not found in {source.repo_id}")
+    if isinstance(e, (hub_errors.EntryNotFoundError, hub_errors.RemoteEntryNotFoundError)):
+        return FetchError(source.text, f"no file {source.path!r} in {source.repo_id}@{source.revision}")
+    code = status_of(e)
+    if isinstance(e, hub_errors.RepositoryNotFoundError) or code in (401, 403, 404):
+        why = {401: "unauthorised (401)", 403: "forbidden (403)"}.get(code, "not found (404)")
+        token = "with the token in HF_TOKEN" if os.environ.get("HF_TOKEN") else "without a token"
+        return FetchError(source.text, f"{kind} repository {source.repo_id}: {why} {token}; a private "
+                                       "or gated repository needs a token that may read it")
+    return FetchError(source.text, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+
+def _expected_checksum(entry) -> tuple:
+    lfs = getattr(entry, "lfs", None)
+    if lfs:
+        sha = lfs["sha256"] if isinstance(lfs, dict) else lfs.sha256
+        return "sha256", sha
+    return "git-blob-sha1", entry.blob_id
+
+
+def _matches(path: Path, kind: str, expected: str) -> bool:
+    actual = verify.sha256_hex(path) if kind == "sha256" else verify.git_blob_sha1(path)
+    return actual == expected
+
+
+def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
+              progress_file: Path = None, workers: int = 8) -> Fetched:
+    api = HfApi(token=os.environ.get("HF_TOKEN") or None)
+    kind = source.repo_type
+    try:
+        info = with_retries(source.text, "resolving the revision",
+                            lambda: api.repo_info(source.repo_id, repo_type=kind,
+                                                  revision=source.revision), log)
+        commit = info.sha
+        if source.path is None:
+            tree = with_retries(source.text, "listing the repository",
+                                lambda: list(api.list_repo_tree(source.repo_id, repo_type=kind,
+                                                                revision=commit, recursive=True,
+                                                                expand=True)), log)
+            files = [f for f in tree if hasattr(f, "size") and wanted_model_file(f.path)]
+            if not any(f.path.endswith(".safetensors") for f in files):
+                raise FetchError(source.text, f"{source.repo_id}@{commit[:12]} has no *.safetensors "
+                                              "weights at its top level (the trainer reads only those)")
+        else:
+            files = with_retries(source.text, "reading the file's metadata",
+                                 lambda: api.get_paths_info(source.repo_id, [source.path],
+                                                            repo_type=kind, revision=commit,
+                                                            expand=True), log)
+            files = [f for f in files if hasattr(f, "size")]
+            if not files:
+                raise FetchError(source.text, f"no file {source.path!r} in {source.repo_id}@"
+                                              f"{source.revision}")
+    except FetchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every client error becomes one clear line
+        raise _explain(source, e) from e
+
+    org, name = source.repo_id.split("/")
+    entry = CacheEntry(cache_root, ["hf", f"{kind}s", org, name], commit)
+    result_path = lambda base: base / source.path if source.path else base  # noqa: E731
+    with entry.locked():
+        total = sum(f.size for f in files)
+        if entry.complete():
+            log(f"{source.text}: in the cache ({commit[:12]}), nothing to download")
+            return Fetched(source.text, str(result_path(entry.path)), commit, True, total)
+        check_free_space(source.text, entry.dir, total - directory_bytes(entry.partial)
+                         if entry.partial.exists() else total)
+        log(f"{source.text}: {len(files)} files of {source.repo_id}@{commit[:12]}")
+
+        def download(f):
+            try:
+                with_retries(source.text, f"downloading {f.path}",
+                             lambda: hf_hub_download(source.repo_id, f.path, repo_type=kind,
+                                                     revision=commit, local_dir=entry.partial,
+                                                     token=os.environ.get("HF_TOKEN") or None), log)
+            except FetchError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise _explain(source, e) from e
+
+        with Progress(source.text, total, lambda: directory_bytes(entry.partial), log,
+                      progress_file):
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(download, files))
+        manifest = {"source": source.text, "revision": commit, "files": {}}
+        for f in files:
+            local = entry.partial / PurePosixPath(f.path)
+            kind_of_sum, expected = _expected_checksum(f)
+            if local.stat().st_size != f.size or not _matches(local, kind_of_sum, expected):
+                local.unlink()
+                raise FetchError(source.text, f"{f.path} does not match the checksum the Hub "
+                                              f"publishes ({kind_of_sum} {expected}); removed, fetch "
+                                              "again", exit_code=3)
+            manifest["files"][f.path] = {"size": f.size, kind_of_sum: expected}
+        state = entry.partial / _HUB_STATE
+        if state.exists():
+            shutil.rmtree(state)
+        entry.finish(manifest)
+    return Fetched(source.text, str(result_path(entry.path)), commit, False, total)

@@ -1,0 +1,63 @@
+"""The source forms `model.path`, `data.train` and `data.validation` accept besides a local path
+(the CRD's CEL rules accept exactly these; common/finetunejob_schema.json):
+
+  hf://ORG/NAME[@REVISION]                        a model repository on the Hugging Face Hub
+  hf://datasets/ORG/NAME/PATH/FILE.jsonl[@REV]   one file of a dataset repository
+  s3://BUCKET/PREFIX                              an object, or every object under a prefix
+"""
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from .errors import FetchError
+
+# The Hub's own rules for names: letters, digits, '-', '_', '.'; at most 96 characters.
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
+_REVISION = r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}"
+HF_MODEL = re.compile(rf"^hf://(?P<org>{_NAME})/(?P<name>{_NAME})(@(?P<revision>{_REVISION}))?$")
+HF_DATASET_FILE = re.compile(
+    rf"^hf://datasets/(?P<org>{_NAME})/(?P<name>{_NAME})/(?P<path>[^@]+?)(@(?P<revision>{_REVISION}))?$")
+# S3 bucket names: 3-63 lower-case letters, digits, '.', '-'.
+S3 = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(?P<prefix>.*))?$")
+
+
+@dataclass(frozen=True)
+class HubSource:
+    text: str
+    repo_type: str  # "model" or "dataset"
+    repo_id: str  # ORG/NAME
+    revision: str  # as asked: a branch, tag or commit
+    path: Optional[str] = None  # a dataset's one file
+
+
+@dataclass(frozen=True)
+class S3Source:
+    text: str
+    bucket: str
+    prefix: str
+
+
+def parse_source(text: str):
+    """HubSource or S3Source; FetchError naming what is wrong with a malformed one."""
+    if text.startswith("hf://datasets/"):
+        m = HF_DATASET_FILE.match(text)
+        if not m or ".." in m["path"].split("/"):
+            raise FetchError(text, "expected hf://datasets/ORG/NAME/PATH/FILE[@REVISION]")
+        return HubSource(text, "dataset", f"{m['org']}/{m['name']}", m["revision"] or "main",
+                         m["path"])
+    if text.startswith("hf://"):
+        m = HF_MODEL.match(text)
+        if not m:
+            raise FetchError(text, "expected hf://ORG/NAME[@REVISION] (a model repository)")
+        return HubSource(text, "model", f"{m['org']}/{m['name']}", m["revision"] or "main")
+    if text.startswith("s3://"):
+        m = S3.match(text)
+        if not m:
+            raise FetchError(text, "expected s3://BUCKET/PREFIX (a bucket name of 3-63 lower-case "
+                                   "letters, digits, '.' and '-')")
+        return S3Source(text, m["bucket"], m["prefix"] or "")
+    raise FetchError(text, "not a source this tool fetches (hf:// or s3://)")
+
+
+def is_remote(text: str) -> bool:
+    return text.startswith(("hf://", "s3://"))

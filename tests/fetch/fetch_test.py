@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""kubetune-fetch against real servers on 127.0.0.1, not hand-written fakes:
+
+- olah (a self-hosted Hugging Face Hub mirror that huggingface_hub talks to through HF_ENDPOINT)
+  serving a tiny model repository and a dataset repository from local git repositories;
+- moto's S3 server (the server S3 clients are tested against) holding a prefix of objects: a
+  multipart upload, one stored with a SHA-256 checksum, a plain one.
+
+What we fetch must be byte-identical to what huggingface_hub.snapshot_download / hf_hub_download
+and boto3 fetch from the same server; a killed fetch resumes; a corrupted byte is refused; a
+missing repository, revision, bucket, bad credentials and a dead endpoint are named, with the exit
+code that says whether retrying helps.
+
+usage: fetch_test.py [TEST_NAME...]   (KUBETUNE_SOURCE_DIR: the repository)
+"""
+import filecmp
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+import boto3
+import numpy as np
+from boto3.s3.transfer import TransferConfig
+from huggingface_hub import hf_hub_download, snapshot_download
+from safetensors.numpy import save_file
+
+ROOT = Path(os.environ["KUBETUNE_SOURCE_DIR"])
+sys.path.insert(0, str(ROOT / "fetch"))
+from kubetune_fetch.hub import MODEL_FILES  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(url_port: int, what: str, proc: subprocess.Popen, log: Path):
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log.read_text()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", url_port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not start: {log.read_text()[-2000:]}")
+
+
+def git_repo(path: Path, files: dict):
+    path.mkdir(parents=True)
+    for name, data in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(data)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "v1"],
+                ["tag", "v1"]):
+        subprocess.run(["git", *cmd], cwd=path, check=True, env=env)
+
+
+def tiny_model_files() -> dict:
+    """A tiny Llama checkpoint as the trainer reads one, and the files it must not fetch."""
+    rng = np.random.default_rng(0)
+    tensors = {"model.embed_tokens.weight": rng.standard_normal((256, 64), dtype=np.float32),
+               "model.norm.weight": np.ones(64, dtype=np.float32)}
+    tmp = Path(tempfile.mkdtemp()) / "model.safetensors"
+    save_file(tensors, str(tmp))
+    tok = ROOT / "examples/default/tokenizer"
+    files = {"model.safetensors": tmp.read_bytes(),
+             "config.json": (ROOT / "examples/default/model_config.json").read_bytes(),
+             "generation_config.json": b'{"eos_token_id": 2}\n',
+             "README.md": b"# tiny\n",
+             "pytorch_model.bin": b"pickle of the same tensors",
+             "original/consolidated.00.pth": b"the same again"}
+    for f in tok.iterdir():
+        files[f.name] = f.read_bytes()
+    return files
+
+
+class Servers:
+    """olah and moto on free ports, for the whole run."""
+
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="kubetune-fetch-test-"))
+        mirrors = self.dir / "mirrors"
+        git_repo(mirrors / "models/kubetune/tiny-llama", tiny_model_files())
+        git_repo(mirrors / "datasets/kubetune/chat",
+                 {"data/train.jsonl": (ROOT / "examples/default/train.jsonl").read_bytes(),
+                  "README.md": b"# chat\n"})
+        self.hf_port, self.s3_port, self.s3_auth_port = free_port(), free_port(), free_port()
+        (self.dir / "olah.toml").write_text(f"""
+[basic]
+host = "127.0.0.1"
+port = {self.hf_port}
+mirror-netloc = "127.0.0.1:{self.hf_port}"
+mirror-lfs-netloc = "127.0.0.1:{self.hf_port}"
+repos-path = "{self.dir / 'olah-repos'}"
+mirrors-path = ["{mirrors}"]
+[accessibility]
+offline = true
+""")
+        self.procs = []
+        self.start("olah", [str(BIN / "olah-cli"), "-c", str(self.dir / "olah.toml")], self.hf_port)
+        self.start("moto", [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(self.s3_port)],
+                   self.s3_port)
+        # A second S3 server that checks credentials from its first request (moto's IAM mode).
+        self.start("moto-auth", [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p",
+                                 str(self.s3_auth_port)], self.s3_auth_port,
+                   {"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+        self.hf = f"http://127.0.0.1:{self.hf_port}"
+        self.s3 = f"http://127.0.0.1:{self.s3_port}"
+        self.fill_bucket()
+
+    def start(self, name, cmd, port, env=None):
+        log = self.dir / f"{name}.log"
+        proc = subprocess.Popen(cmd, cwd=self.dir, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+        self.procs.append(proc)
+        wait_for(port, name, proc, log)
+
+    def s3_client(self):
+        return boto3.client("s3", endpoint_url=self.s3, aws_access_key_id="test",
+                            aws_secret_access_key="test", region_name="us-east-1")
+
+    def fill_bucket(self):
+        s3 = self.s3_client()
+        s3.create_bucket(Bucket="kubetune-data")
+        big = self.dir / "shards.bin"
+        big.write_bytes(os.urandom(96 << 20))
+        # multipart, 8 MiB parts: its ETag is the MD5 of the parts' MD5s
+        s3.upload_file(str(big), "kubetune-data", "chat/v1/shards.bin",
+                       Config=TransferConfig(multipart_threshold=8 << 20,
+                                             multipart_chunksize=8 << 20))
+        s3.put_object(Bucket="kubetune-data", Key="chat/v1/train.jsonl",
+                      Body=(ROOT / "examples/default/train.jsonl").read_bytes(),
+                      ChecksumAlgorithm="SHA256")
+        s3.put_object(Bucket="kubetune-data", Key="chat/v1/validation.jsonl",
+                      Body=(ROOT / "examples/default/validation.jsonl").read_bytes())
+
+    def stop(self):
+        for p in self.procs:
+            os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            p.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+SERVERS: Servers = None
+
+
+def same_tree(a: Path, b: Path, ignore=(".kubetune-complete.json",)) -> list:
+    """Files that differ between two folders (names or bytes); [] when byte-identical."""
+    def files(d):
+        return sorted(str(p.relative_to(d)) for p in d.rglob("*")
+                      if p.is_file() and p.name not in ignore and ".cache" not in p.parts)
+    fa, fb = files(a), files(b)
+    if fa != fb:
+        return [f"names differ: {fa} vs {fb}"]
+    return [f for f in fa if not filecmp.cmp(a / f, b / f, shallow=False)]
+
+
+class FetchTest(unittest.TestCase):
+    def setUp(self):
+        self.cache = Path(tempfile.mkdtemp(prefix="kubetune-fetch-cache-"))
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT / "fetch"), "HF_ENDPOINT": SERVERS.hf,
+                    "HF_HUB_DISABLE_TELEMETRY": "1", "AWS_ENDPOINT_URL": SERVERS.s3,
+                    "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                    "AWS_REGION": "us-east-1", "KUBETUNE_FETCH_FIRST_RETRY_SECONDS": "0.05"}
+        self.env.pop("HF_TOKEN", None)
+
+    def tearDown(self):
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+    def fetch(self, *sources, env=None, check=True, **popen):
+        p = subprocess.run([sys.executable, "-m", "kubetune_fetch", "--cache", str(self.cache),
+                            *sources], env={**self.env, **(env or {})}, capture_output=True,
+                           text=True, timeout=300, **popen)
+        if check:
+            self.assertEqual(p.returncode, 0, p.stderr)
+        return p
+
+    def results(self, p):
+        return [json.loads(line) for line in p.stdout.splitlines()]
+
+    # --- the Hub, through olah ---------------------------------------------------------------
+
+    def test_model_is_what_snapshot_download_gets(self):
+        (got,) = self.results(self.fetch("hf://kubetune/tiny-llama"))
+        reference = Path(snapshot_download("kubetune/tiny-llama", cache_dir=self.cache / "ref",
+                                           allow_patterns=list(MODEL_FILES), endpoint=SERVERS.hf))
+        # snapshot_download's patterns also match nested paths; the trainer reads only the top.
+        for nested in [p for p in reference.rglob("*") if p.is_file() and p.parent != reference]:
+            nested.unlink()
+        self.assertEqual(same_tree(Path(got["path"]), reference), [])
+        names = {p.name for p in Path(got["path"]).iterdir()}
+        self.assertIn("model.safetensors", names)
+        self.assertIn("tokenizer.json", names)
+        for unwanted in ("pytorch_model.bin", "original", "README.md"):
+            self.assertNotIn(unwanted, names)
+        self.assertEqual(len(got["revision"]), 40)  # the commit the branch resolved to
+        self.assertFalse(got["cached"])
+        manifest = json.loads((Path(got["path"]) / ".kubetune-complete.json").read_text())
+        self.assertIn("git-blob-sha1", manifest["files"]["config.json"])
+
+    def test_second_fetch_and_a_pinned_revision_hit_the_cache(self):
+        (first,) = self.results(self.fetch("hf://kubetune/tiny-llama"))
+        p = self.fetch("hf://kubetune/tiny-llama", f"hf://kubetune/tiny-llama@{first['revision']}",
+                       "hf://kubetune/tiny-llama@v1")
+        for again in self.results(p):
+            self.assertTrue(again["cached"], again)
+            self.assertEqual(again["path"], first["path"])
+        self.assertIn("nothing to download", p.stderr)
+
+    def test_dataset_file_is_what_hf_hub_download_gets(self):
+        (got,) = self.results(self.fetch("hf://datasets/kubetune/chat/data/train.jsonl"))
+        reference = hf_hub_download("kubetune/chat", "data/train.jsonl", repo_type="dataset",
+                                    cache_dir=self.cache / "ref", endpoint=SERVERS.hf)
+        self.assertTrue(got["path"].endswith("/data/train.jsonl"))
+        self.assertTrue(filecmp.cmp(got["path"], reference, shallow=False))
+
+    def test_hub_errors_name_the_repository_and_the_reason(self):
+        p = self.fetch("hf://kubetune/no-such-model", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("model repository kubetune/no-such-model", p.stderr)
+        self.assertRegex(p.stderr, r"unauthorised \(401\)|not found \(404\)")
+        p = self.fetch("hf://kubetune/tiny-llama@no-such-branch", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("no-such-branch", p.stderr)
+        p = self.fetch("hf://datasets/kubetune/chat/data/missing.jsonl", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("missing.jsonl", p.stderr)
+        p = self.fetch("hf://kubetune", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("expected hf://ORG/NAME[@REVISION]", p.stderr)
+
+    def test_a_dead_hub_is_retried_then_exit_3(self):
+        p = self.fetch("hf://kubetune/tiny-llama", env={"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"},
+                       check=False)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("retrying", p.stderr)
+        self.assertIn("failed 5 times", p.stderr)
+
+    # --- S3, through moto ----------------------------------------------------------------------
+
+    def boto3_copy(self, prefix: str) -> Path:
+        out = self.cache / "boto3"
+        s3 = SERVERS.s3_client()
+        for o in s3.list_objects_v2(Bucket="kubetune-data", Prefix=prefix)["Contents"]:
+            target = out / o["Key"][len(prefix):]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file("kubetune-data", o["Key"], str(target))
+        return out
+
+    def test_prefix_is_what_boto3_gets(self):
+        (got,) = self.results(self.fetch("s3://kubetune-data/chat/v1"))
+        self.assertEqual(same_tree(Path(got["path"]), self.boto3_copy("chat/v1/")), [])
+        manifest = json.loads((Path(got["path"]) / ".kubetune-complete.json").read_text())
+        self.assertTrue(manifest["files"]["shards.bin"]["etag"].endswith("-12"))  # 96 MiB / 8 MiB
+        self.assertIn("sha256", manifest["files"]["train.jsonl"])
+        self.assertIn("etag", manifest["files"]["validation.jsonl"])
+        (again,) = self.results(self.fetch("s3://kubetune-data/chat/v1/"))
+        self.assertTrue(again["cached"])
+
+    def test_one_object_is_a_file(self):
+        (got,) = self.results(self.fetch("s3://kubetune-data/chat/v1/train.jsonl"))
+        self.assertTrue(got["path"].endswith("/train.jsonl"))
+        self.assertEqual(Path(got["path"]).read_bytes(),
+                         (ROOT / "examples/default/train.jsonl").read_bytes())
+
+    def partial_of(self, name: str):
+        parts = list(self.cache.rglob(f"*.partial/{name}.part"))
+        return parts[0] if parts else None
+
+    def test_a_killed_fetch_resumes_and_is_never_taken_for_whole(self):
+        cmd = [sys.executable, "-m", "kubetune_fetch", "--cache", str(self.cache), "--workers", "1",
+               "s3://kubetune-data/chat/v1"]
+        proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            part = self.partial_of("shards.bin")
+            if part and part.stat().st_size > (8 << 20):
+                break
+            time.sleep(0.005)
+        proc.kill()
+        proc.wait()
+        part = self.partial_of("shards.bin")
+        if part is None or part.stat().st_size >= (96 << 20):
+            self.skipTest("the fetch finished before it could be killed")
+        killed_at = part.stat().st_size
+        self.assertEqual(list(self.cache.rglob(".kubetune-complete.json")), [])  # not whole
+        p = self.fetch("s3://kubetune-data/chat/v1")
+        (got,) = self.results(p)
+        self.assertFalse(got["cached"])
+        self.assertIn(f"shards.bin: resuming at byte {killed_at}", p.stderr)
+        self.assertEqual(same_tree(Path(got["path"]), self.boto3_copy("chat/v1/")), [])
+
+    def test_a_corrupted_byte_is_refused(self):
+        # What a kill leaves, with one byte flipped (a bad disk, a bad resume): the rest is
+        # appended, the whole does not match S3's ETag, the file is removed and the exit says retry.
+        first = self.fetch("s3://kubetune-data/chat/v1")
+        (good,) = self.results(first)
+        whole = Path(good["path"])
+        partial = whole.with_name(whole.name + ".partial")
+        partial.mkdir()
+        data = bytearray((whole / "shards.bin").read_bytes()[: 50 << 20])
+        data[12345] ^= 0xFF
+        (partial / "shards.bin.part").write_bytes(data)
+        shutil.rmtree(whole)
+        p = self.fetch("s3://kubetune-data/chat/v1", check=False)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("shards.bin does not match the checksum S3 publishes", p.stderr)
+        self.assertFalse((partial / "shards.bin").exists())
+        (again,) = self.results(self.fetch("s3://kubetune-data/chat/v1"))
+        self.assertEqual(same_tree(Path(again["path"]), self.boto3_copy("chat/v1/")), [])
+
+    def test_s3_errors_are_named(self):
+        p = self.fetch("s3://no-such-bucket/x", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("no-such-bucket", p.stderr)
+        p = self.fetch("s3://kubetune-data/nothing/here", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("no object at or under", p.stderr)
+        p = self.fetch("s3://kubetune-data/chat/v1",
+                       env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{SERVERS.s3_auth_port}",
+                            "AWS_ACCESS_KEY_ID": "AKIAWRONGWRONGWRONG1",
+                            "AWS_SECRET_ACCESS_KEY": "not-the-secret"}, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("access denied", p.stderr)
+        self.assertNotIn("not-the-secret", p.stderr + p.stdout)  # credentials are never printed
+        p = self.fetch("s3://Bad_Bucket/x", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("expected s3://BUCKET/PREFIX", p.stderr)
+
+    def test_a_dead_endpoint_is_retried_then_exit_3(self):
+        p = self.fetch("s3://kubetune-data/chat/v1",
+                       env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+                            "AWS_MAX_ATTEMPTS": "1"}, check=False)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("failed 5 times", p.stderr)
+
+    def test_progress_file_says_how_far(self):
+        progress = self.cache / "progress.json"
+        self.fetch("--progress-file", str(progress), "s3://kubetune-data/chat/v1")
+        state = json.loads(progress.read_text())
+        self.assertTrue(state["done"])
+        self.assertEqual(state["bytes"], state["totalBytes"])
+        self.assertGreater(state["totalBytes"], 96 << 20)
+
+
+if __name__ == "__main__":
+    SERVERS = Servers()
+    try:
+        unittest.main(argv=[sys.argv[0], "-v", *sys.argv[1:]])
+    finally:
+        SERVERS.stop()
