@@ -25,8 +25,9 @@ std::string pascal(const std::string& name) {
 // A last capital is no word of its own, as in a unit: gpuMemoryGiB -> gpu_memory_gib.
 std::string snake(const std::string& name) {
   static const std::set<std::string> keywords = {
-      "operator", "default", "class",    "namespace", "template", "delete",   "new",
-      "union",    "auto",    "continue", "private",   "public",   "register", "switch"};
+      "operator", "default",  "class",   "namespace", "template", "delete", "new",  "union",
+      "auto",     "continue", "private", "public",    "register", "switch", "enum", "int",
+      "bool",     "this",     "export",  "and",       "or",       "not",    "xor",  "signed"};
   std::string out;
   for (size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];

@@ -19,9 +19,10 @@
 //
 // Mapping: string -> std::string (Kubernetes enums grow between versions, so they stay strings);
 // integer -> int (int32) or int64_t; number, boolean -> double, bool; array -> std::vector; map ->
-// std::map<std::string, T>; int-or-string and schemaless objects -> nlohmann::json. A scalar or
-// object the schema neither requires nor defaults is std::optional, as it is a pointer in Go:
-// absent is not zero (a container state that is not `terminated`), and stays absent when written.
+// std::map<std::string, T>; int-or-string and schemaless objects -> nlohmann::json. A scalar the
+// schema does not require is std::optional, defaulted or not (a Kubernetes default is the
+// server's to apply: absent stays absent when written), and so is an object it neither requires
+// nor defaults, as it is a pointer in Go (a container state that is not `terminated`).
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -46,7 +47,12 @@ class KubeTypes {
       if (!in) fail(file, "cannot read this document");
       documents_.push_back(json::parse(in).at("components").at("schemas"));
     }
-    for (const auto& [name, type] : list.at("types").items()) by_schema_[type.at("schema")] = name;
+    // A schema listed twice (PartialObjectMetadata reads ConfigMap's) is no field's type: a field
+    // whose schema it is must name its type with field_types.
+    for (const auto& [name, type] : list.at("types").items()) {
+      const auto [it, first] = by_schema_.emplace(type.at("schema"), name);
+      if (!first) it->second = "";
+    }
   }
 
   Types run() {
@@ -176,6 +182,8 @@ class KubeTypes {
       if (!by_schema_.count(component)) {
         fail(where, "its schema " + component + " is not listed: list it, or leave the field out");
       }
+      if (by_schema_[component].empty())
+        fail(where, "its schema " + component + " is listed twice: name the type in field_types");
       return listed(by_schema_[component], where);
     }
     if (p.value("x-kubernetes-int-or-string", false) || p.value("format", "") == "int-or-string")

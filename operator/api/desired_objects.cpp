@@ -302,7 +302,7 @@ bool owned_by(const k8s::ObjectMeta& meta, const std::string& uid) {
 
 std::string spec_hash(const json& spec) {
   json s = spec;
-  s.erase("runPolicy");
+  s.erase("runPolicy");                  // json: our spec as written, the hash's input
   uint64_t h = 14695981039346656037ull;  // FNV-1a: stable across builds, unlike std::hash
   for (unsigned char c : s.dump()) h = (h ^ c) * 1099511628211ull;
   char hex[17];

@@ -19,12 +19,8 @@ std::optional<api::PreflightReport> parse_preflight_report(const std::string& te
   if (!j.is_object()) return std::nullopt;
   // The schema's limits too (lengths, list sizes), not only its types: a report the API server
   // would refuse in the status would make every later status write fail.
-  static const nlohmann::json& schema = finetunejob_schema()
-                                            .at("status")
-                                            .at("properties")
-                                            .at("preflight")
-                                            .at("properties")
-                                            .at("report");
+  static const nlohmann::json& schema = finetunejob_schema().at(
+      "/status/properties/preflight/properties/report"_json_pointer);  // json: a JSON Schema
   std::vector<std::string> problems;
   validate_against_schema(schema, j, "report", {}, problems);
   if (!problems.empty()) return std::nullopt;

@@ -61,7 +61,7 @@ std::string write_config(const FineTuneJob& job, const std::string& dir, int ran
   json config = job.train_config;
   // The trainer's config stays JSON, written as validated: only its metrics.port changes.
   if (const int port = job.spec.metrics.port; port > 0) {
-    config.at("metrics").at("port") = port + rank * nproc;
+    config.at("metrics").at("port") = port + rank * nproc;  // json: the trainer's config file
   }
   const std::string path = dir + "/config-" + std::to_string(rank) + ".json";
   std::ofstream(path) << config.dump(2) << "\n";

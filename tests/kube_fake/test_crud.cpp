@@ -182,6 +182,9 @@ TEST_F(CrudTest, ListFiltersByLabelSelector) {
   EXPECT_TRUE(list.body["metadata"]["resourceVersion"].is_string());
   EXPECT_FALSE(list.body["items"][0].contains("kind"));  // as the apiserver does for built-ins
   expect_status(client.get(std::string(kPods) + "?labelSelector=a%20in%20b"), 400, "BadRequest");
+  // Not served here (README): refused, not answered unfiltered.
+  expect_status(client.get(std::string(kPods) + "?fieldSelector=metadata.name%3Dp2"), 400,
+                "BadRequest");
 }
 
 TEST_F(CrudTest, DeleteReturnsTheObjectAndRemovesIt) {

@@ -19,6 +19,17 @@ bool query_flag(const ApiRequest& request, const std::string& key) {
   return value == "1" || value == "true";
 }
 
+// What the real API server serves and this fake does not (the operator does not use it): refused,
+// so that a new use fails here instead of passing on an unfiltered answer.
+void refuse_unserved_parameters(const ApiRequest& request) {
+  for (const char* key : {"fieldSelector", "resourceVersionMatch", "sendInitialEvents"}) {
+    if (request.query.count(key)) {
+      throw bad_request(std::string("kube_fake does not serve ") + key +
+                        " (tests/kube_fake/README.md); the real API server's tests do");
+    }
+  }
+}
+
 nlohmann::json parse_body(const std::string& body) {
   if (body.empty()) return nlohmann::json::object();
   try {
@@ -98,6 +109,7 @@ RouteResult RequestRouter::route_resource(const ApiRequest& request) {
   const std::string& name = path->name;
   const std::string& method = request.method;
 
+  refuse_unserved_parameters(request);
   if (method == "GET" && query_flag(request, "watch")) {
     // Collections only: the operator never watches one named object.
     if (!name.empty()) throw bad_request("kube_fake serves watches of collections only");
