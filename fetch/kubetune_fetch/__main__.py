@@ -1,7 +1,13 @@
-"""kubetune-fetch [--cache DIR] [--progress-file FILE] [--workers N] SOURCE...
+"""kubetune-fetch [--cache DIR] [--link-dir DIR] [--pin SOURCE=REVISION]... [--results FILE]
+               [--progress-file FILE] [--workers N] SOURCE | NAME=SOURCE ...
 
 Fetches each hf:// or s3:// source into the cache (see cache.py) unless it is there already, and
 prints one JSON line per source on stdout: {"source", "path", "revision", "cached", "bytes"}.
+NAME=SOURCE also makes the symbolic link LINK_DIR/NAME -> the fetched path (how a pod's trainer
+finds its model and data at fixed paths). --pin holds a source to the revision an earlier fetch
+resolved it to (the preflight's, for every worker): a branch that moved since, or S3 objects that
+changed, are an error, not a silent switch. --results writes the JSON list of results to FILE
+(the fetch container's termination message, which the operator reads).
 Logs (progress, retries, errors) go to stderr. Credentials come from the environment only:
 HF_TOKEN; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (AWS_ENDPOINT_URL for an S3-compatible store)
 and are never printed. Exit codes: 0, 2 (retrying cannot help: not found, unauthorised, malformed,
@@ -11,6 +17,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -28,13 +35,31 @@ def default_cache() -> Path:
                                Path.home() / ".cache" / "kubetune" / "sources"))
 
 
-def fetch(text: str, cache: Path, progress_file, workers: int):
+def fetch(text: str, cache: Path, progress_file, workers: int, pin: str = None):
     source = parse_source(text)
     if isinstance(source, HubSource):
         from .hub import fetch_hub  # imported when needed: an S3-only image need not have it
-        return fetch_hub(source, cache, log, progress_file, workers)
+        return fetch_hub(source, cache, log, progress_file, workers, pin)
     from .s3 import fetch_s3
-    return fetch_s3(source, cache, log, progress_file, workers)
+    return fetch_s3(source, cache, log, progress_file, workers, pin)
+
+
+def split_name(arg: str, link_dir) -> tuple:
+    """NAME=SOURCE (with --link-dir) or SOURCE."""
+    if link_dir is None:
+        return None, arg
+    name, sep, source = arg.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9._-]+", name) or name in (".", ".."):
+        raise FetchError(arg, "with --link-dir, each argument is NAME=SOURCE (NAME a file name)")
+    return name, source
+
+
+def link(link_dir: Path, name: str, target: str) -> None:
+    link_dir.mkdir(parents=True, exist_ok=True)
+    tmp = link_dir / f".{name}.tmp"
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    os.replace(tmp, link_dir / name)  # atomic: a reader sees the old link or the new one
 
 
 def main(argv=None) -> int:
@@ -42,12 +67,21 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="+", metavar="SOURCE")
     parser.add_argument("--cache", type=Path, default=default_cache())
+    parser.add_argument("--link-dir", type=Path, help="where NAME=SOURCE links go")
+    parser.add_argument("--pin", action="append", default=[], metavar="SOURCE=REVISION")
+    parser.add_argument("--results", type=Path, help="the JSON list of results, written at the end")
     parser.add_argument("--progress-file", type=Path, help="progress as JSON, replaced as it goes")
     parser.add_argument("--workers", type=int, default=8, help="files fetched at once")
     args = parser.parse_args(argv)
-    for text in args.sources:
+    pins = dict(p.rsplit("=", 1) for p in args.pin if "=" in p)
+    results = []
+    for arg in args.sources:
+        text = arg
         try:
-            result = fetch(text, args.cache, args.progress_file, args.workers)
+            name, text = split_name(arg, args.link_dir)
+            result = fetch(text, args.cache, args.progress_file, args.workers, pins.get(text))
+            if name:
+                link(args.link_dir, name, result.path)
         except FetchError as e:
             log(f"error: {e}")
             return e.exit_code
@@ -58,6 +92,10 @@ def main(argv=None) -> int:
             log(f"error: {text}: {e}")
             return EXIT_RETRYABLE
         print(json.dumps(result.as_dict()), flush=True)
+        results.append(result.as_dict())
+    if args.results:
+        args.results.write_text(json.dumps(
+            [{k: r[k] for k in ("source", "revision", "bytes", "cached")} for r in results]))
     return 0
 
 

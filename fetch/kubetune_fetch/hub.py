@@ -1,6 +1,7 @@
 """hf:// sources, through huggingface_hub (the Hub's official client): the revision resolved to a
 commit, only the files the trainer reads, each checked against the Hub's published checksum."""
 import fnmatch
+import json
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +12,7 @@ from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub import errors as hub_errors
 
 from . import verify
-from .cache import CacheEntry, check_free_space
+from .cache import MARKER, CacheEntry, check_free_space
 from .errors import FetchError
 from .progress import Progress, directory_bytes
 from .result import Fetched
@@ -65,10 +66,26 @@ def _matches(path: Path, kind: str, expected: str) -> bool:
     return actual == expected
 
 
+def _pinned(source: HubSource, commit: str) -> HubSource:
+    return HubSource(source.text, source.repo_type, source.repo_id, commit, source.path)
+
+
 def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
-              progress_file: Path = None, workers: int = 8) -> Fetched:
+              progress_file: Path = None, workers: int = 8, pin: str = None) -> Fetched:
     api = HfApi(token=os.environ.get("HF_TOKEN") or None)
     kind = source.repo_type
+    org, name = source.repo_id.split("/")
+    if pin:
+        # The commit the preflight resolved: asked for by its sha, and when the cache holds it,
+        # nothing is asked of the Hub at all (a worker starts without the network).
+        source = _pinned(source, pin)
+        entry = CacheEntry(cache_root, ["hf", f"{kind}s", org, name], pin)
+        if entry.complete():
+            manifest = json.loads((entry.path / MARKER).read_text())
+            log(f"{source.text}: in the cache ({pin[:12]}), nothing to download")
+            path = entry.path / source.path if source.path else entry.path
+            return Fetched(source.text, str(path), pin, True,
+                           sum(f["size"] for f in manifest["files"].values()))
     try:
         info = with_retries(source.text, "resolving the revision",
                             lambda: api.repo_info(source.repo_id, repo_type=kind,
@@ -97,7 +114,6 @@ def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
     except Exception as e:  # noqa: BLE001 - every client error becomes one clear line
         raise _explain(source, e) from e
 
-    org, name = source.repo_id.split("/")
     entry = CacheEntry(cache_root, ["hf", f"{kind}s", org, name], commit)
     result_path = lambda base: base / source.path if source.path else base  # noqa: E731
     with entry.locked():

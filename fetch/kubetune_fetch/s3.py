@@ -115,7 +115,7 @@ def _verify(s3, source: S3Source, obj: dict, path: Path) -> dict:
 
 
 def fetch_s3(source: S3Source, cache_root: Path, log: Callable[[str], None],
-             progress_file: Path = None, workers: int = 8) -> Fetched:
+             progress_file: Path = None, workers: int = 8, pin: str = None) -> Fetched:
     s3 = client()
     try:
         base, objects = with_retries(source.text, "listing the objects",
@@ -128,6 +128,10 @@ def fetch_s3(source: S3Source, cache_root: Path, log: Callable[[str], None],
         raise FetchError(source.text, f"no object at or under s3://{source.bucket}/{source.prefix}")
     listing = "\n".join(f"{o['Key']} {o['ETag']} {o['Size']}" for o in sorted(objects, key=lambda o: o["Key"]))
     revision = hashlib.sha256(listing.encode()).hexdigest()[:16]
+    if pin and pin != revision:
+        raise FetchError(source.text, f"the objects changed since they were first fetched for this "
+                                      f"job (revision {pin}, now {revision}): every worker must read "
+                                      "the same data")
     host = urlparse(os.environ.get("AWS_ENDPOINT_URL", "")).netloc or "s3.amazonaws.com"
     parts = ["s3", host.replace(":", "_"), source.bucket] + [p for p in base.split("/") if p]
     entry = CacheEntry(cache_root, parts, revision)

@@ -3,6 +3,7 @@
 #include <regex>
 #include <set>
 
+#include "common/source_forms.h"
 #include "common/train_config.h"
 #include "operator/api/crd.h"
 
@@ -38,6 +39,35 @@ long long int_at(const json& obj, const char* a, const char* b, long long fallba
     return fallback;
   }
   return obj[a][b].get<long long>();
+}
+
+bool matches(const std::string& text, const char* pattern) {
+  return std::regex_search(text, std::regex(pattern));
+}
+
+// The CEL rule and its twin for one source field (`field` of the object at the rule's place):
+// a local path, or one of the remote forms of common/source_forms.h.
+CelRule source_rule(const std::string& where, const std::string& field, bool model,
+                    bool optional, const std::string& message) {
+  const std::string f = "self." + field;
+  std::string remote_forms =
+      model ? "(!" + f + ".startsWith('hf://datasets/') && " + f + ".matches('" +
+                  kHubModelPattern + "'))"
+            : "(" + f + ".matches('" + kHubDatasetFilePattern + "') && !" + f + ".contains('..'))";
+  std::string rule = "!(" + f + ".startsWith('hf://') || " + f + ".startsWith('s3://')) || " +
+                     remote_forms + " || " + f + ".matches('" + kS3Pattern + "')";
+  if (optional) rule = "!has(" + f + ") || " + rule;
+  return {where, rule, message, [field, model](const json& self, const json*) {
+            const auto it = self.find(field);
+            if (it == self.end() || !it->is_string()) return true;
+            const std::string path = it->get<std::string>();
+            if (!is_remote_source(path)) return true;
+            const bool hub = model ? path.rfind("hf://datasets/", 0) != 0 &&
+                                         matches(path, kHubModelPattern)
+                                   : matches(path, kHubDatasetFilePattern) &&
+                                         path.find("..") == std::string::npos;
+            return hub || matches(path, kS3Pattern);
+          }};
 }
 
 // The spec fields that a running job keeps: all but runPolicy. A field that is required or has
@@ -134,6 +164,16 @@ std::vector<CelRule> make_rules() {
                             training.value("globalBatchSize", 0LL) > 0;
                    }});
   rules.push_back(spec_immutable_unless_suspended());
+  rules.push_back(source_rule("spec.model", "path", true, false,
+                              "model.path: a remote model is hf://ORG/NAME[@REVISION] (a Hugging "
+                              "Face model repository) or s3://BUCKET/PREFIX"));
+  for (const std::string field : {"train", "validation"}) {
+    // has() for train too: a missing train is the schema's `required` error, not this rule's.
+    rules.push_back(source_rule("spec.data", field, false, true,
+                                "data." + field +
+                                    ": a remote file is hf://datasets/ORG/NAME/PATH[@REVISION] "
+                                    "(no '..') or s3://BUCKET/KEY"));
+  }
   rules.push_back({"spec",
                    "!has(self.volumes) || self.volumes.all(v, self.volumes.filter(w, w.mountPath "
                    "== v.mountPath).size() == 1)",

@@ -10,14 +10,28 @@ namespace {
 
 using nlohmann::json;
 
+// The schema node of `where`: "" (the object), "spec", "spec.model", "spec.volumes[]".
+json& schema_node(json& root, const std::string& where) {
+  json* node = &root;
+  size_t begin = 0;
+  while (begin < where.size()) {
+    size_t end = where.find('.', begin);
+    if (end == std::string::npos) end = where.size();
+    std::string name = where.substr(begin, end - begin);
+    const bool items = name.size() > 2 && name.compare(name.size() - 2, 2, "[]") == 0;
+    if (items) name.resize(name.size() - 2);
+    node = &(*node)["properties"][name];
+    if (items) node = &(*node)["items"];
+    begin = end + 1;
+  }
+  return *node;
+}
+
 // Attaches each CEL rule to the schema node named by its `where`.
 void attach_cel_rules(json& root) {
   for (const auto& r : cel_rules()) {
-    json* node = &root;
-    if (r.where == "spec") node = &root["properties"]["spec"];
-    if (r.where == "spec.volumes[]")
-      node = &root["properties"]["spec"]["properties"]["volumes"]["items"];
-    (*node)["x-kubernetes-validations"].push_back({{"rule", r.rule}, {"message", r.message}});
+    schema_node(root, r.where)["x-kubernetes-validations"].push_back(
+        {{"rule", r.rule}, {"message", r.message}});
   }
 }
 

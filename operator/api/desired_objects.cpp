@@ -6,6 +6,7 @@
 
 #include "common/contracts.h"
 #include "common/launch_contract.h"
+#include "operator/api/sources.h"
 
 namespace kubetune::op {
 namespace {
@@ -205,9 +206,10 @@ k8s::Toleration toleration(const api::Toleration& t) {
   return out;
 }
 
-// A pod of the job: placement, security, volumes and the trainer container with `command`.
+// A pod of the job: placement, security, volumes, the fetch init container when the job has
+// hf:// or s3:// sources (pinned to `pins`), and the trainer container with `command`.
 k8s::Pod job_pod(const FineTuneJob& job, const std::string& name, const std::string& role,
-                 k8s::Container container) {
+                 k8s::Container container, const std::vector<api::FetchedSource>& pins) {
   const Workers& w = job.spec.workers;
   container.name = kTrainerContainer;
   container.image = w.image;
@@ -220,6 +222,10 @@ k8s::Pod job_pod(const FineTuneJob& job, const std::string& name, const std::str
   spec.restart_policy = "Never";  // the operator restarts the whole gang instead
   spec.security_context = pod_security_context(w.security_context);
   add_volumes(job, spec, container.volume_mounts);
+  Workers cpu_only = w;
+  cpu_only.gpus_per_worker = 0;
+  add_fetch_container(job.spec, pins, spec, container, resources(cpu_only),
+                      *container.security_context);
   spec.containers = {container};
   spec.node_selector = w.node_selector;
   for (const auto& t : w.tolerations) spec.tolerations.push_back(toleration(t));
@@ -241,7 +247,8 @@ k8s::Pod make_pod(const FineTuneJob& job, int rank, int attempt) {
   if (job.spec.metrics.port > 0) {
     container.ports.push_back(container_port("metrics", job.spec.metrics.port));
   }
-  k8s::Pod pod = job_pod(job, pod_name(job.name, rank), kRoleWorker, container);
+  k8s::Pod pod =
+      job_pod(job, pod_name(job.name, rank), kRoleWorker, container, job.fetched_sources);
   pod.spec.hostname = pod_name(job.name, rank);
   pod.spec.subdomain = service_name(job.name);
   // Time to finish the step and write a checkpoint after SIGTERM (a drain).
@@ -338,7 +345,8 @@ k8s::Pod preflight_pod(const FineTuneJob& job, std::optional<double> gpu_memory_
   container.resources = resources(cpu_only);
   // A trainer that dies before writing its report still leaves its last log lines.
   container.termination_message_policy = "FallbackToLogsOnError";
-  k8s::Pod pod = job_pod(job, preflight_pod_name(job.name), kRolePreflight, container);
+  // Unpinned: the preflight's fetch resolves the revisions the workers then use.
+  k8s::Pod pod = job_pod(job, preflight_pod_name(job.name), kRolePreflight, container, {});
   pod.metadata.labels[kLabelAttempt] = std::to_string(attempt);
   return pod;
 }
@@ -348,7 +356,8 @@ k8s::ConfigMap config_map(const FineTuneJob& job) {
   cm.api_version = "v1";
   cm.kind = "ConfigMap";
   cm.metadata = metadata(job, config_map_name(job.name));
-  cm.data[kConfigFile] = job.train_config.dump(2);
+  // hf:// and s3:// sources are read where the fetch container links them.
+  cm.data[kConfigFile] = with_linked_sources(job.train_config, kSourcesDir).dump(2);
   return cm;
 }
 

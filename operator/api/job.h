@@ -37,6 +37,9 @@ struct FineTuneJob {
   nlohmann::json spec_json;     // the spec, defaulted: what the spec hash is taken of
   nlohmann::json train_config;  // the trainer's part of it (its config.json), metrics.jobName set
   FineTuneJobSpec spec;         // the same, typed
+  // The revisions the preflight's fetch resolved the hf:// and s3:// sources to
+  // (status.sources): the workers' fetch is pinned to them. Empty before the preflight.
+  std::vector<api::FetchedSource> fetched_sources;
 };
 
 // Defaults and validates a whole FineTuneJob object; throws SpecError listing every problem.

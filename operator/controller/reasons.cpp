@@ -6,7 +6,7 @@
 namespace kubetune::op {
 
 std::string to_string(Reason reason) {
-  static constexpr std::array<std::pair<Reason, const char*>, 40> kNames = {{
+  static constexpr std::array<std::pair<Reason, const char*>, 42> kNames = {{
       {Reason::kWorkerFailed, "WorkerFailed"},
       {Reason::kConfigError, "ConfigError"},
       {Reason::kOOMKilled, "OOMKilled"},
@@ -47,6 +47,8 @@ std::string to_string(Reason reason) {
       {Reason::kDatasetInvalid, "DatasetInvalid"},
       {Reason::kDoesNotFit, "DoesNotFit"},
       {Reason::kInputInvalid, "InputInvalid"},
+      {Reason::kSourceUnavailable, "SourceUnavailable"},
+      {Reason::kSourcesFetched, "SourcesFetched"},
   }};
   for (const auto& [r, name] : kNames) {
     if (r == reason) return name;

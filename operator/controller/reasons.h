@@ -55,6 +55,8 @@ enum class Reason {
   kDatasetInvalid,
   kDoesNotFit,
   kInputInvalid,
+  kSourceUnavailable,  // an hf:// or s3:// source cannot be fetched: not found, unauthorised
+  kSourcesFetched,     // the preflight's fetch container resolved and cached every source
 };
 
 std::string to_string(Reason reason);

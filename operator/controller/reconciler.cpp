@@ -7,6 +7,7 @@
 #include "common/contracts.h"
 #include "operator/api/desired_objects.h"
 #include "operator/api/preflight_report.h"
+#include "operator/api/sources.h"
 #include "operator/controller/conditions.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/gang_policy.h"
@@ -111,6 +112,7 @@ ReconcileResult JobReconciler::reconcile(const std::string& key) {
     p.events.push_back(
         {"Normal", Reason::kSpecAccepted, "the corrected spec is valid; starting the job"});
   }
+  p.job.fetched_sources = p.status.sources;  // the workers read what the preflight fetched
   if (is_finished(p.phase())) return finished(p);
   if (p.job.spec.run_policy.suspend) return suspend(p);
   if (condition_is_true(p.status.conditions, ConditionType::kSuspended)) resume(p);
@@ -256,6 +258,8 @@ std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::stri
     record = {};
     record.spec_hash = hash;
     record.failures = 0;
+    p.status.sources.clear();  // fetched for another spec
+    p.job.fetched_sources.clear();
   }
   if (record.verdict == api::PreflightVerdict::kOK) return std::nullopt;
   const int attempt = static_cast<int>(record.failures.value_or(0));
@@ -297,7 +301,41 @@ std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::stri
   return ReconcileResult{};
 }
 
+// The preflight pod's fetch container (hf:// and s3:// sources) runs before the trainer's: its
+// report pins the revisions every worker then reads; a source that cannot be fetched for a reason
+// retrying cannot cure (exit 2: not found, unauthorised) fails the job, naming it. Another exit
+// leaves the pod without a verdict, which is tried again like any other.
+std::optional<ReconcileResult> JobReconciler::sources_fetched(Pass& p, const k8s::Pod& pod) {
+  for (const auto& c : pod.status.init_container_statuses) {
+    if (c.name != kFetchContainer || !c.state.terminated) continue;
+    const k8s::ContainerStateTerminated& t = *c.state.terminated;
+    if (t.exit_code == 0) {
+      p.status.sources = parse_fetch_results(t.message.value_or(""));
+      p.job.fetched_sources = p.status.sources;
+      std::string summary;
+      for (const auto& s : p.status.sources) {
+        summary += (summary.empty() ? "" : ", ") + s.source.value_or("") + " at " +
+                   s.revision.value_or("").substr(0, 12) +
+                   (s.cached.value_or(false) ? " (in the cache)" : " (downloaded)");
+      }
+      p.events.push_back({"Normal", Reason::kSourcesFetched, summary});
+    } else if (t.exit_code == kExitUserError) {
+      std::string why = t.message.value_or("");
+      while (!why.empty() && why.back() == '\n') why.pop_back();
+      why = why.substr(why.rfind('\n') == std::string::npos ? 0 : why.rfind('\n') + 1);
+      const std::string message = "the job's sources cannot be fetched: " + why +
+                                  " (kubectl logs pod/" + preflight_pod_name(p.name) +
+                                  " -c fetch)";
+      set_condition(p.status.conditions, ConditionType::kPreflightPassed, false,
+                    Reason::kSourceUnavailable, message, p.generation, p.now);
+      return fail(p, Reason::kSourceUnavailable, message);
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ReconcileResult> JobReconciler::preflight_ended(Pass& p, const k8s::Pod& pod) {
+  if (auto failed = sources_fetched(p, pod)) return failed;
   std::optional<k8s::ContainerStateTerminated> terminated;
   for (const auto& c : pod.status.container_statuses) {
     if (c.name == kTrainerContainer) terminated = c.state.terminated;

@@ -272,10 +272,19 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
 
 }  // namespace
 
-int run_local(const FineTuneJob& job, const LocalRunOptions& o, std::ostream& out) {
-  const std::string dir =
-      o.work_dir.empty() ? job.spec.output.dir + "/.kubetune-local" : o.work_dir;
+int run_local(const FineTuneJob& job_as_written, const LocalRunOptions& o, std::ostream& out) {
+  const std::string dir = o.work_dir.empty()
+                              ? job_as_written.spec.output.dir + "/.kubetune-local"
+                              : o.work_dir;
   fs::create_directories(dir);
+  // hf:// and s3:// sources first, into the cache on this machine, as the preflight pod does.
+  FineTuneJob job;
+  try {
+    job = with_fetched_sources(job_as_written, dir + "/sources");
+  } catch (const FetchFailed& e) {
+    out << "[kubetune] " << job_as_written.name << " failed before starting: " << e.what() << "\n";
+    return e.exit_code == kExitUserError ? kExitUserError : 1;
+  }
   const auto start = std::chrono::steady_clock::now();
   const auto deadline =
       job.spec.run_policy.active_deadline_seconds

@@ -27,14 +27,19 @@ import unittest
 from pathlib import Path
 
 import boto3
+import celpy
 import numpy as np
+import yaml
 from boto3.s3.transfer import TransferConfig
 from huggingface_hub import hf_hub_download, snapshot_download
 from safetensors.numpy import save_file
 
 ROOT = Path(os.environ["KUBETUNE_SOURCE_DIR"])
+BIN_DIR = os.environ.get("KUBETUNE_BIN_DIR", "")  # kubetune and kubetune-trainer, when built
 sys.path.insert(0, str(ROOT / "fetch"))
+from kubetune_fetch.errors import FetchError  # noqa: E402
 from kubetune_fetch.hub import MODEL_FILES  # noqa: E402
+from kubetune_fetch.sources import HubSource, S3Source, parse_source  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -356,6 +361,119 @@ class FetchTest(unittest.TestCase):
         self.assertTrue(state["done"])
         self.assertEqual(state["bytes"], state["totalBytes"])
         self.assertGreater(state["totalBytes"], 96 << 20)
+
+    # --- how pods use it: links, pins, results ------------------------------------------------
+
+    def test_links_pins_and_results(self):
+        links, results = self.cache / "links", self.cache / "results.json"
+        p = self.fetch("--link-dir", str(links), "--results", str(results),
+                       "model=hf://kubetune/tiny-llama", "train=s3://kubetune-data/chat/v1/train.jsonl")
+        self.assertTrue((links / "model" / "config.json").is_file())
+        self.assertEqual((links / "train").read_bytes(),
+                         (ROOT / "examples/default/train.jsonl").read_bytes())
+        reported = json.loads(results.read_text())
+        self.assertEqual([r["source"] for r in reported],
+                         ["hf://kubetune/tiny-llama", "s3://kubetune-data/chat/v1/train.jsonl"])
+        commit, digest = reported[0]["revision"], reported[1]["revision"]
+        # A worker pinned to the preflight's commit reads the cache without asking the Hub: here
+        # the Hub is unreachable and the fetch still succeeds.
+        dead_hub = {"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}
+        p = self.fetch("--pin", f"hf://kubetune/tiny-llama={commit}", "hf://kubetune/tiny-llama",
+                       env=dead_hub)
+        self.assertTrue(self.results(p)[0]["cached"])
+        # Objects that changed since the preflight are refused, not silently used.
+        p = self.fetch("--pin", "s3://kubetune-data/chat/v1/train.jsonl=0123456789abcdef",
+                       "s3://kubetune-data/chat/v1/train.jsonl", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(f"changed since they were first fetched for this job (revision "
+                      f"0123456789abcdef, now {digest})", p.stderr)
+
+    def test_sources_are_accepted_as_the_crd_accepts_them(self):
+        """parse_source (this tool) and the CRD's CEL rules (written from common/source_forms.h),
+        run by cel-python, accept and refuse the same sources."""
+        crd = yaml.safe_load((ROOT / "charts/kubetune/crds/finetunejobs.yaml").read_text())
+        spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        env = celpy.Environment()
+
+        def crd_accepts(where: str, obj: dict) -> bool:
+            for rule in spec["properties"][where].get("x-kubernetes-validations", []):
+                program = env.program(env.compile(rule["rule"]))
+                if not bool(program.evaluate({"self": celpy.json_to_cel(obj)})):
+                    return False
+            return True
+
+        def tool_accepts(text: str, model: bool) -> bool:
+            try:
+                source = parse_source(text)
+            except FetchError:
+                return False
+            if isinstance(source, S3Source):
+                return True
+            return (source.path is None) == model
+
+        candidates = [
+            "hf://meta-llama/Llama-3.2-1B", "hf://meta-llama/Llama-3.2-1B@main",
+            "hf://org/name@0123456789abcdef0123456789abcdef01234567", "hf://org/name@refs/pr/1",
+            "hf://org", "hf://org/name/extra", "hf://-org/name", "hf://org/na me", "hf://org/name@",
+            "hf://datasets/org/chat/data/train.jsonl", "hf://datasets/org/chat/train.jsonl@v2",
+            "hf://datasets/org/chat", "hf://datasets/org/chat/../x.jsonl",
+            "hf://datasets/org/chat/a@b/c.jsonl", "s3://bucket/key", "s3://bucket",
+            "s3://my.bucket-1/a/b/c.jsonl", "s3://Bucket/x", "s3://ab/x", "s3://bucket_1/x", "s3://",
+        ]
+        for text in candidates:
+            self.assertEqual(crd_accepts("model", {"path": text}), tool_accepts(text, True),
+                             f"model.path {text}")
+            self.assertEqual(crd_accepts("data", {"train": text}), tool_accepts(text, False),
+                             f"data.train {text}")
+
+    @unittest.skipUnless(BIN_DIR, "kubetune and kubetune-trainer not built (KUBETUNE_BIN_DIR)")
+    def test_kubetune_run_trains_from_the_hub_and_s3(self):
+        """`kubetune run` fetches an hf:// model and s3:// data into the cache on this machine, as
+        the preflight pod does, and trains from them; a second run downloads nothing."""
+        base = self.cache / "base-model"
+        subprocess.run([f"{BIN_DIR}/kubetune-trainer", "init-model", "--config",
+                        str(ROOT / "examples/default/model_config.json"), "--tokenizer",
+                        str(ROOT / "examples/default/tokenizer"), "--out", str(base), "--seed", "0"],
+                       check=True, capture_output=True)
+        mirror = SERVERS.dir / "mirrors/models/kubetune/default-base"
+        if not mirror.exists():
+            git_repo(mirror, {f.name: f.read_bytes() for f in base.iterdir() if f.is_file()})
+        SERVERS.s3_client().put_object(Bucket="kubetune-data", Key="default/validation.jsonl",
+                                       Body=(ROOT / "examples/default/validation.jsonl").read_bytes())
+        out = self.cache / "run"
+        job = self.cache / "job.yaml"
+        job.write_text(f"""apiVersion: kubetune.io/v1alpha1
+kind: FineTuneJob
+metadata: {{name: fetched}}
+spec:
+  model: {{path: "hf://kubetune/default-base"}}
+  data:
+    train: "hf://datasets/kubetune/chat/data/train.jsonl"
+    validation: "s3://kubetune-data/default/validation.jsonl"
+    format: messages
+    maxLength: 64
+  method: {{type: full}}
+  training: {{maxSteps: 3, microBatchSize: 4, logEverySteps: 1}}
+  output: {{dir: "{out}/output"}}
+  workers: {{replicas: 1, gpusPerWorker: 0}}
+  volumes: [{{name: work, mountPath: "{out}", hostPath: {{path: "{out}"}}}}]
+""")
+        wrapper = self.cache / "kubetune-fetch"
+        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m kubetune_fetch \"$@\"\n")
+        wrapper.chmod(0o755)
+        env = {**self.env, "KUBETUNE_TRAINER": f"{BIN_DIR}/kubetune-trainer",
+               "KUBETUNE_FETCH": str(wrapper), "KUBETUNE_SOURCE_CACHE": str(self.cache / "sources")}
+        for run in (1, 2):
+            p = subprocess.run([f"{BIN_DIR}/kubetune", "run", str(job)], env=env,
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+            self.assertTrue((out / "output" / "model.safetensors").is_file()
+                            or any((out / "output").glob("*.safetensors")), p.stdout[-2000:])
+            if run == 2:
+                self.assertIn("hf://kubetune/default-base: in the cache", p.stderr)
+                self.assertIn("s3://kubetune-data/default/validation.jsonl: in the cache", p.stderr)
+        self.assertTrue(any((self.cache / "sources/hf/models/kubetune/default-base").glob(
+            "*/.kubetune-complete.json")))
 
 
 if __name__ == "__main__":

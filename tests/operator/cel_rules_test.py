@@ -57,6 +57,8 @@ def targets(obj, where):
         return [obj["spec"]]
     if where == "spec.volumes[]":
         return obj["spec"].get("volumes", [])
+    if where in ("spec.model", "spec.data"):
+        return [obj["spec"][where.split(".")[1]]]
     raise AssertionError(f"a rule at {where}: teach this test where that is")
 
 
@@ -108,6 +110,20 @@ def edits_of(base):
             microBatchSize="auto", globalBatchSize=64)),
         "volume with two sources": edit(lambda o: o["spec"]["volumes"][0].__setitem__(
             "hostPath", {"path": "/x", "type": ""})),
+        "model from the Hub": edit(lambda o: o["spec"]["model"].__setitem__(
+            "path", "hf://meta-llama/Llama-3.2-1B@main")),
+        "model from S3": edit(lambda o: o["spec"]["model"].__setitem__("path", "s3://models/llama")),
+        "a dataset file as the model": edit(lambda o: o["spec"]["model"].__setitem__(
+            "path", "hf://datasets/org/chat/train.jsonl")),
+        "a malformed bucket": edit(lambda o: o["spec"]["model"].__setitem__("path", "s3://Bad_B/x")),
+        "data from the Hub": edit(lambda o: o["spec"]["data"].__setitem__(
+            "train", "hf://datasets/org/chat/data/train.jsonl@v2")),
+        "a model repository as data": edit(lambda o: o["spec"]["data"].__setitem__(
+            "train", "hf://org/chat")),
+        "a dataset path with ..": edit(lambda o: o["spec"]["data"].__setitem__(
+            "validation", "hf://datasets/org/chat/../../x.jsonl")),
+        "validation from S3": edit(lambda o: o["spec"]["data"].__setitem__(
+            "validation", "s3://my-data/chat/valid.jsonl")),
     }
 
 

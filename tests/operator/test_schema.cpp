@@ -80,7 +80,9 @@ TEST(Crd, TrainingPartIsTheTrainersSchema) {
   const json spec = job_schema()["properties"]["spec"];
   const json train = to_structural(train_config_schema());
   for (auto it = train["properties"].begin(); it != train["properties"].end(); ++it) {
-    EXPECT_EQ(spec["properties"][it.key()], it.value()) << it.key();
+    json in_crd = spec["properties"][it.key()];
+    in_crd.erase("x-kubernetes-validations");  // the CRD's CEL rules (cel_rules.h) on top
+    EXPECT_EQ(in_crd, it.value()) << it.key();
   }
   for (const char* key : {"workers", "runPolicy", "volumes"}) {
     EXPECT_TRUE(spec["properties"].contains(key)) << key;

@@ -1,0 +1,32 @@
+// The remote sources `model.path`, `data.train` and `data.validation` accept besides a local path
+// (issue: models and data from where they live). The CRD's CEL rules are written from these
+// patterns (operator/api/cel_rules.cpp, RE2 syntax, also valid std::regex ECMAScript), and
+// fetch/kubetune_fetch/sources.py parses the same forms; tests/fetch checks the two agree by
+// running the CRD's rules in cel-python over the same examples.
+#pragma once
+
+#include <string>
+
+namespace kubetune {
+
+// A Hub name: letters, digits, '.', '_', '-', at most 96 characters, not starting with a symbol.
+#define KUBETUNE_HUB_NAME "[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
+#define KUBETUNE_HUB_REVISION "(@[A-Za-z0-9][A-Za-z0-9._/-]{0,199})?"
+
+// hf://ORG/NAME[@REVISION]: a model repository.
+inline constexpr const char* kHubModelPattern =
+    "^hf://" KUBETUNE_HUB_NAME "/" KUBETUNE_HUB_NAME KUBETUNE_HUB_REVISION "$";
+// hf://datasets/ORG/NAME/PATH[@REVISION]: one file of a dataset repository (no ".." anywhere).
+inline constexpr const char* kHubDatasetFilePattern =
+    "^hf://datasets/" KUBETUNE_HUB_NAME "/" KUBETUNE_HUB_NAME "/[^@]+" KUBETUNE_HUB_REVISION "$";
+// s3://BUCKET[/PREFIX]: an object or a prefix; bucket names as S3 allows them.
+inline constexpr const char* kS3Pattern = "^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$";
+
+#undef KUBETUNE_HUB_NAME
+#undef KUBETUNE_HUB_REVISION
+
+inline bool is_remote_source(const std::string& path) {
+  return path.rfind("hf://", 0) == 0 || path.rfind("s3://", 0) == 0;
+}
+
+}  // namespace kubetune

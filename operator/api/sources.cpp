@@ -1,0 +1,131 @@
+#include "operator/api/sources.h"
+
+#include "common/source_forms.h"
+
+namespace kubetune::op {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kCacheVolume = "kubetune-source-cache";
+constexpr const char* kLinksVolume = "kubetune-sources";
+
+k8s::EnvVar env(const std::string& name, const std::string& value) {
+  k8s::EnvVar e;
+  e.name = name;
+  e.value = value;
+  return e;
+}
+
+k8s::Volume empty_dir(const std::string& name) {
+  k8s::Volume v;
+  v.name = name;
+  v.empty_dir = k8s::EmptyDirVolumeSource{};
+  return v;
+}
+
+// The shared claim when there is one: fetched once for every pod and every later job.
+k8s::Volume cache_volume(const api::Sources& sources) {
+  if (!sources.cache_claim) return empty_dir(kCacheVolume);
+  k8s::PersistentVolumeClaimVolumeSource claim;
+  claim.claim_name = *sources.cache_claim;
+  k8s::Volume v;
+  v.name = kCacheVolume;
+  v.persistent_volume_claim = claim;
+  return v;
+}
+
+k8s::VolumeMount mount(const std::string& volume, const std::string& path, bool read_only) {
+  k8s::VolumeMount m;
+  m.name = volume;
+  m.mount_path = path;
+  if (read_only) m.read_only = true;
+  return m;
+}
+
+}  // namespace
+
+std::vector<RemoteSource> remote_sources(const api::TrainConfig& config) {
+  std::vector<RemoteSource> out;
+  if (is_remote_source(config.model.path)) out.push_back({"model", config.model.path});
+  if (is_remote_source(config.data.train)) out.push_back({"train", config.data.train});
+  if (config.data.validation && is_remote_source(*config.data.validation)) {
+    out.push_back({"validation", *config.data.validation});
+  }
+  return out;
+}
+
+json with_linked_sources(json train_config, const std::string& links_dir) {
+  // The trainer's config file stays JSON as validated; only these paths change, each to the link
+  // remote_sources() names it by.
+  const std::pair<const char*, const char*> fields[] = {
+      {"/model/path", "model"}, {"/data/train", "train"}, {"/data/validation", "validation"}};
+  for (const auto& [pointer, name] : fields) {
+    const json::json_pointer at(pointer);
+    if (!train_config.contains(at) || !train_config[at].is_string()) continue;
+    if (!is_remote_source(train_config[at].get<std::string>())) continue;
+    train_config[at] = links_dir + "/" + name;
+  }
+  return train_config;
+}
+
+std::vector<std::string> fetch_arguments(const std::vector<RemoteSource>& sources,
+                                         const std::vector<api::FetchedSource>& pins,
+                                         const std::string& cache_dir,
+                                         const std::string& links_dir) {
+  std::vector<std::string> args = {"--cache", cache_dir, "--link-dir", links_dir};
+  for (const auto& pin : pins) {
+    if (pin.source && pin.revision) args.insert(args.end(), {"--pin", *pin.source + "=" + *pin.revision});
+  }
+  for (const auto& s : sources) args.push_back(s.name + "=" + s.source);
+  return args;
+}
+
+void add_fetch_container(const api::FineTuneJobSpec& spec,
+                         const std::vector<api::FetchedSource>& pins, k8s::PodSpec& pod,
+                         k8s::Container& trainer, const k8s::ResourceRequirements& resources,
+                         const k8s::SecurityContext& security) {
+  const std::vector<RemoteSource> sources = remote_sources(spec);
+  if (sources.empty()) return;
+  k8s::Container fetch;
+  fetch.name = kFetchContainer;
+  fetch.image = spec.sources.image;
+  fetch.args = fetch_arguments(sources, pins, kSourceCacheDir, kSourcesDir);
+  fetch.args.insert(fetch.args.end(), {"--results", "/dev/termination-log"});
+  fetch.env = {env("HOME", "/tmp")};  // the clients' own caches; the image's user has no home
+  if (spec.sources.hf_endpoint) fetch.env.push_back(env("HF_ENDPOINT", *spec.sources.hf_endpoint));
+  if (spec.sources.s3_endpoint) {
+    fetch.env.push_back(env("AWS_ENDPOINT_URL", *spec.sources.s3_endpoint));
+  }
+  if (spec.sources.credentials_secret) {
+    // The credentials reach this container only, never the trainer's.
+    k8s::SecretEnvSource secret;
+    secret.name = *spec.sources.credentials_secret;
+    k8s::EnvFromSource from;
+    from.secret_ref = secret;
+    fetch.env_from = {from};
+  }
+  fetch.resources = resources;
+  fetch.security_context = security;
+  // A fetch that fails before writing its results still leaves its last log lines (the error).
+  fetch.termination_message_policy = "FallbackToLogsOnError";
+  fetch.volume_mounts = {mount(kCacheVolume, kSourceCacheDir, false),
+                         mount(kLinksVolume, kSourcesDir, false)};
+  pod.init_containers.push_back(fetch);
+  pod.volumes.push_back(cache_volume(spec.sources));
+  pod.volumes.push_back(empty_dir(kLinksVolume));
+  trainer.volume_mounts.push_back(mount(kCacheVolume, kSourceCacheDir, true));
+  trainer.volume_mounts.push_back(mount(kLinksVolume, kSourcesDir, true));
+}
+
+std::vector<api::FetchedSource> parse_fetch_results(const std::string& termination_message) {
+  const json j = json::parse(termination_message, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return {};
+  try {
+    return j.get<std::vector<api::FetchedSource>>();
+  } catch (const json::exception&) {
+    return {};  // anything in the pod may write there: not ours, not trusted
+  }
+}
+
+}  // namespace kubetune::op

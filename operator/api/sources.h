@@ -1,0 +1,52 @@
+// hf:// and s3:// sources in a job's pods (fetch/README.md). Every pod of a job with one gets an
+// init container, `fetch`, that runs kubetune-fetch: it fetches each source into the cache
+// (spec.sources.cacheClaim, else an emptyDir of the pod) and links it at a fixed path under
+// kSourcesDir, which the trainer's config names instead of the source. The preflight pod's fetch
+// resolves the revisions (a branch to its commit); the workers' fetch is pinned to them
+// (status.sources), so every rank reads the same files, and with a shared cache reads them
+// without downloading.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/finetunejob_types.h"
+#include "operator/kube/kube_types.h"
+
+namespace kubetune::op {
+
+inline constexpr const char* kFetchContainer = "fetch";
+inline constexpr const char* kSourcesDir = "/kubetune/sources";  // the links (an emptyDir)
+inline constexpr const char* kSourceCacheDir = "/kubetune/cache";
+
+struct RemoteSource {
+  std::string name;    // the link's file name: model, train, validation
+  std::string source;  // as written in the spec
+};
+
+// The remote sources of a training config, in the order model, train, validation.
+std::vector<RemoteSource> remote_sources(const api::TrainConfig& config);
+
+// The trainer's config with each remote source replaced by its link under `links_dir`.
+nlohmann::json with_linked_sources(nlohmann::json train_config, const std::string& links_dir);
+
+// kubetune-fetch's arguments: NAME=SOURCE for each source, --pin SOURCE=REVISION for each pin.
+std::vector<std::string> fetch_arguments(const std::vector<RemoteSource>& sources,
+                                         const std::vector<api::FetchedSource>& pins,
+                                         const std::string& cache_dir,
+                                         const std::string& links_dir);
+
+// Adds the fetch init container, the cache and links volumes, and their mounts in `trainer`, to
+// a pod spec of a job that has remote sources (nothing otherwise). The container runs as the
+// trainer does (`security`), with the trainer's CPU and memory and no GPU (`resources`).
+void add_fetch_container(const api::FineTuneJobSpec& spec,
+                         const std::vector<api::FetchedSource>& pins, k8s::PodSpec& pod,
+                         k8s::Container& trainer, const k8s::ResourceRequirements& resources,
+                         const k8s::SecurityContext& security);
+
+// The fetch container's report (its termination message: kubetune-fetch --results), or an
+// empty list when it is not one.
+std::vector<api::FetchedSource> parse_fetch_results(const std::string& termination_message);
+
+}  // namespace kubetune::op
