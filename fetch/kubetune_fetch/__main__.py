@@ -1,5 +1,6 @@
 """kubetune-fetch [--cache DIR] [--link-dir DIR] [--pin SOURCE=REVISION]... [--results FILE]
-               [--progress-file FILE] [--workers N] SOURCE | NAME=SOURCE ...
+               [--progress-file FILE] [--metrics-port PORT] [--workers N]
+               SOURCE | NAME=SOURCE ...
 
 Fetches each hf:// or s3:// source into the cache (see cache.py) unless it is there already, and
 prints one JSON line per source on stdout: {"source", "path", "revision", "cached", "bytes"}.
@@ -72,7 +73,11 @@ def main(argv=None) -> int:
     parser.add_argument("--results", type=Path, help="the JSON list of results, written at the end")
     parser.add_argument("--progress-file", type=Path, help="progress as JSON, replaced as it goes")
     parser.add_argument("--workers", type=int, default=8, help="files fetched at once")
+    parser.add_argument("--metrics-port", type=int, help="serve progress as Prometheus text here")
     args = parser.parse_args(argv)
+    if args.metrics_port:
+        from . import metrics
+        metrics.serve(args.metrics_port)
     pins = dict(p.rsplit("=", 1) for p in args.pin if "=" in p)
     results = []
     for arg in args.sources:

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import metrics
+
 
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -69,10 +71,11 @@ class Progress:
         line += f", {human_bytes(rate)}/s"
         line += ", done" if final else (f", ETA {human_seconds(eta)}" if eta is not None else "")
         self.log(line)
+        state = {"source": self.source, "bytes": done, "totalBytes": self.total,
+                 "bytesPerSecond": round(rate), "etaSeconds": None if eta is None else round(eta),
+                 "done": final}
+        metrics.update(self.source, state)
         if self.progress_file:
-            state = {"source": self.source, "bytes": done, "totalBytes": self.total,
-                     "bytesPerSecond": round(rate), "etaSeconds": None if eta is None else round(eta),
-                     "done": final}
             tmp = self.progress_file.with_suffix(".tmp")
             tmp.write_text(json.dumps(state))
             os.replace(tmp, self.progress_file)

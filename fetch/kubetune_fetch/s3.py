@@ -3,6 +3,7 @@ AWS_ENDPOINT_URL): one object or every object under a prefix, resumed with range
 kill, each checked against the checksum S3 publishes for it."""
 import hashlib
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, List
@@ -85,9 +86,14 @@ def _download(s3, source: S3Source, obj: dict, target: Path, log) -> None:
                 raise FetchError(source.text, f"{obj['Key']} changed while it was fetched; fetch "
                                               "again", exit_code=3) from e
             raise
+        # Tests only: a slow link, so that the progress of a small object can be watched.
+        limit = float(os.environ.get("KUBETUNE_FETCH_TEST_BYTES_PER_SECOND", "0"))
         with open(part, "ab") as out:
-            for chunk in body.iter_chunks(_CHUNK):
+            for chunk in body.iter_chunks(_CHUNK if not limit else 1 << 20):
                 out.write(chunk)
+                if limit:
+                    out.flush()
+                    time.sleep(len(chunk) / limit)
     os.replace(part, target)
 
 

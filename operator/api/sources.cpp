@@ -1,5 +1,10 @@
 #include "operator/api/sources.h"
 
+#include <cmath>
+#include <cstdio>
+
+#include "common/metrics/fetch_series.h"
+#include "common/metrics/scrape.h"
 #include "common/source_forms.h"
 
 namespace kubetune::op {
@@ -91,7 +96,12 @@ void add_fetch_container(const api::FineTuneJobSpec& spec,
   fetch.name = kFetchContainer;
   fetch.image = spec.sources.image;
   fetch.args = fetch_arguments(sources, pins, kSourceCacheDir, kSourcesDir);
-  fetch.args.insert(fetch.args.end(), {"--results", "/dev/termination-log"});
+  fetch.args.insert(fetch.args.end(), {"--results", "/dev/termination-log", "--metrics-port",
+                                       std::to_string(kFetchMetricsPort)});
+  k8s::ContainerPort progress;
+  progress.name = "fetch-progress";
+  progress.container_port = kFetchMetricsPort;
+  fetch.ports = {progress};
   fetch.env = {env("HOME", "/tmp")};  // the clients' own caches; the image's user has no home
   if (spec.sources.hf_endpoint) fetch.env.push_back(env("HF_ENDPOINT", *spec.sources.hf_endpoint));
   if (spec.sources.s3_endpoint) {
@@ -116,6 +126,35 @@ void add_fetch_container(const api::FineTuneJobSpec& spec,
   pod.volumes.push_back(empty_dir(kLinksVolume));
   trainer.volume_mounts.push_back(mount(kCacheVolume, kSourceCacheDir, true));
   trainer.volume_mounts.push_back(mount(kLinksVolume, kSourcesDir, true));
+}
+
+api::FetchProgress scrape_fetch_progress(const std::string& url, int timeout_ms) {
+  namespace fs = metrics::fetch_series;
+  const auto page = metrics::parse_text_format(metrics::http_get(url, timeout_ms));
+  // One series per source: the fetch as a whole is their sum (the ETA: the longest).
+  auto sum = [&](std::string_view name, bool longest = false) -> std::optional<int64_t> {
+    std::optional<double> total;
+    for (const auto& [key, value] : page) {
+      if (key.rfind(std::string(name) + "{", 0) != 0 && key != name) continue;
+      total = longest ? std::max(total.value_or(0), value) : total.value_or(0) + value;
+    }
+    if (!total) return std::nullopt;
+    return static_cast<int64_t>(std::llround(*total));
+  };
+  api::FetchProgress p;
+  p.bytes = sum(fs::kBytes);
+  p.total_bytes = sum(fs::kTotalBytes);
+  p.bytes_per_second = sum(fs::kBytesPerSecond);
+  p.eta_seconds = sum(fs::kEtaSeconds, true);
+  if (p.bytes && p.total_bytes && *p.total_bytes > 0) {
+    char line[160];
+    std::snprintf(line, sizeof line, "%.1f of %.1f MiB (%.0f%%), %.1f MiB/s, ETA %llds",
+                  *p.bytes / 1048576.0, *p.total_bytes / 1048576.0,
+                  100.0 * *p.bytes / *p.total_bytes, p.bytes_per_second.value_or(0) / 1048576.0,
+                  static_cast<long long>(p.eta_seconds.value_or(0)));
+    p.summary = line;
+  }
+  return p;
 }
 
 std::vector<api::FetchedSource> parse_fetch_results(const std::string& termination_message) {

@@ -19,6 +19,8 @@ namespace kubetune::op {
 inline constexpr const char* kFetchContainer = "fetch";
 inline constexpr const char* kSourcesDir = "/kubetune/sources";  // the links (an emptyDir)
 inline constexpr const char* kSourceCacheDir = "/kubetune/cache";
+// Where the fetch container serves its progress (common/metrics/fetch_series.h) for the operator.
+inline constexpr int kFetchMetricsPort = 9401;
 
 struct RemoteSource {
   std::string name;    // the link's file name: model, train, validation
@@ -44,6 +46,10 @@ void add_fetch_container(const api::FineTuneJobSpec& spec,
                          const std::vector<api::FetchedSource>& pins, k8s::PodSpec& pod,
                          k8s::Container& trainer, const k8s::ResourceRequirements& resources,
                          const k8s::SecurityContext& security);
+
+// How far a fetch container is, from its progress endpoint (http://POD_IP:kFetchMetricsPort);
+// throws std::runtime_error when it cannot be read.
+api::FetchProgress scrape_fetch_progress(const std::string& url, int timeout_ms);
 
 // The fetch container's report (its termination message: kubetune-fetch --results), or an
 // empty list when it is not one.

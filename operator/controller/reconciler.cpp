@@ -267,7 +267,8 @@ std::optional<ReconcileResult> JobReconciler::preflight(Pass& p, const std::stri
   const std::optional<k8s::Pod> pod = cached_pod(pods_, p.ns, name);
   if (pod && owned_by(pod->metadata, p.uid())) {
     if (attempt_of(*pod) == attempt && spec_hash_of(*pod) == hash) {
-      if (!is_terminal(*pod)) return ReconcileResult{};  // its next status change wakes us
+      // Its next status change wakes us; while it fetches, its progress is read every few seconds.
+      if (!is_terminal(*pod)) return fetch_progress(p, *pod, record);
       p.status.preflight = record;  // of this spec, even if the write after creating was lost
       return preflight_ended(p, *pod);
     }
@@ -332,6 +333,34 @@ std::optional<ReconcileResult> JobReconciler::sources_fetched(Pass& p, const k8s
     }
   }
   return std::nullopt;
+}
+
+ReconcileResult JobReconciler::fetch_progress(Pass& p, const k8s::Pod& pod,
+                                              api::Preflight record) {
+  constexpr std::chrono::seconds kFetchPoll{5};
+  bool fetching = false;
+  for (const auto& c : pod.status.init_container_statuses) {
+    fetching = fetching || (c.name == kFetchContainer && c.state.running);
+  }
+  const std::string ip = pod.status.pod_ip.value_or("");
+  if (!fetching || ip.empty()) return ReconcileResult{};
+  try {
+    record.fetch = scrape_fetch_progress(
+        "http://" + ip + ":" + std::to_string(kFetchMetricsPort) + "/metrics",
+        options_.scrape_timeout_ms);
+  } catch (const std::exception& e) {
+    spdlog::debug("{}: fetch progress not readable yet: {}", p.key, e.what());
+    return ReconcileResult{kFetchPoll};
+  }
+  p.status.preflight = record;
+  if (record.fetch.summary) {
+    set_condition(p.status.conditions, ConditionType::kPreflightPassed, false, Reason::kChecking,
+                  "pod " + preflight_pod_name(p.name) + " fetches the job's sources: " +
+                      *record.fetch.summary,
+                  p.generation, p.now);
+  }
+  write_status(p);
+  return ReconcileResult{kFetchPoll};
 }
 
 std::optional<ReconcileResult> JobReconciler::preflight_ended(Pass& p, const k8s::Pod& pod) {

@@ -66,8 +66,10 @@ class JobReconciler {
   // the gang may be created; else what to return (waiting for it, or the job failed).
   std::optional<ReconcileResult> preflight(Pass& p, const std::string& hash);
   std::optional<ReconcileResult> preflight_ended(Pass& p, const k8s::Pod& pod);
-  // hf:// and s3:// sources: what the preflight pod's fetch container reported (sources.h).
+  // hf:// and s3:// sources: what the preflight pod's fetch container reported (sources.h), and
+  // how far it is while it runs (status.preflight.fetch).
   std::optional<ReconcileResult> sources_fetched(Pass& p, const k8s::Pod& pod);
+  ReconcileResult fetch_progress(Pass& p, const k8s::Pod& pod, api::Preflight record);
   // One GPU's memory for the preflight's fit check, and where it came from: workers.gpuMemoryGiB,
   // else the smallest nvidia.com/gpu.memory label of the nodes the workers may be placed on.
   std::pair<std::optional<double>, std::string> gpu_memory(const Pass& p);
