@@ -63,6 +63,15 @@ def link(link_dir: Path, name: str, target: str) -> None:
     os.replace(tmp, link_dir / name)  # atomic: a reader sees the old link or the new one
 
 
+def failed(args, why: str, code: int) -> int:
+    """Logs the error; with --results, writes it there alone (the pod's termination message, which
+    the operator puts in the job's Failed condition)."""
+    log(f"error: {why}")
+    if args.results:
+        args.results.write_text(why)
+    return code
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="kubetune-fetch", description=__doc__.split("\n\n")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -88,14 +97,12 @@ def main(argv=None) -> int:
             if name:
                 link(args.link_dir, name, result.path)
         except FetchError as e:
-            log(f"error: {e}")
-            return e.exit_code
+            return failed(args, str(e), e.exit_code)
         except OSError as e:
             if e.errno == errno.ENOSPC:
-                log(f"error: {text}: disk full in {args.cache}: {e.strerror}")
-                return EXIT_USER_ERROR
-            log(f"error: {text}: {e}")
-            return EXIT_RETRYABLE
+                return failed(args, f"{text}: disk full in {args.cache}: {e.strerror}",
+                              EXIT_USER_ERROR)
+            return failed(args, f"{text}: {e}", EXIT_RETRYABLE)
         print(json.dumps(result.as_dict()), flush=True)
         results.append(result.as_dict())
     if args.results:

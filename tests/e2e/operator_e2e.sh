@@ -13,6 +13,10 @@
 #   - the preflight pod: with the real trainer's reports (kubetune-trainer next to the operator), a
 #     bad line 9731 and a job too big for the GPU memory of its nodes' labels fail the job, named in
 #     `kubectl describe`, without a worker pod ever created.
+#   - hf:// and s3:// sources against olah and moto on 127.0.0.1 (when installed): the real
+#     kubetune-fetch runs each pod's fetch container with that container's own arguments; its
+#     progress shows in status, the revisions it resolved pin the workers, a second job and a
+#     restarted gang read the cache, and a model that cannot be fetched fails the job.
 # Exits 77 (ctest: skipped) when no cluster is reachable.
 #
 # usage: operator_e2e.sh PATH/TO/kubetune-operator [REPO_ROOT] [NAMESPACE]
@@ -34,6 +38,7 @@ work=$(mktemp -d)
 op_pids=()
 cleanup() {
   for p in "${op_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [[ -n "${SOURCES_PID:-}" ]] && kill "$SOURCES_PID" 2>/dev/null  # olah and moto, if still up
   kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
   # The objects of the install without Helm (its namespace stays: deleting it takes a while, and
   # the next run's helm install would meet it terminating).
@@ -307,6 +312,121 @@ YAML
 else
   echo "  SKIPPED: no kubetune-trainer next to the operator"
   badline="" big=""
+fi
+
+echo "== hf:// and s3:// sources: fetched before any GPU pod, progress in status, pinned, cached"
+if "$python" -c "import olah, moto, boto3, huggingface_hub" 2>/dev/null; then
+  coproc SOURCES { KUBETUNE_SOURCE_DIR="$root" "$python" "$root/tests/e2e/source_servers.py" 2>"$work/source-servers.log"; }
+  read -r endpoints <&"${SOURCES[0]}" || fail "olah and moto did not start: $(tail -5 "$work/source-servers.log")"
+  hf_url=$("$python" -c 'import json,sys; print(json.loads(sys.argv[1])["hf"])' "$endpoints")
+  s3_url=$("$python" -c 'import json,sys; print(json.loads(sys.argv[1])["s3"])' "$endpoints")
+  # The kubelet's part for a fetch container: its own arguments, run here, with its volumes as
+  # folders of $work (one cache for the whole "cluster", as a ReadWriteMany claim would be).
+  run_fetch() {  # run_fetch POD [ENV=VALUE...]: exit code of the pod's fetch container, run here
+    local pod=$1
+    shift
+    mapfile -t args < <(kubectl get pod -n "$ns" "$pod" -o json | "$python" -c '
+import json, sys
+for a in json.load(sys.stdin)["spec"]["initContainers"][0]["args"]:
+    print(a)')
+    args=("${args[@]//\/kubetune\/cache/$work/source-cache}")
+    args=("${args[@]//\/kubetune\/sources/$work/links-$pod}")
+    args=("${args[@]//\/dev\/termination-log/$work/$pod.results}")
+    env PYTHONPATH="$root/fetch" HF_ENDPOINT="$hf_url" AWS_ENDPOINT_URL="$s3_url" \
+      AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 \
+      KUBETUNE_FETCH_FIRST_RETRY_SECONDS=0.05 "$@" \
+      "$python" -m kubetune_fetch "${args[@]}" >/dev/null 2>"$work/$pod.fetch.log"
+  }
+  fetch_state() {  # fetch_state POD running | CODE: the fetch container's state in the pod's status
+    "$python" - "$@" "$work/$1.results" "$work/$1.fetch.log" <<'PY' >"$work/fetch-status.json"
+import json, os, sys
+pod, state, results, log = sys.argv[1:5]
+if state == "running":
+    status = {"phase": "Pending", "podIP": "127.0.0.1", "initContainerStatuses": [
+        {"name": "fetch", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+         "state": {"running": {"startedAt": "2026-11-26T00:00:00Z"}}}]}
+else:
+    code = int(state)
+    message = open(results).read()  # kubetune-fetch --results: the report, or the error alone
+    status = {"podIP": "127.0.0.1", "initContainerStatuses": [
+        {"name": "fetch", "ready": code == 0, "restartCount": 0, "image": "x", "imageID": "",
+         "state": {"terminated": {"exitCode": code, "message": message,
+                                  "reason": "Completed" if code == 0 else "Error"}}}]}
+    if code != 0:
+        status["phase"] = "Failed"
+print(json.dumps({"status": status}))
+PY
+    kubectl patch pod -n "$ns" "$1" --subresource=status --type=merge -p "$(cat "$work/fetch-status.json")" >/dev/null
+  }
+  sourced_job() {  # sourced_job NAME MODEL TRAIN
+    example "$root/examples/jobs/lora-single-gpu.yaml" "$1" \
+      "{\"spec\":{\"model\":{\"path\":\"$2\"},\"data\":{\"train\":\"$3\"},\"workers\":{\"replicas\":2,\"gpusPerWorker\":0},\"metrics\":{\"port\":0},\"sources\":{\"hfEndpoint\":\"$hf_url\",\"s3Endpoint\":\"$s3_url\",\"cacheClaim\":\"kubetune-cache\"}}}" |
+      kubectl apply -n "$ns" -f - >/dev/null
+  }
+  sjob=e2e-sourced
+  sourced_job $sjob hf://kubetune/tiny-llama s3://kubetune-data/chat/big/train.jsonl
+  eventually 30 preflight_pod_exists $sjob || fail "no preflight pod: $(jp ftj $sjob '{.status}')"
+  [[ "$(jp pod $sjob-preflight '{.spec.initContainers[0].name}')" == fetch ]] || fail "no fetch container"
+  [[ "$(jp configmap $sjob-config '{.data.config\.json}')" == *'"path": "/kubetune/sources/model"'* ]] ||
+    fail "the trainer's config does not read the fetched model"
+  fetch_state $sjob-preflight running
+  run_fetch $sjob-preflight KUBETUNE_FETCH_TEST_BYTES_PER_SECOND=$((8 << 20)) &
+  fetch_pid=$!
+  fetching() {
+    local b t
+    b=$(jp ftj $sjob '{.status.preflight.fetch.bytes}')
+    t=$(jp ftj $sjob '{.status.preflight.fetch.totalBytes}')
+    [[ -n "$b" && -n "$t" && "$b" -gt 0 && "$b" -lt "$t" ]]
+  }
+  eventually 30 fetching || fail "no fetch progress in status: $(jp ftj $sjob '{.status.preflight}')"
+  pods_are $sjob 0 || fail "a worker pod while the sources are fetched"
+  ok "while the preflight pod fetches, status shows it: $(jp ftj $sjob '{.status.preflight.fetch.summary}'); no worker pod"
+  wait $fetch_pid || fail "the fetch failed: $(tail -3 "$work/$sjob-preflight.fetch.log")"
+  fetch_state $sjob-preflight 0
+  end_preflight $sjob 0 "$work/ok.report"
+  eventually 30 pods_are $sjob 2 || fail "no worker pods after the fetch and preflight"
+  commit=$(jp ftj $sjob '{.status.sources[0].revision}')
+  [[ ${#commit} -eq 40 ]] || fail "status.sources: $(jp ftj $sjob '{.status.sources}')"
+  [[ "$(jp pod $sjob-worker-0 '{.spec.initContainers[0].args}')" == *"hf://kubetune/tiny-llama=$commit"* ]] ||
+    fail "the workers are not pinned to $commit: $(jp pod $sjob-worker-0 '{.spec.initContainers[0].args}')"
+  has_event $sjob SourcesFetched || fail "no SourcesFetched event"
+  ok "status.sources holds the revisions (hf://kubetune/tiny-llama at ${commit:0:12}); every worker's fetch is pinned to them"
+  run_fetch $sjob-worker-0 HF_ENDPOINT=http://127.0.0.1:9 || fail "a pinned worker fetch failed: $(tail -3 "$work/$sjob-worker-0.fetch.log")"
+  grep -q '"cached": true' "$work/$sjob-worker-0.results" || fail "worker 0 downloaded again"
+  grep -q "nothing to download" "$work/$sjob-worker-0.fetch.log" || fail "no cache hit logged"
+  set_pod $sjob-worker-1 Failed 137
+  eventually 30 gang_has $sjob 1 2 || fail "no new gang after worker 1 died"
+  run_fetch $sjob-worker-0 HF_ENDPOINT=http://127.0.0.1:9 || fail "the new gang's fetch failed"
+  grep -q '"cached": true' "$work/$sjob-worker-0.results" || fail "the new gang downloaded again"
+  ok "a worker's fetch, and the restarted gang's, read the cache with the Hub unreachable"
+  sjob2=e2e-sourced-again
+  sourced_job $sjob2 hf://kubetune/tiny-llama s3://kubetune-data/chat/big/train.jsonl
+  eventually 30 preflight_pod_exists $sjob2 || fail "no preflight pod for $sjob2"
+  run_fetch $sjob2-preflight || fail "the second job's fetch failed"
+  fetch_state $sjob2-preflight 0
+  end_preflight $sjob2 0 "$work/ok.report"
+  eventually 30 pods_are $sjob2 2 || fail "no worker pods for $sjob2"
+  [[ "$(jp ftj $sjob2 '{.status.sources[*].cached}')" == "true true" ]] ||
+    fail "the second job downloaded again: $(jp ftj $sjob2 '{.status.sources}')"
+  ok "a second job on the same sources downloaded nothing (status.sources cached: true)"
+  sjob3=e2e-no-such-model
+  sourced_job $sjob3 hf://kubetune/no-such-model s3://kubetune-data/chat/v1/train.jsonl
+  eventually 30 preflight_pod_exists $sjob3 || fail "no preflight pod for $sjob3"
+  code=0
+  run_fetch $sjob3-preflight || code=$?
+  [[ $code -eq 2 ]] || fail "a missing repository should exit 2, got $code"
+  fetch_state $sjob3-preflight 2
+  eventually 30 phase_is $sjob3 Failed || fail "$sjob3 did not fail: $(jp ftj $sjob3 '{.status}')"
+  msg=$(jp ftj $sjob3 '{.status.conditions[?(@.type=="Failed")].message}')
+  [[ "$(jp ftj $sjob3 '{.status.conditions[?(@.type=="Failed")].reason}')" == SourceUnavailable &&
+    "$msg" == *"kubetune/no-such-model"* ]] || fail "Failed condition: $msg"
+  pods_are $sjob3 0 || fail "worker pods for a job whose model cannot be fetched"
+  ok "a model that cannot be fetched fails the job (SourceUnavailable) before any worker: ${msg:0:110}..."
+  kubectl delete ftj -n "$ns" $sjob $sjob2 $sjob3 >/dev/null
+  eval "exec ${SOURCES[1]}>&-"  # olah and moto stop when their stdin closes
+  wait "$SOURCES_PID" 2>/dev/null || true
+else
+  echo "  (olah, moto or boto3 not installed: skipped)"
 fi
 
 echo "== deletion leaves nothing behind (garbage collector)"
