@@ -16,10 +16,13 @@ namespace kubetune {
 // hf://ORG/NAME[@REVISION]: a model repository.
 inline constexpr const char* kHubModelPattern =
     "^hf://" KUBETUNE_HUB_NAME "/" KUBETUNE_HUB_NAME KUBETUNE_HUB_REVISION "$";
-// hf://datasets/ORG/NAME/PATH[@REVISION]: one file of a dataset repository (no ".." anywhere).
+// hf://datasets/ORG/NAME/PATH[@REVISION]: one file of a dataset repository; PATH is names of
+// letters, digits, '.', '_', '-' joined by '/' (no ".." anywhere: the rule says so apart).
 inline constexpr const char* kHubDatasetFilePattern =
-    "^hf://datasets/" KUBETUNE_HUB_NAME "/" KUBETUNE_HUB_NAME "/[^@]+" KUBETUNE_HUB_REVISION "$";
-// s3://BUCKET[/PREFIX]: an object or a prefix; bucket names as S3 allows them.
+    "^hf://datasets/" KUBETUNE_HUB_NAME "/" KUBETUNE_HUB_NAME
+    "/[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*" KUBETUNE_HUB_REVISION "$";
+// s3://BUCKET[/PREFIX]: an object or a prefix; bucket names as S3 allows them (no ".." anywhere:
+// the rule says so apart, as a key with it would leave the cache folder).
 inline constexpr const char* kS3Pattern = "^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$";
 
 #undef KUBETUNE_HUB_NAME

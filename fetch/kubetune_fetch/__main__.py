@@ -86,7 +86,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.metrics_port:
         from . import metrics
-        metrics.serve(args.metrics_port)
+        if metrics.serve(args.metrics_port) is None:
+            log(f"cannot serve progress on port {args.metrics_port}; fetching without")
     pins = dict(p.rsplit("=", 1) for p in args.pin if "=" in p)
     results = []
     for arg in args.sources:
@@ -98,6 +99,8 @@ def main(argv=None) -> int:
                 link(args.link_dir, name, result.path)
         except FetchError as e:
             return failed(args, str(e), e.exit_code)
+        except PermissionError as e:
+            return failed(args, f"{text}: {e.strerror}: {e.filename}", EXIT_USER_ERROR)
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 return failed(args, f"{text}: disk full in {args.cache}: {e.strerror}",

@@ -3,8 +3,8 @@ digest of the objects' ETags), so a gang restart, a resumed job or a second job 
 model finds it and downloads nothing.
 
     <cache>/hf/models/ORG/NAME/<commit>/
-    <cache>/hf/datasets/ORG/NAME/<commit>/PATH
-    <cache>/s3/<endpoint host>/BUCKET/PREFIX/<digest>/
+    <cache>/hf/datasets/ORG/NAME/<commit>/<PATH, '/' as '--'>/<commit>/PATH   (one per file)
+    <cache>/s3/<endpoint host>[_<port>]/BUCKET/PREFIX/<digest>/
 
 A fetch writes into `<revision>.partial/` (kept across a kill, so the next fetch resumes it) and
 renames it to `<revision>/` only once every file is verified, with `.kubetune-complete.json`
@@ -17,17 +17,32 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Iterator, List
 
 from .errors import FetchError
 
 MARKER = ".kubetune-complete.json"
+COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a Hub commit sha
+DIGEST = re.compile(r"^[0-9a-f]{16}$")  # an S3 listing's digest (s3.py)
+
+
+def safe_relative(source: str, name: str) -> PurePosixPath:
+    """`name` (an S3 key below the prefix, a file of a repository) as a path that stays inside
+    the folder it is joined to: no absolute path, no empty, "." or ".." segment."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise FetchError(source, f"refusing {name!r}: a file name that would leave the cache folder")
+    return PurePosixPath(*parts)
 
 
 class CacheEntry:
     def __init__(self, root: Path, parts: List[str], revision: str):
+        for part in parts + [revision]:
+            if part in ("", ".", "..") or "/" in part:
+                raise FetchError("/".join(parts), f"refusing cache folder part {part!r}")
         self.dir = root.joinpath(*parts)
         self.path = self.dir / revision
         self.partial = self.dir / f"{revision}.partial"
@@ -38,8 +53,13 @@ class CacheEntry:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_file, "a") as lock:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            lock = open(self.lock_file, "a")
+        except PermissionError as e:
+            raise FetchError(str(self.dir), f"cannot write the cache: {e.strerror} (the cache "
+                                            "volume must be writable by the fetch's user)") from e
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield

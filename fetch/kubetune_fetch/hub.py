@@ -12,7 +12,7 @@ from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub import errors as hub_errors
 
 from . import verify
-from .cache import MARKER, CacheEntry, check_free_space
+from .cache import COMMIT, MARKER, CacheEntry, check_free_space, safe_relative
 from .errors import FetchError
 from .progress import Progress, directory_bytes
 from .result import Fetched
@@ -42,7 +42,8 @@ def _explain(source: HubSource, e: Exception) -> FetchError:
                                        "terms on the Hub and give a token that may read it (HF_TOKEN)")
     if isinstance(e, hub_errors.RevisionNotFoundError):
         return FetchError(source.text, f"revision {source.revision!r} not found in {source.repo_id}")
-    if isinstance(e, (hub_errors.EntryNotFoundError, hub_errors.RemoteEntryNotFoundError)):
+    if isinstance(e, (hub_errors.EntryNotFoundError, hub_errors.RemoteEntryNotFoundError)) and \
+            source.path is not None:
         return FetchError(source.text, f"no file {source.path!r} in {source.repo_id}@{source.revision}")
     code = status_of(e)
     if isinstance(e, hub_errors.RepositoryNotFoundError) or code in (401, 403, 404):
@@ -70,16 +71,34 @@ def _pinned(source: HubSource, commit: str) -> HubSource:
     return HubSource(source.text, source.repo_type, source.repo_id, commit, source.path)
 
 
+def _entry(cache_root: Path, source: HubSource, commit: str) -> CacheEntry:
+    """A model repository's files at a commit; a dataset file at a commit, one entry per file (two
+    files of one dataset repository, train and validation, are two fetches)."""
+    if not COMMIT.match(commit):
+        raise FetchError(source.text, f"the Hub answered commit {commit!r}, which is not a commit sha")
+    org, name = source.repo_id.split("/")
+    parts = ["hf", f"{source.repo_type}s", org, name]
+    if source.path is not None:
+        parts += [commit, str(safe_relative(source.text, source.path)).replace("/", "--")]
+    return CacheEntry(cache_root, parts, commit)
+
+
+def _drop_stale_downloads(partial: Path) -> None:
+    """huggingface_hub (2.4) restarts a file killed mid-way from its first byte, under a new
+    temporary name: the old one is of no use, and would count as progress and as space."""
+    for stale in (partial / _HUB_STATE).rglob("*.incomplete") if partial.exists() else []:
+        stale.unlink(missing_ok=True)
+
+
 def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
               progress_file: Path = None, workers: int = 8, pin: str = None) -> Fetched:
     api = HfApi(token=os.environ.get("HF_TOKEN") or None)
     kind = source.repo_type
-    org, name = source.repo_id.split("/")
     if pin:
         # The commit the preflight resolved: asked for by its sha, and when the cache holds it,
         # nothing is asked of the Hub at all (a worker starts without the network).
         source = _pinned(source, pin)
-        entry = CacheEntry(cache_root, ["hf", f"{kind}s", org, name], pin)
+        entry = _entry(cache_root, source, pin)
         if entry.complete():
             manifest = json.loads((entry.path / MARKER).read_text())
             log(f"{source.text}: in the cache ({pin[:12]}), nothing to download")
@@ -114,15 +133,17 @@ def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
     except Exception as e:  # noqa: BLE001 - every client error becomes one clear line
         raise _explain(source, e) from e
 
-    entry = CacheEntry(cache_root, ["hf", f"{kind}s", org, name], commit)
+    entry = _entry(cache_root, source, commit)
     result_path = lambda base: base / source.path if source.path else base  # noqa: E731
     with entry.locked():
         total = sum(f.size for f in files)
         if entry.complete():
             log(f"{source.text}: in the cache ({commit[:12]}), nothing to download")
             return Fetched(source.text, str(result_path(entry.path)), commit, True, total)
-        check_free_space(source.text, entry.dir, total - directory_bytes(entry.partial)
-                         if entry.partial.exists() else total)
+        _drop_stale_downloads(entry.partial)
+        have = sum((entry.partial / f.path).stat().st_size for f in files
+                   if (entry.partial / f.path).is_file())
+        check_free_space(source.text, entry.dir, total - have)
         log(f"{source.text}: {len(files)} files of {source.repo_id}@{commit[:12]}")
 
         def download(f):
@@ -142,7 +163,7 @@ def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
                 list(pool.map(download, files))
         manifest = {"source": source.text, "revision": commit, "files": {}}
         for f in files:
-            local = entry.partial / PurePosixPath(f.path)
+            local = entry.partial / safe_relative(source.text, f.path)
             kind_of_sum, expected = _expected_checksum(f)
             if local.stat().st_size != f.size or not _matches(local, kind_of_sum, expected):
                 local.unlink()

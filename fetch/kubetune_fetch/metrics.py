@@ -1,6 +1,7 @@
 """The fetch's progress as Prometheus text on --metrics-port, one series per source: the operator
 reads it into the job's status while the preflight pod's fetch container runs. The names are
 common/metrics/fetch_series.h's."""
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -49,7 +50,18 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def serve(port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, port), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+class _DualStackServer(ThreadingHTTPServer):
+    address_family = socket.AF_INET6  # "::" also answers IPv4 where the kernel allows it
+
+
+def serve(port: int):
+    """Serves /metrics on every address of the pod (IPv6 and IPv4); None when it cannot (the
+    fetch goes on without: progress is a convenience, the download is the job)."""
+    for server_class, host in ((_DualStackServer, "::"), (ThreadingHTTPServer, "0.0.0.0")):
+        try:
+            server = server_class((host, port), _Handler)
+        except OSError:
+            continue
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+    return None

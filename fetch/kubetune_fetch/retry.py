@@ -21,13 +21,29 @@ def status_of(e: BaseException) -> Optional[int]:
     return code
 
 
-def is_transient(e: BaseException) -> bool:
+_TRANSIENT_NAMES = ("Connect", "Timeout", "ReadError", "RemoteProtocol", "ResponseStreaming",
+                    "IncompleteRead", "ProtocolError", "ChunkedEncoding")
+
+
+def _transient_alone(e: BaseException) -> bool:
     code = status_of(e)
     if code is not None:
         return code >= 500 or code == 429
     names = " ".join(c.__name__ for c in type(e).__mro__)
     return isinstance(e, (ConnectionError, TimeoutError)) or any(
-        word in names for word in ("Connect", "Timeout", "ReadError", "RemoteProtocol"))
+        word in names for word in _TRANSIENT_NAMES)
+
+
+def is_transient(e: BaseException) -> bool:
+    """The error, or one it was raised from (huggingface_hub wraps a dropped connection during a
+    download in LocalEntryNotFoundError), is one the network or an overloaded server may cure."""
+    seen = 0
+    while e is not None and seen < 8:
+        if _transient_alone(e):
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
 
 
 def with_retries(source: str, what: str, call: Callable[[], T], log: Callable[[str], None]) -> T:

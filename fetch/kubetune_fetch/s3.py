@@ -14,7 +14,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from . import verify
-from .cache import CacheEntry, check_free_space
+from .cache import DIGEST, CacheEntry, check_free_space, safe_relative
 from .errors import FetchError
 from .progress import Progress, directory_bytes
 from .result import Fetched
@@ -134,15 +134,22 @@ def fetch_s3(source: S3Source, cache_root: Path, log: Callable[[str], None],
         raise FetchError(source.text, f"no object at or under s3://{source.bucket}/{source.prefix}")
     listing = "\n".join(f"{o['Key']} {o['ETag']} {o['Size']}" for o in sorted(objects, key=lambda o: o["Key"]))
     revision = hashlib.sha256(listing.encode()).hexdigest()[:16]
+    if pin and not DIGEST.match(pin):
+        raise FetchError(source.text, f"--pin {pin!r} is not a revision this tool wrote")
     if pin and pin != revision:
         raise FetchError(source.text, f"the objects changed since they were first fetched for this "
                                       f"job (revision {pin}, now {revision}): every worker must read "
                                       "the same data")
-    host = urlparse(os.environ.get("AWS_ENDPOINT_URL", "")).netloc or "s3.amazonaws.com"
-    parts = ["s3", host.replace(":", "_"), source.bucket] + [p for p in base.split("/") if p]
+    endpoint = urlparse(os.environ.get("AWS_ENDPOINT_URL", ""))
+    # hostname and port only: never a user:password@ the URL may carry
+    host = (endpoint.hostname or "s3.amazonaws.com") + (f"_{endpoint.port}" if endpoint.port else "")
+    parts = ["s3", host, source.bucket] + list(safe_relative(source.text, base.rstrip("/")).parts
+                                               if base.strip("/") else [])
     entry = CacheEntry(cache_root, parts, revision)
     single = len(objects) == 1 and objects[0]["Key"] == source.prefix
-    relative = lambda o: o["Key"][len(base):]  # noqa: E731
+    relative = lambda o: safe_relative(source.text, o["Key"][len(base):])  # noqa: E731
+    for o in objects:
+        relative(o)  # every key checked before anything is written
     total = sum(o["Size"] for o in objects)
     result = lambda: str(entry.path / relative(objects[0]) if single else entry.path)  # noqa: E731
     with entry.locked():
@@ -168,6 +175,12 @@ def fetch_s3(source: S3Source, cache_root: Path, log: Callable[[str], None],
                 list(pool.map(download, objects))
         manifest = {"source": source.text, "revision": revision, "files": {}}
         for o in objects:
-            manifest["files"][relative(o)] = _verify(s3, source, o, entry.partial / relative(o))
+            try:
+                record = _verify(s3, source, o, entry.partial / relative(o))
+            except FetchError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise _explain(source, e) from e
+            manifest["files"][str(relative(o))] = record
         entry.finish(manifest)
     return Fetched(source.text, result(), revision, False, total)

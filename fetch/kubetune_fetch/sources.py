@@ -18,10 +18,11 @@ from .errors import FetchError
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
 _REVISION = r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}"
 HF_MODEL = re.compile(rf"^hf://(?P<org>{_NAME})/(?P<name>{_NAME})(@(?P<revision>{_REVISION}))?$")
+_PATH = r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*"
 HF_DATASET_FILE = re.compile(
-    rf"^hf://datasets/(?P<org>{_NAME})/(?P<name>{_NAME})/(?P<path>[^@]+)(@(?P<revision>{_REVISION}))?$")
+    rf"^hf://datasets/(?P<org>{_NAME})/(?P<name>{_NAME})/(?P<path>{_PATH})(@(?P<revision>{_REVISION}))?$")
 # S3 bucket names: 3-63 lower-case letters, digits, '.', '-'.
-S3 = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(?P<prefix>.*))?$")
+S3 = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(?P<prefix>[^\n]*))?$")
 
 
 @dataclass(frozen=True)
@@ -43,21 +44,21 @@ class S3Source:
 def parse_source(text: str):
     """HubSource or S3Source; FetchError naming what is wrong with a malformed one."""
     if text.startswith("hf://datasets/"):
-        m = HF_DATASET_FILE.match(text)
+        m = HF_DATASET_FILE.fullmatch(text)
         if not m or ".." in text:
             raise FetchError(text, "expected hf://datasets/ORG/NAME/PATH/FILE[@REVISION]")
         return HubSource(text, "dataset", f"{m['org']}/{m['name']}", m["revision"] or "main",
                          m["path"])
     if text.startswith("hf://"):
-        m = HF_MODEL.match(text)
+        m = HF_MODEL.fullmatch(text)
         if not m:
             raise FetchError(text, "expected hf://ORG/NAME[@REVISION] (a model repository)")
         return HubSource(text, "model", f"{m['org']}/{m['name']}", m["revision"] or "main")
     if text.startswith("s3://"):
-        m = S3.match(text)
-        if not m:
+        m = S3.fullmatch(text)
+        if not m or ".." in text:
             raise FetchError(text, "expected s3://BUCKET/PREFIX (a bucket name of 3-63 lower-case "
-                                   "letters, digits, '.' and '-')")
+                                   "letters, digits, '.' and '-'; no '..')")
         return S3Source(text, m["bucket"], m["prefix"] or "")
     raise FetchError(text, "not a source this tool fetches (hf:// or s3://)")
 

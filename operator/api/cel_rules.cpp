@@ -47,27 +47,62 @@ bool matches(const std::string& text, const char* pattern) {
 
 // The CEL rule and its twin for one source field (`field` of the object at the rule's place):
 // a local path, or one of the remote forms of common/source_forms.h.
-CelRule source_rule(const std::string& where, const std::string& field, bool model,
-                    bool optional, const std::string& message) {
+CelRule source_rule(const std::string& where, const std::string& field, bool model, bool optional,
+                    const std::string& message) {
   const std::string f = "self." + field;
   std::string remote_forms =
-      model ? "(!" + f + ".startsWith('hf://datasets/') && " + f + ".matches('" +
-                  kHubModelPattern + "'))"
+      model ? "(!" + f + ".startsWith('hf://datasets/') && " + f + ".matches('" + kHubModelPattern +
+                  "'))"
             : "(" + f + ".matches('" + kHubDatasetFilePattern + "') && !" + f + ".contains('..'))";
   std::string rule = "!(" + f + ".startsWith('hf://') || " + f + ".startsWith('s3://')) || " +
-                     remote_forms + " || " + f + ".matches('" + kS3Pattern + "')";
+                     remote_forms + " || (" + f + ".matches('" + kS3Pattern + "') && !" + f +
+                     ".contains('..'))";
   if (optional) rule = "!has(" + f + ") || " + rule;
   return {where, rule, message, [field, model](const json& self, const json*) {
             const auto it = self.find(field);
             if (it == self.end() || !it->is_string()) return true;
             const std::string path = it->get<std::string>();
             if (!is_remote_source(path)) return true;
-            const bool hub = model ? path.rfind("hf://datasets/", 0) != 0 &&
-                                         matches(path, kHubModelPattern)
-                                   : matches(path, kHubDatasetFilePattern) &&
-                                         path.find("..") == std::string::npos;
-            return hub || matches(path, kS3Pattern);
+            const bool hub =
+                model
+                    ? path.rfind("hf://datasets/", 0) != 0 && matches(path, kHubModelPattern)
+                    : matches(path, kHubDatasetFilePattern) && path.find("..") == std::string::npos;
+            return hub || (matches(path, kS3Pattern) && path.find("..") == std::string::npos);
           }};
+}
+
+// Without the preflight nothing resolves a source's revision once for all: each worker and each
+// restarted gang would resolve a branch on its own, and ranks could read different commits.
+CelRule sources_need_preflight() {
+  std::string remote;
+  for (const std::string f : {"self.model.path", "self.data.train"}) {
+    remote += (remote.empty() ? "" : " || ") + f + ".startsWith('hf://') || " + f +
+              ".startsWith('s3://')";
+  }
+  remote +=
+      " || (has(self.data.validation) && (self.data.validation.startsWith('hf://') || "
+      "self.data.validation.startsWith('s3://')))";
+  return {
+      "spec",
+      "!has(self.runPolicy) || !has(self.runPolicy.preflight) || self.runPolicy.preflight || "
+      "!(" +
+          remote + ")",
+      "hf:// and s3:// sources need runPolicy.preflight: its fetch resolves each revision once, "
+      "for every worker",
+      [](const json& self, const json*) {
+        const json run = self.value("runPolicy", json::object());
+        if (!run.is_object() || run.value("preflight", true) != false) return true;
+        const json model = self.value("model", json::object());
+        const json data = self.value("data", json::object());
+        for (const json* part : {&model, &data}) {
+          for (const auto& [key, value] : part->items()) {
+            if ((key == "path" || key == "train" || key == "validation") && value.is_string() &&
+                is_remote_source(value.get<std::string>()))
+              return false;
+          }
+        }
+        return true;
+      }};
 }
 
 // The spec fields that a running job keeps: all but runPolicy. A field that is required or has
@@ -166,14 +201,15 @@ std::vector<CelRule> make_rules() {
   rules.push_back(spec_immutable_unless_suspended());
   rules.push_back(source_rule("spec.model", "path", true, false,
                               "model.path: a remote model is hf://ORG/NAME[@REVISION] (a Hugging "
-                              "Face model repository) or s3://BUCKET/PREFIX"));
+                              "Face model repository) or s3://BUCKET/PREFIX (no '..')"));
   for (const std::string field : {"train", "validation"}) {
     // has() for train too: a missing train is the schema's `required` error, not this rule's.
     rules.push_back(source_rule("spec.data", field, false, true,
                                 "data." + field +
                                     ": a remote file is hf://datasets/ORG/NAME/PATH[@REVISION] "
-                                    "(no '..') or s3://BUCKET/KEY"));
+                                    "or s3://BUCKET/KEY (no '..')"));
   }
+  rules.push_back(sources_need_preflight());
   rules.push_back({"spec",
                    "!has(self.volumes) || self.volumes.all(v, self.volumes.filter(w, w.mountPath "
                    "== v.mountPath).size() == 1)",

@@ -224,8 +224,7 @@ k8s::Pod job_pod(const FineTuneJob& job, const std::string& name, const std::str
   add_volumes(job, spec, container.volume_mounts);
   Workers cpu_only = w;
   cpu_only.gpus_per_worker = 0;
-  add_fetch_container(job.spec, pins, spec, container, resources(cpu_only),
-                      *container.security_context);
+  add_fetch_container(job.spec, pins, spec, container, resources(cpu_only));
   spec.containers = {container};
   spec.node_selector = w.node_selector;
   for (const auto& t : w.tolerations) spec.tolerations.push_back(toleration(t));

@@ -14,6 +14,7 @@ using nlohmann::json;
 
 constexpr const char* kCacheVolume = "kubetune-source-cache";
 constexpr const char* kLinksVolume = "kubetune-sources";
+constexpr const char* kTmpVolume = "kubetune-fetch-tmp";  // HOME and the clients' own caches
 
 k8s::EnvVar env(const std::string& name, const std::string& value) {
   k8s::EnvVar e;
@@ -80,16 +81,26 @@ std::vector<std::string> fetch_arguments(const std::vector<RemoteSource>& source
                                          const std::string& links_dir) {
   std::vector<std::string> args = {"--cache", cache_dir, "--link-dir", links_dir};
   for (const auto& pin : pins) {
-    if (pin.source && pin.revision) args.insert(args.end(), {"--pin", *pin.source + "=" + *pin.revision});
+    if (pin.source && pin.revision)
+      args.insert(args.end(), {"--pin", *pin.source + "=" + *pin.revision});
   }
   for (const auto& s : sources) args.push_back(s.name + "=" + s.source);
   return args;
 }
 
+k8s::SecurityContext fetch_security_context() {
+  k8s::Capabilities none;
+  none.drop = {"ALL"};
+  k8s::SecurityContext s;
+  s.allow_privilege_escalation = false;
+  s.capabilities = none;
+  s.read_only_root_filesystem = true;
+  return s;
+}
+
 void add_fetch_container(const api::FineTuneJobSpec& spec,
                          const std::vector<api::FetchedSource>& pins, k8s::PodSpec& pod,
-                         k8s::Container& trainer, const k8s::ResourceRequirements& resources,
-                         const k8s::SecurityContext& security) {
+                         k8s::Container& trainer, const k8s::ResourceRequirements& resources) {
   const std::vector<RemoteSource> sources = remote_sources(spec);
   if (sources.empty()) return;
   k8s::Container fetch;
@@ -116,14 +127,15 @@ void add_fetch_container(const api::FineTuneJobSpec& spec,
     fetch.env_from = {from};
   }
   fetch.resources = resources;
-  fetch.security_context = security;
+  fetch.security_context = fetch_security_context();
   // A fetch that fails before writing its results still leaves its last log lines (the error).
   fetch.termination_message_policy = "FallbackToLogsOnError";
   fetch.volume_mounts = {mount(kCacheVolume, kSourceCacheDir, false),
-                         mount(kLinksVolume, kSourcesDir, false)};
+                         mount(kLinksVolume, kSourcesDir, false), mount(kTmpVolume, "/tmp", false)};
   pod.init_containers.push_back(fetch);
   pod.volumes.push_back(cache_volume(spec.sources));
   pod.volumes.push_back(empty_dir(kLinksVolume));
+  pod.volumes.push_back(empty_dir(kTmpVolume));
   trainer.volume_mounts.push_back(mount(kCacheVolume, kSourceCacheDir, true));
   trainer.volume_mounts.push_back(mount(kLinksVolume, kSourcesDir, true));
 }

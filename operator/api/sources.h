@@ -40,12 +40,12 @@ std::vector<std::string> fetch_arguments(const std::vector<RemoteSource>& source
                                          const std::string& links_dir);
 
 // Adds the fetch init container, the cache and links volumes, and their mounts in `trainer`, to
-// a pod spec of a job that has remote sources (nothing otherwise). The container runs as the
-// trainer does (`security`), with the trainer's CPU and memory and no GPU (`resources`).
+// a pod spec of a job that has remote sources (nothing otherwise). The container gets the
+// trainer's CPU and memory and no GPU (`resources`), and a security context of its own: no
+// capabilities whatever the trainer was given, a read-only root with an emptyDir for /tmp.
 void add_fetch_container(const api::FineTuneJobSpec& spec,
                          const std::vector<api::FetchedSource>& pins, k8s::PodSpec& pod,
-                         k8s::Container& trainer, const k8s::ResourceRequirements& resources,
-                         const k8s::SecurityContext& security);
+                         k8s::Container& trainer, const k8s::ResourceRequirements& resources);
 
 // How far a fetch container is, from its progress endpoint (http://POD_IP:kFetchMetricsPort);
 // throws std::runtime_error when it cannot be read.

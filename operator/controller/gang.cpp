@@ -1,6 +1,7 @@
 #include "operator/controller/gang.h"
 
 #include "common/contracts.h"
+#include "operator/api/sources.h"
 #include "operator/controller/gang_policy.h"
 #include "operator/kube/objects.h"
 
@@ -68,6 +69,15 @@ std::optional<WorkerFailure> pod_failure(const k8s::Pod& pod, int rank) {
       return f;
     }
     if (!term) {
+      // Its fetch container (hf:// and s3:// sources, operator/api/sources.h) failed before the
+      // trainer ran: judged by the same exit codes (2: a source that changed or cannot be read).
+      for (const auto& c : status.init_container_statuses) {
+        if (c.name == kFetchContainer && c.state.terminated && c.state.terminated->exit_code != 0) {
+          const auto& t = *c.state.terminated;
+          return exited(rank, "worker " + std::to_string(rank) + " (pod " + name + "), fetching",
+                        t.exit_code, t.reason.value_or(""), t.message.value_or(""));
+        }
+      }
       f.reason = Reason::kWorkerFailed;  // the pod's own reason is in the message
       f.message = "worker " + std::to_string(rank) + " (pod " + name + ") failed" +
                   (pod_reason.empty() ? "" : ": " + pod_reason);

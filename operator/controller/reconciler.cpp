@@ -311,7 +311,14 @@ std::optional<ReconcileResult> JobReconciler::sources_fetched(Pass& p, const k8s
     if (c.name != kFetchContainer || !c.state.terminated) continue;
     const k8s::ContainerStateTerminated& t = *c.state.terminated;
     if (t.exit_code == 0) {
-      p.status.sources = parse_fetch_results(t.message.value_or(""));
+      const auto fetched = parse_fetch_results(t.message.value_or(""));
+      if (fetched.size() != remote_sources(p.job.spec).size()) {
+        // Unpinned workers could read other revisions than the preflight checked: try again.
+        return retry_preflight(p,
+                               "the fetch container's report (its termination message) is "
+                               "not one result per source");
+      }
+      p.status.sources = fetched;
       p.job.fetched_sources = p.status.sources;
       std::string summary;
       for (const auto& s : p.status.sources) {
@@ -325,8 +332,7 @@ std::optional<ReconcileResult> JobReconciler::sources_fetched(Pass& p, const k8s
       while (!why.empty() && why.back() == '\n') why.pop_back();
       why = why.substr(why.rfind('\n') == std::string::npos ? 0 : why.rfind('\n') + 1);
       const std::string message = "the job's sources cannot be fetched: " + why +
-                                  " (kubectl logs pod/" + preflight_pod_name(p.name) +
-                                  " -c fetch)";
+                                  " (kubectl logs pod/" + preflight_pod_name(p.name) + " -c fetch)";
       set_condition(p.status.conditions, ConditionType::kPreflightPassed, false,
                     Reason::kSourceUnavailable, message, p.generation, p.now);
       return fail(p, Reason::kSourceUnavailable, message);
@@ -335,8 +341,19 @@ std::optional<ReconcileResult> JobReconciler::sources_fetched(Pass& p, const k8s
   return std::nullopt;
 }
 
-ReconcileResult JobReconciler::fetch_progress(Pass& p, const k8s::Pod& pod,
-                                              api::Preflight record) {
+std::string JobReconciler::fetch_failure(const k8s::Pod& pod) {
+  for (const auto& c : pod.status.init_container_statuses) {
+    if (c.name != kFetchContainer || !c.state.terminated || c.state.terminated->exit_code == 0)
+      continue;
+    std::string why = c.state.terminated->message.value_or("");
+    if (why.size() > 512) why = "..." + why.substr(why.size() - 509);
+    return "its fetch container exited " + std::to_string(c.state.terminated->exit_code) +
+           (why.empty() ? "" : ": " + why);
+  }
+  return "";
+}
+
+ReconcileResult JobReconciler::fetch_progress(Pass& p, const k8s::Pod& pod, api::Preflight record) {
   constexpr std::chrono::seconds kFetchPoll{5};
   bool fetching = false;
   for (const auto& c : pod.status.init_container_statuses) {
@@ -344,9 +361,17 @@ ReconcileResult JobReconciler::fetch_progress(Pass& p, const k8s::Pod& pod,
   }
   const std::string ip = pod.status.pod_ip.value_or("");
   if (!fetching || ip.empty()) return ReconcileResult{};
+  {
+    // Our own status write wakes us at once: read the endpoint at most every kFetchPoll.
+    std::lock_guard<std::mutex> lock(scrape_mutex_);
+    auto& last = scrapes_[p.key].fetch;
+    if (p.now - last < kFetchPoll) return {until(p.now, last + kFetchPoll)};
+    last = p.now;
+  }
+  const std::string host = ip.find(':') == std::string::npos ? ip : "[" + ip + "]";  // IPv6
   try {
     record.fetch = scrape_fetch_progress(
-        "http://" + ip + ":" + std::to_string(kFetchMetricsPort) + "/metrics",
+        "http://" + host + ":" + std::to_string(kFetchMetricsPort) + "/metrics",
         options_.scrape_timeout_ms);
   } catch (const std::exception& e) {
     spdlog::debug("{}: fetch progress not readable yet: {}", p.key, e.what());
@@ -355,8 +380,8 @@ ReconcileResult JobReconciler::fetch_progress(Pass& p, const k8s::Pod& pod,
   p.status.preflight = record;
   if (record.fetch.summary) {
     set_condition(p.status.conditions, ConditionType::kPreflightPassed, false, Reason::kChecking,
-                  "pod " + preflight_pod_name(p.name) + " fetches the job's sources: " +
-                      *record.fetch.summary,
+                  "pod " + preflight_pod_name(p.name) +
+                      " fetches the job's sources: " + *record.fetch.summary,
                   p.generation, p.now);
   }
   write_status(p);
@@ -406,11 +431,16 @@ std::optional<ReconcileResult> JobReconciler::preflight_ended(Pass& p, const k8s
   }
 
   // Ended without a verdict: evicted, out of memory, killed. Tried again, like a gang.
-  const std::string why =
-      pod.status.reason.value_or(terminated ? terminated->reason.value_or("") : "");
+  std::string why = pod.status.reason.value_or(terminated ? terminated->reason.value_or("") : "");
+  if (why.empty() && !terminated) why = fetch_failure(pod);
+  return retry_preflight(p, "preflight pod " + name + " ended without a verdict (" +
+                                (why.empty() ? "exit code " + std::to_string(code) : why) + ")");
+}
+
+ReconcileResult JobReconciler::retry_preflight(Pass& p, const std::string& message) {
+  api::Preflight& record = p.status.preflight;
+  const std::string name = preflight_pod_name(p.name);
   const int64_t failures = record.failures.value_or(0) + 1;
-  const std::string message = "preflight pod " + name + " ended without a verdict (" +
-                              (why.empty() ? "exit code " + std::to_string(code) : why) + ")";
   if (failures > p.job.spec.run_policy.backoff_limit) {
     return fail(p, Reason::kPreflightFailed,
                 message + "; tried " + std::to_string(failures) + " time(s) (backoffLimit " +

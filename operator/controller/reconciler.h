@@ -70,6 +70,10 @@ class JobReconciler {
   // how far it is while it runs (status.preflight.fetch).
   std::optional<ReconcileResult> sources_fetched(Pass& p, const k8s::Pod& pod);
   ReconcileResult fetch_progress(Pass& p, const k8s::Pod& pod, api::Preflight record);
+  // Why the pod's fetch container failed ("" when it did not).
+  static std::string fetch_failure(const k8s::Pod& pod);
+  // A preflight pod that ended without a verdict: counted and tried again, or the job fails.
+  ReconcileResult retry_preflight(Pass& p, const std::string& message);
   // One GPU's memory for the preflight's fit check, and where it came from: workers.gpuMemoryGiB,
   // else the smallest nvidia.com/gpu.memory label of the nodes the workers may be placed on.
   std::pair<std::optional<double>, std::string> gpu_memory(const Pass& p);
@@ -147,6 +151,7 @@ class JobReconciler {
     SystemTime answered;
     std::optional<int64_t> recoveries;  // rank 0's kubetune_out_of_memory_recoveries_total
     std::string recoveries_gang;        // ... of this rank 0 pod (uid): each gang counts anew
+    SystemTime fetch;                   // the preflight's fetch progress, last read
   };
   // The recoveries counter rank 0 (pod uid `gang`) showed at the previous scrape, remembering
   // `now`: 0 for a new gang, `now` when the operator has not seen this job since it started and

@@ -233,6 +233,25 @@ class FetchTest(unittest.TestCase):
         self.assertTrue(got["path"].endswith("/data/train.jsonl"))
         self.assertTrue(filecmp.cmp(got["path"], reference, shallow=False))
 
+    def test_two_files_of_one_dataset_repository(self):
+        p = self.fetch("hf://datasets/kubetune/chat/data/train.jsonl",
+                       "hf://datasets/kubetune/chat/README.md")
+        train, readme = self.results(p)
+        self.assertFalse(readme["cached"])  # another file: not the first one's cache entry
+        self.assertEqual(Path(train["path"]).read_bytes(),
+                         (ROOT / "examples/default/train.jsonl").read_bytes())
+        self.assertEqual(Path(readme["path"]).read_bytes(), b"# chat\n")
+
+    def test_a_key_that_would_leave_the_cache_is_refused(self):
+        SERVERS.s3_client().put_object(Bucket="kubetune-data", Key="evil/a/../../../../escape.txt",
+                                       Body=b"x")
+        p = self.fetch("s3://kubetune-data/evil", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("would leave the cache folder", p.stderr)
+        self.assertEqual(list(self.cache.parent.glob("escape.txt")), [])
+        p = self.fetch("s3://kubetune-data/chat/../evil", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+
     def test_hub_errors_name_the_repository_and_the_reason(self):
         p = self.fetch("hf://kubetune/no-such-model", check=False)
         self.assertEqual(p.returncode, 2, p.stderr)
@@ -289,7 +308,8 @@ class FetchTest(unittest.TestCase):
     def test_a_killed_fetch_resumes_and_is_never_taken_for_whole(self):
         cmd = [sys.executable, "-m", "kubetune_fetch", "--cache", str(self.cache), "--workers", "1",
                "s3://kubetune-data/chat/v1"]
-        proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL,
+        slow = {**self.env, "KUBETUNE_FETCH_TEST_BYTES_PER_SECOND": str(32 << 20)}  # 3 s for 96 MiB
+        proc = subprocess.Popen(cmd, env=slow, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -300,8 +320,8 @@ class FetchTest(unittest.TestCase):
         proc.kill()
         proc.wait()
         part = self.partial_of("shards.bin")
-        if part is None or part.stat().st_size >= (96 << 20):
-            self.skipTest("the fetch finished before it could be killed")
+        self.assertIsNotNone(part, "the fetch was not under way after 60 s")
+        self.assertLess(part.stat().st_size, 96 << 20)
         killed_at = part.stat().st_size
         self.assertEqual(list(self.cache.rglob(".kubetune-complete.json")), [])  # not whole
         p = self.fetch("s3://kubetune-data/chat/v1")
@@ -417,7 +437,9 @@ class FetchTest(unittest.TestCase):
             "hf://org", "hf://org/name/extra", "hf://-org/name", "hf://org/na me", "hf://org/name@",
             "hf://datasets/org/chat/data/train.jsonl", "hf://datasets/org/chat/train.jsonl@v2",
             "hf://datasets/org/chat", "hf://datasets/org/chat/../x.jsonl",
-            "hf://datasets/org/chat/a@b/c.jsonl", "s3://bucket/key", "s3://bucket",
+            "hf://datasets/org/chat/a@b/c.jsonl", "hf://datasets/org/chat//x.jsonl",
+            "hf://datasets/org/chat/x.jsonl\n", "s3://bucket/x\n", "s3://bucket/a/../b",
+            "s3://bucket/key", "s3://bucket",
             "s3://my.bucket-1/a/b/c.jsonl", "s3://Bucket/x", "s3://ab/x", "s3://bucket_1/x", "s3://",
         ]
         for text in candidates:
