@@ -4,9 +4,8 @@ import fnmatch
 import json
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path, PurePosixPath
-from typing import Callable, List
+from pathlib import Path
+from typing import Callable
 
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub import errors as hub_errors
@@ -14,7 +13,7 @@ from huggingface_hub import errors as hub_errors
 from . import verify
 from .cache import COMMIT, MARKER, CacheEntry, check_free_space, safe_relative
 from .errors import FetchError
-from .progress import Progress, directory_bytes
+from .download import download_all
 from .result import Fetched
 from .retry import status_of, with_retries
 from .sources import HubSource
@@ -146,21 +145,12 @@ def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
         check_free_space(source.text, entry.dir, total - have)
         log(f"{source.text}: {len(files)} files of {source.repo_id}@{commit[:12]}")
 
-        def download(f):
-            try:
-                with_retries(source.text, f"downloading {f.path}",
-                             lambda: hf_hub_download(source.repo_id, f.path, repo_type=kind,
-                                                     revision=commit, local_dir=entry.partial,
-                                                     token=os.environ.get("HF_TOKEN") or None), log)
-            except FetchError:
-                raise
-            except Exception as e:  # noqa: BLE001
-                raise _explain(source, e) from e
-
-        with Progress(source.text, total, lambda: directory_bytes(entry.partial), log,
-                      progress_file):
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(download, files))
+        download_all(source.text, files, lambda f: f.path,
+                     lambda f: hf_hub_download(source.repo_id, f.path, repo_type=kind,
+                                               revision=commit, local_dir=entry.partial,
+                                               token=os.environ.get("HF_TOKEN") or None),
+                     lambda e: _explain(source, e), entry.partial, total, log, progress_file,
+                     workers)
         manifest = {"source": source.text, "revision": commit, "files": {}}
         for f in files:
             local = entry.partial / safe_relative(source.text, f.path)

@@ -4,7 +4,6 @@ kill, each checked against the checksum S3 publishes for it."""
 import hashlib
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, List
 from urllib.parse import urlparse
@@ -16,7 +15,8 @@ from botocore.exceptions import ClientError
 from . import verify
 from .cache import DIGEST, CacheEntry, check_free_space, safe_relative
 from .errors import FetchError
-from .progress import Progress, directory_bytes
+from .download import download_all
+from .progress import directory_bytes
 from .result import Fetched
 from .retry import status_of, with_retries
 from .sources import S3Source
@@ -160,19 +160,10 @@ def fetch_s3(source: S3Source, cache_root: Path, log: Callable[[str], None],
                                                           if entry.partial.exists() else 0))
         log(f"{source.text}: {len(objects)} objects, {total} bytes")
 
-        def download(o):
-            try:
-                with_retries(source.text, f"downloading {o['Key']}",
-                             lambda: _download(s3, source, o, entry.partial / relative(o), log), log)
-            except FetchError:
-                raise
-            except Exception as e:  # noqa: BLE001
-                raise _explain(source, e) from e
-
-        with Progress(source.text, total, lambda: directory_bytes(entry.partial), log,
-                      progress_file):
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(download, objects))
+        download_all(source.text, objects, lambda o: o["Key"],
+                     lambda o: _download(s3, source, o, entry.partial / relative(o), log),
+                     lambda e: _explain(source, e), entry.partial, total, log, progress_file,
+                     workers)
         manifest = {"source": source.text, "revision": revision, "files": {}}
         for o in objects:
             try:
