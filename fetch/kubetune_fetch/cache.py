@@ -13,7 +13,6 @@ one. Two fetchers of the same entry (two jobs, two nodes on a shared volume) tak
 `<revision>.lock`.
 """
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -81,7 +80,3 @@ def check_free_space(source: str, where: Path, needed: int) -> None:
         raise FetchError(source, f"disk full: {needed} more bytes are needed in {where}, "
                                  f"{free} are free")
 
-
-def disk_full(source: str, where: Path, e: OSError) -> FetchError:
-    assert e.errno == errno.ENOSPC
-    return FetchError(source, f"disk full while writing into {where}: {e.strerror}")

@@ -46,7 +46,7 @@ def _explain(source: S3Source, e: Exception) -> FetchError:
     return FetchError(source.text, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
 
-def _objects(s3, source: S3Source, log) -> (str, List[dict]):
+def _objects(s3, source: S3Source) -> (str, List[dict]):
     """The objects the source names and the key prefix their relative names start after: the
     object itself when the prefix is one's key, else everything under PREFIX/."""
     if source.prefix and not source.prefix.endswith("/"):
@@ -125,7 +125,7 @@ def fetch_s3(source: S3Source, cache_root: Path, log: Callable[[str], None],
     s3 = client()
     try:
         base, objects = with_retries(source.text, "listing the objects",
-                                     lambda: _objects(s3, source, log), log)
+                                     lambda: _objects(s3, source), log)
     except FetchError:
         raise
     except Exception as e:  # noqa: BLE001

@@ -62,6 +62,3 @@ def parse_source(text: str):
         return S3Source(text, m["bucket"], m["prefix"] or "")
     raise FetchError(text, "not a source this tool fetches (hf:// or s3://)")
 
-
-def is_remote(text: str) -> bool:
-    return text.startswith(("hf://", "s3://"))

@@ -6,6 +6,7 @@
 
 #include "common/contracts.h"
 #include "common/launch_contract.h"
+#include "operator/api/pod_parts.h"
 #include "operator/api/sources.h"
 
 namespace kubetune::op {
@@ -36,13 +37,6 @@ k8s::ObjectMeta metadata(const FineTuneJob& job, const std::string& name) {
 
 int processes_per_pod(const FineTuneJob& job) {
   return job.spec.workers.gpus_per_worker > 0 ? job.spec.workers.gpus_per_worker : 1;
-}
-
-k8s::EnvVar env_var(const std::string& name, const std::optional<std::string>& value) {
-  k8s::EnvVar e;
-  e.name = name;
-  e.value = value;
-  return e;
 }
 
 // A field of the pod itself (the downward API), filled in by the kubelet.
@@ -149,15 +143,6 @@ k8s::Volume user_volume(const Volume& v) {
     volume.host_path = host_path;
   }
   return volume;
-}
-
-k8s::VolumeMount volume_mount(const std::string& name, const std::string& path,
-                              std::optional<bool> read_only) {
-  k8s::VolumeMount m;
-  m.name = name;
-  m.mount_path = path;
-  m.read_only = read_only;
-  return m;
 }
 
 void add_volumes(const FineTuneJob& job, k8s::PodSpec& pod_spec,

@@ -6,6 +6,7 @@
 #include "common/metrics/fetch_series.h"
 #include "common/metrics/scrape.h"
 #include "common/source_forms.h"
+#include "operator/api/pod_parts.h"
 
 namespace kubetune::op {
 namespace {
@@ -15,13 +16,6 @@ using nlohmann::json;
 constexpr const char* kCacheVolume = "kubetune-source-cache";
 constexpr const char* kLinksVolume = "kubetune-sources";
 constexpr const char* kTmpVolume = "kubetune-fetch-tmp";  // HOME and the clients' own caches
-
-k8s::EnvVar env(const std::string& name, const std::string& value) {
-  k8s::EnvVar e;
-  e.name = name;
-  e.value = value;
-  return e;
-}
 
 k8s::Volume empty_dir(const std::string& name) {
   k8s::Volume v;
@@ -39,14 +33,6 @@ k8s::Volume cache_volume(const api::Sources& sources) {
   v.name = kCacheVolume;
   v.persistent_volume_claim = claim;
   return v;
-}
-
-k8s::VolumeMount mount(const std::string& volume, const std::string& path, bool read_only) {
-  k8s::VolumeMount m;
-  m.name = volume;
-  m.mount_path = path;
-  if (read_only) m.read_only = true;
-  return m;
 }
 
 }  // namespace
@@ -113,10 +99,11 @@ void add_fetch_container(const api::FineTuneJobSpec& spec,
   progress.name = "fetch-progress";
   progress.container_port = kFetchMetricsPort;
   fetch.ports = {progress};
-  fetch.env = {env("HOME", "/tmp")};  // the clients' own caches; the image's user has no home
-  if (spec.sources.hf_endpoint) fetch.env.push_back(env("HF_ENDPOINT", *spec.sources.hf_endpoint));
+  fetch.env = {env_var("HOME", "/tmp")};  // the clients' own caches; the image's user has no home
+  if (spec.sources.hf_endpoint)
+    fetch.env.push_back(env_var("HF_ENDPOINT", *spec.sources.hf_endpoint));
   if (spec.sources.s3_endpoint) {
-    fetch.env.push_back(env("AWS_ENDPOINT_URL", *spec.sources.s3_endpoint));
+    fetch.env.push_back(env_var("AWS_ENDPOINT_URL", *spec.sources.s3_endpoint));
   }
   if (spec.sources.credentials_secret) {
     // The credentials reach this container only, never the trainer's.
@@ -130,14 +117,15 @@ void add_fetch_container(const api::FineTuneJobSpec& spec,
   fetch.security_context = fetch_security_context();
   // A fetch that fails before writing its results still leaves its last log lines (the error).
   fetch.termination_message_policy = "FallbackToLogsOnError";
-  fetch.volume_mounts = {mount(kCacheVolume, kSourceCacheDir, false),
-                         mount(kLinksVolume, kSourcesDir, false), mount(kTmpVolume, "/tmp", false)};
+  fetch.volume_mounts = {volume_mount(kCacheVolume, kSourceCacheDir, std::nullopt),
+                         volume_mount(kLinksVolume, kSourcesDir, std::nullopt),
+                         volume_mount(kTmpVolume, "/tmp", std::nullopt)};
   pod.init_containers.push_back(fetch);
   pod.volumes.push_back(cache_volume(spec.sources));
   pod.volumes.push_back(empty_dir(kLinksVolume));
   pod.volumes.push_back(empty_dir(kTmpVolume));
-  trainer.volume_mounts.push_back(mount(kCacheVolume, kSourceCacheDir, true));
-  trainer.volume_mounts.push_back(mount(kLinksVolume, kSourcesDir, true));
+  trainer.volume_mounts.push_back(volume_mount(kCacheVolume, kSourceCacheDir, true));
+  trainer.volume_mounts.push_back(volume_mount(kLinksVolume, kSourcesDir, true));
 }
 
 api::FetchProgress scrape_fetch_progress(const std::string& url, int timeout_ms) {
