@@ -7,14 +7,14 @@
 set -e
 GPUS=${1:-2}; shift || true
 VARIANTS=("$@")
-[[ ${#VARIANTS[@]} -gt 0 ]] || VARIANTS=(default:100:true:true allreduce:100:true:false dense-embedding:100:false:true)
+[[ ${#VARIANTS[@]} -gt 0 ]] || VARIANTS=(default:100:true:optimizer allreduce:100:true:none dense-embedding:100:false:optimizer full-sharding:100:true:full)
 . .bench-pkg/env.sh; export NCCL_NVLS_ENABLE=0
 O=${O:-/tmp/kt}; [[ -d $O/inputs/model ]] || python3 bench/make_bench_inputs.py $O/inputs --shape llama-3.2-1b --seq 2048 >/dev/null 2>&1
-run() {  # name bucket_mb sparse shard [env...]
+run() {  # name bucket_mb sparse sharding [env...]
   name=$1; bucket=$2; sparse=$3; shard=$4; shift 4
   mkdir -p $O/$name
   bench/trainer_config.sh $O/inputs $O/$name/out "${METHOD:-full}" 12 4 2048 \
-    "{\"bucketSizeMb\": $bucket, \"sparseEmbeddingGradients\": $sparse, \"shardOptimizer\": $shard}" >$O/$name/config.json
+    "{\"bucketSizeMb\": $bucket, \"sparseEmbeddingGradients\": $sparse, \"sharding\": \"$shard\"}" >$O/$name/config.json
   env "$@" .bench-pkg/kubetune-trainer launch --nproc-per-node $GPUS --master-port $((29700 + RANDOM % 100)) -- train --config $O/$name/config.json > $O/$name/log.txt 2>&1 || { tail -5 $O/$name/log.txt; return; }
   python3 - $O/$name/out/metrics_history.jsonl "$name x$GPUS" <<'PY'
 import json, sys

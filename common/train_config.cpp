@@ -59,6 +59,9 @@ TrainConfig parse_train_config(const nlohmann::json& validated) {
   TrainConfig c = validated.get<TrainConfig>();
   if (micro_batch_is_auto(c) && c.training.global_batch_size == 0)
     throw ConfigError({kAutoMicroBatchNeedsGlobalBatch});
+  if (c.distributed.sharding == api::DistributedSharding::kFull &&
+      c.method.type == api::MethodType::kQlora)
+    throw ConfigError({kFullShardingNeedsUnquantizedBase});
   return c;
 }
 

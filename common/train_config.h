@@ -67,6 +67,12 @@ bool micro_batch_is_auto(const TrainConfig& c);
 inline constexpr const char* kAutoMicroBatchNeedsGlobalBatch =
     "training.microBatchSize auto chooses how training.globalBatchSize splits into micro-batches: "
     "set training.globalBatchSize";
+// The refusal of fully sharded weights for QLoRA, by the trainer and by the CRD's rule: its base
+// lives in 4-bit blocks that full_sharding.h does not split.
+inline constexpr const char* kFullShardingNeedsUnquantizedBase =
+    "distributed.sharding full splits bf16 and fp32 weights across processes; method.type qlora "
+    "keeps its base in 4 bits, which is not split: use method.type lora, or distributed.sharding "
+    "optimizer";
 // The number; throws std::logic_error while it is still "auto" (a bug: resolve it first).
 int64_t micro_batch_size(const TrainConfig& c);
 void set_micro_batch_size(TrainConfig& c, int64_t examples);

@@ -198,6 +198,14 @@ std::vector<CelRule> make_rules() {
                      return !training.value("microBatchSize", json()).is_string() ||
                             training.value("globalBatchSize", 0LL) > 0;
                    }});
+  rules.push_back({"spec",
+                   "!has(self.distributed) || !has(self.distributed.sharding) || "
+                   "self.distributed.sharding != 'full' || !has(self.method) || "
+                   "!has(self.method.type) || self.method.type != 'qlora'",
+                   kFullShardingNeedsUnquantizedBase, [](const json& self, const json*) {
+                     return string_at(self, "distributed", "sharding") != "full" ||
+                            string_at(self, "method", "type") != "qlora";
+                   }});
   rules.push_back(spec_immutable_unless_suspended());
   rules.push_back(source_rule("spec.model", "path", true, false,
                               "model.path: a remote model is hf://ORG/NAME[@REVISION] (a Hugging "

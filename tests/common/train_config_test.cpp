@@ -63,7 +63,7 @@ TEST(GeneratedTypes, EveryFieldRoundTrips) {
     "output": {"dir": "/out", "saveMerged": true},
     "checkpoint": {"dir": "/ck", "everySteps": 20, "keepLast": 3, "resume": "never"},
     "distributed": {"backend": "gloo", "timeoutSeconds": 60, "bucketSizeMb": 25,
-                    "sparseEmbeddingGradients": false, "shardOptimizer": false},
+                    "sparseEmbeddingGradients": false, "sharding": "none"},
     "metrics": {"port": 9400, "jobName": "j", "lingerSeconds": 5}})"));
   const TrainConfig config = parse_train_config(full);
   EXPECT_EQ(nlohmann::json(config), full);

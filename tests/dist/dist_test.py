@@ -30,7 +30,7 @@ def same_weights_as_one_process():
     With a tied embedding (the demo model) and an untied one: across processes the embedding's
     gradient is summed over the rows the batch looked up (distributed.sparseEmbeddingGradients),
     and one run checks DDP's dense all-reduce of it too. The optimizer is sharded across processes
-    (distributed.shardOptimizer) except in the "allreduce" run; small buckets make some buckets
+    (distributed.sharding optimizer) except in the "allreduce" run; small buckets make some buckets
     that 3 processes cannot split evenly (updated whole) beside ones they can (sharded)."""
     for tied in (True, False):
         w, model, data = setup("ddp-equal-" + ("tied" if tied else "untied"), tie_word_embeddings=tied)
@@ -43,7 +43,8 @@ def same_weights_as_one_process():
         for name, (world, micro, accum, sparse, shard, bucket_mb) in runs.items():
             cfg = h.config(model, data, w / f"out{name}", microBatchSize=micro, gradientAccumulationSteps=accum,
                            maxSteps=4, learningRate=1e-2)
-            cfg["distributed"].update(sparseEmbeddingGradients=sparse, shardOptimizer=shard, bucketSizeMb=bucket_mb)
+            cfg["distributed"].update(sparseEmbeddingGradients=sparse, sharding="optimizer" if shard else "none",
+                                      bucketSizeMb=bucket_mb)
             path = h.write_config(w / f"c{name}.json", cfg)
             args = ["train", "--config", path] if world == 1 else launch(world, path)
             out = h.run(args).stdout

@@ -32,6 +32,9 @@ class SingleProcess : public Communicator {
   std::function<void()> start_all_gather_in_place(torch::Tensor&, const char*) override {
     return [] {};
   }
+  void reduce_scatter_sum(const torch::Tensor& flat, torch::Tensor& out, const char*) override {
+    out.copy_(flat);
+  }
   void attach_gradient_sync(const std::vector<torch::Tensor>&, const std::vector<std::string>&,
                             const BucketPlan&, Reduction) override {}
   void begin_synced_micro_step() override {}
@@ -227,6 +230,12 @@ class C10dCommunicator : public Communicator {
     return [this, work, input, what] { run_start(what, [&] { work->wait(); }); };
   }
 
+  void reduce_scatter_sum(const torch::Tensor& flat, torch::Tensor& out,
+                          const char* what) override {
+    torch::NoGradGuard no_grad;
+    torch::Tensor input = flat;  // c10d takes it by reference
+    run(what, [&] { return group_->_reduce_scatter_base(out, input); });
+  }
   void attach_gradient_sync(const std::vector<torch::Tensor>& params,
                             const std::vector<std::string>& names, const BucketPlan& plan,
                             Reduction reduction) override {

@@ -55,6 +55,11 @@ class Communicator {
   virtual std::function<void()> start_all_gather_in_place(torch::Tensor& flat,
                                                           const char* what) = 0;
 
+  // `flat` is world_size equal slices; `out` (one slice's size) gets the sum over ranks of their
+  // slice number rank(). For fully sharded weights (full_sharding.h).
+  virtual void reduce_scatter_sum(const torch::Tensor& flat, torch::Tensor& out,
+                                  const char* what) = 0;
+
   // Gradient synchronisation for `params` (all trainable, same order on every rank) in the
   // buckets of `plan` (gradient_buckets.h). Call begin_synced_micro_step() before the forward of
   // the micro-step whose backward should synchronise (the last of an accumulation); other

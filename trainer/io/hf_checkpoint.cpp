@@ -222,7 +222,7 @@ void load_hf_weights(model::CausalLM& model, const std::string& dir) {
 }
 
 void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::ScalarType dtype,
-                   int64_t max_shard_bytes) {
+                   int64_t max_shard_bytes, const ParameterValue& value_of) {
   if (model::has_lora(model))
     throw std::runtime_error(out_dir +
                              ": the model still has LoRA adapters; call merge_lora first");
@@ -240,7 +240,8 @@ void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::Scal
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().emplace_back(item.key(), item.value());
+    shards.back().emplace_back(item.key(),
+                               value_of ? value_of(item.key(), item.value()) : item.value());
     shard_bytes += bytes;
     total_bytes += bytes;
   }

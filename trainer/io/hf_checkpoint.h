@@ -4,6 +4,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,8 +41,11 @@ void load_hf_weights(model::CausalLM& model, const std::string& dir);
 // Writes config.json (the original config with its dtype updated) and the weights in `dtype`:
 // model.safetensors, or model-0000i-of-0000N.safetensors + model.safetensors.index.json once
 // they exceed `max_shard_bytes`. Throws if the model still carries LoRA adapters: merge first.
+// `value_of(name, parameter)`, when given, says what to write for a parameter whose values live
+// elsewhere (fully sharded weights gathered to the host).
+using ParameterValue = std::function<at::Tensor(const std::string& name, const at::Tensor& param)>;
 void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::ScalarType dtype,
-                   int64_t max_shard_bytes = 5'000'000'000);
+                   int64_t max_shard_bytes = 5'000'000'000, const ParameterValue& value_of = {});
 
 // Copies tokenizer.json, tokenizer_config.json, special_tokens_map.json, chat_template.jinja,
 // generation_config.json (and tokenizer.model / vocab.json / merges.txt) when present.

@@ -204,15 +204,16 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
     if (before_stage) before_stage(l);
     if (!checkpoint) {
       h = layer->forward(h, in);
-      continue;
+    } else {
+      std::vector<torch::Tensor> trainable;
+      for (const auto& p : layer->parameters())
+        if (p.requires_grad()) trainable.push_back(p);
+      // The last layer's input is needed first in backward: it stays on the GPU.
+      const bool offload_this = offload_ && h.is_cuda() && l + 1 < config_.num_hidden_layers;
+      h = CheckpointedLayer::apply(h, torch::TensorList(trainable), layer, in,
+                                   offload_this ? offload_.get() : nullptr, l);
     }
-    std::vector<torch::Tensor> trainable;
-    for (const auto& p : layer->parameters())
-      if (p.requires_grad()) trainable.push_back(p);
-    // The last layer's input is needed first in backward: it stays on the GPU.
-    const bool offload_this = offload_ && h.is_cuda() && l + 1 < config_.num_hidden_layers;
-    h = CheckpointedLayer::apply(h, torch::TensorList(trainable), layer, in,
-                                 offload_this ? offload_.get() : nullptr, l);
+    if (after_layer) after_layer(l, h);
   }
   if (before_stage) before_stage(config_.num_hidden_layers);
   return model->norm->forward(h);

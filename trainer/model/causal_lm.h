@@ -67,6 +67,9 @@ class CausalLMImpl : public torch::nn::Module {
   // embedding, l before decoder layer l, num_hidden_layers before the final norm (and so before
   // the output layer). A sharded optimizer waits there for the weights still being gathered.
   std::function<void(int64_t stage)> before_stage;
+  // Called by hidden_states() with each decoder layer's output, once the layer has run: fully
+  // sharded weights (full_sharding.h) hook the layer's backward there.
+  std::function<void(int64_t layer, const torch::Tensor& output)> after_layer;
 
  private:
   ModelConfig config_;

@@ -219,16 +219,20 @@ int64_t ModelConfig::window_for_layer(int64_t layer) const {
   return sliding ? sliding_window : 0;
 }
 
-int64_t ModelConfig::num_parameters() const {
+int64_t ModelConfig::parameters_per_layer() const {
   const int64_t h = hidden_size, q = num_attention_heads * head_dim,
                 kv = num_key_value_heads * head_dim;
   int64_t attn = h * q + 2 * h * kv + q * h;
   if (attention_bias) attn += q + 2 * kv;
   if (o_proj_bias()) attn += h;
   int64_t mlp = 3 * h * intermediate_size + (mlp_bias ? 2 * intermediate_size + h : 0);
-  int64_t per_layer = attn + mlp + 2 * h;
-  int64_t embed = vocab_size * h;
-  return embed + num_hidden_layers * per_layer + h + (tie_word_embeddings ? 0 : embed);
+  return attn + mlp + 2 * h;
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t embed = vocab_size * hidden_size;
+  return embed + num_hidden_layers * parameters_per_layer() + hidden_size +
+         (tie_word_embeddings ? 0 : embed);
 }
 
 }  // namespace kubetune::model

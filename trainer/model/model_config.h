@@ -45,6 +45,7 @@ struct ModelConfig {
   bool o_proj_bias() const { return attention_bias && model_type != "qwen2"; }
   int64_t window_for_layer(int64_t layer) const;  // 0 when the layer attends to the full prefix
   int64_t num_parameters() const;
+  int64_t parameters_per_layer() const;  // of one decoder layer
 };
 
 }  // namespace kubetune::model

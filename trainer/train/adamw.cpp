@@ -83,8 +83,8 @@ std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
 void AdamW::load_state(const std::function<torch::Tensor(const std::string&)>& lookup) {
   torch::NoGradGuard no_grad;
   for (auto& p : params_) {
-    p.exp_avg.copy_(p.values(lookup(p.name + ".exp_avg").contiguous()));
-    p.exp_avg_sq.copy_(p.values(lookup(p.name + ".exp_avg_sq").contiguous()));
+    p.exp_avg.copy_(p.named_values(lookup(p.name + ".exp_avg").contiguous()));
+    p.exp_avg_sq.copy_(p.named_values(lookup(p.name + ".exp_avg_sq").contiguous()));
   }
   step_ = lookup("step").item<int64_t>();
 }

@@ -21,12 +21,20 @@ struct AdamWParam {
   torch::Tensor param;  // the whole parameter; its gradient is param.grad()
   bool decay = true;    // biases and norm weights are not decayed, as in the HF Trainer
   torch::Tensor exp_avg, exp_avg_sq;  // allocated by AdamW unless given (then as values())
-  int64_t offset = 0, numel = -1;     // the slice of the flattened parameter; -1: all of it
+  int64_t offset = 0, numel = -1;     // the slice of the flattened `param`; -1: all of it
+  // Where the slice starts among the elements of the tensor called `name`, when `param` is not
+  // that tensor but a flat shard holding part of it (full_sharding.h); -1: at `offset`.
+  int64_t named_offset = -1;
 
   bool whole() const { return numel < 0; }
-  // This entry's elements of `t` (the parameter, its gradient, or a full-size state tensor).
+  // This entry's elements of `t` (`param` or its gradient).
   torch::Tensor values(const torch::Tensor& t) const {
     return whole() ? t : t.view(-1).narrow(0, offset, numel);
+  }
+  // This entry's elements of a full-size tensor of the named parameter (its optimizer state in
+  // a checkpoint).
+  torch::Tensor named_values(const torch::Tensor& t) const {
+    return whole() ? t : t.view(-1).narrow(0, named_offset < 0 ? offset : named_offset, numel);
   }
 };
 

@@ -121,6 +121,37 @@ api::MemoryReport MemoryEstimate::to_report() const {
   return m;
 }
 
+std::vector<api::ShardingEstimate> estimates_by_sharding(const model::ModelConfig& m,
+                                                         const TrainConfig& configured,
+                                                         int world_size,
+                                                         std::optional<double> gpu_memory_gib) {
+  std::vector<std::pair<api::DistributedSharding, int>> cases = {
+      {api::DistributedSharding::kNone, 1}};
+  std::vector<int> counts = {2, 4, 8, 16, 32, 64};
+  if (world_size > 1 && std::find(counts.begin(), counts.end(), world_size) == counts.end())
+    counts.insert(std::upper_bound(counts.begin(), counts.end(), world_size), world_size);
+  for (int n : counts) {
+    cases.emplace_back(api::DistributedSharding::kOptimizer, n);
+    cases.emplace_back(api::DistributedSharding::kFull, n);
+  }
+  std::vector<api::ShardingEstimate> out;
+  for (const auto& [sharding, n] : cases) {
+    if (sharding == api::DistributedSharding::kFull &&
+        configured.method.type == api::MethodType::kQlora)
+      continue;
+    TrainConfig c = configured;
+    c.distributed.sharding = sharding;
+    const int64_t bytes = estimate_gpu_memory(m, c, n).total();
+    api::ShardingEstimate e;
+    e.sharding = api::to_string(sharding);
+    e.processes = n;
+    e.total_gib = rounded_gib(bytes);
+    if (gpu_memory_gib) e.fits = bytes <= *gpu_memory_gib * kGiB;
+    out.push_back(e);
+  }
+  return out;
+}
+
 int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) {
   if (c.method.type == api::MethodType::kFull) return m.num_parameters();
   int64_t n = 0;
@@ -137,14 +168,37 @@ int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) 
   return n;
 }
 
+// Fully sharded weights (full_sharding.h) of `n` elements in total, as present at the peak: this
+// process's 1/N of each unit, and what is gathered at once, the root (embedding, final norm,
+// output layer: from the embedding to the end of backward) and two decoder layers (the one
+// running and the one arriving). One process holds everything once.
+double sharded_elements(const model::ModelConfig& m, double n, int world_size) {
+  if (world_size == 1) return n;
+  const double layer = static_cast<double>(m.parameters_per_layer()),
+               root = static_cast<double>(m.num_parameters()) - m.num_hidden_layers * layer;
+  return n / world_size + root + 2 * layer;
+}
+
+// The largest unit of a fully sharded model: its gradients and their flat copy meet while it is
+// reduced.
+double largest_unit(const model::ModelConfig& m) {
+  const double layer = static_cast<double>(m.parameters_per_layer());
+  return std::max(layer, static_cast<double>(m.num_parameters()) - m.num_hidden_layers * layer);
+}
+
 MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfig& c,
                                    int world_size) {
   MemoryEstimate e;
   const int64_t all = m.num_parameters(), trainable = trainable_parameters(m, c);
   const bool full = c.method.type == api::MethodType::kFull,
              bf16 = c.model.dtype != api::ModelDtype::kFloat32;
+  const bool weights_sharded = c.distributed.sharding == api::DistributedSharding::kFull,
+             optimizer_sharded =
+                 c.distributed.sharding != api::DistributedSharding::kNone && world_size > 1;
   // Frozen weights are stored in the compute dtype; trainable ones in fp32 (model_setup.cpp).
   e.frozen_weights = full ? 0 : all * (bf16 ? 2 : 4);
+  if (weights_sharded && !full)
+    e.frozen_weights = static_cast<int64_t>(sharded_elements(m, all, world_size) * (bf16 ? 2 : 4));
   if (c.method.type == api::MethodType::kQlora) {
     // The decoder's linear weights in 4 bits plus one scale per block (a float32, or a byte and
     // 1/256 of a float32 with double quantization); the rest stays in the compute dtype.
@@ -159,8 +213,18 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   e.trainable_weights = trainable * 4;
   // Several processes: the reduction's buckets hold another copy of the gradients.
   e.gradients = trainable * 4 * (world_size > 1 ? 2 : 1);
-  e.optimizer_states =
-      trainable * 8 / (world_size > 1 && c.distributed.shard_optimizer ? world_size : 1);
+  e.optimizer_states = trainable * 8 / (optimizer_sharded ? world_size : 1);
+  if (weights_sharded && full) {
+    // 1/N of the gradients (summed over micro-batches) and, with peers, while one unit is
+    // reduced its full-size gradients and their flat copy. One process keeps one full-size copy,
+    // as without sharding (measured: the same peak, bench/README.md "Fully sharded").
+    e.trainable_weights = static_cast<int64_t>(sharded_elements(m, all, world_size) * 4);
+    e.gradients = static_cast<int64_t>(
+        (static_cast<double>(all) / world_size + (world_size > 1 ? 2 * largest_unit(m) : 0)) * 4);
+    e.optimizer_states = all * 8 / world_size;
+  } else if (weights_sharded) {
+    e.optimizer_states = trainable * 8;  // the adapters stay whole on every process
+  }
   // Measured: with checkpointing the forward keeps no cast copies (22.4 GiB estimated with
   // them against 19.6 GiB measured for the 1B's full fine-tuning).
   e.autocast_copies = bf16 && !recomputes_layers(c) ? trainable * 2 : 0;
@@ -213,6 +277,24 @@ std::string compact_report(const nlohmann::json& report, size_t max_bytes) {
   if (report.contains("message")) minimal["message"] = report["message"];
   cut(minimal["message"], max_bytes / 2);
   return minimal.dump();
+}
+
+// What would fit, from the estimates by sharding mode (the fewest processes first, the optimizer
+// alone before the weights too, as it communicates less).
+std::string sharding_advice(const std::vector<api::ShardingEstimate>& estimates) {
+  std::string text =
+      "try model.gradientCheckpointing, a smaller training.microBatchSize or data.maxLength, "
+      "LoRA";
+  for (const auto& e : estimates) {
+    if (!e.fits.value_or(false) || !e.processes || !e.sharding) continue;
+    char fit[160];
+    std::snprintf(fit, sizeof fit,
+                  "; it fits with distributed.sharding %s across >= %lld GPUs (%.1f GiB each)",
+                  e.sharding->c_str(), static_cast<long long>(*e.processes),
+                  e.total_gib.value_or(0));
+    return text + fit;
+  }
+  return text + "; no distributed.sharding up to 64 GPUs makes it fit";
 }
 
 PreflightReport preflight(const TrainConfig& configured, const PreflightOptions& o) {
@@ -274,6 +356,8 @@ PreflightReport preflight(const TrainConfig& configured, const PreflightOptions&
   r.memory.gradient_checkpointing = recomputes_layers(c);
   r.memory.offload_checkpoints = c.model.offload_checkpoints;
   r.memory.gpu_memory_gib = o.gpu_memory_gib;
+  r.memory.sharding = api::to_string(c.distributed.sharding);
+  r.memory.by_sharding_mode = estimates_by_sharding(model, c, o.world_size, o.gpu_memory_gib);
   r.micro_batch = micro_batch.to_report();
 
   if (invalid > 0 || train.examples.empty()) {
@@ -286,9 +370,8 @@ PreflightReport preflight(const TrainConfig& configured, const PreflightOptions&
     char text_gib[64];
     std::snprintf(text_gib, sizeof text_gib, "%.1f GiB per GPU, more than the GPU's %.1f GiB",
                   memory.total() / kGiB, *o.gpu_memory_gib);
-    r.message = std::string("estimated peak memory ") + text_gib +
-                " (try model.gradientCheckpointing, a smaller training.microBatchSize or "
-                "data.maxLength, LoRA, or more GPUs with distributed.shardOptimizer)";
+    r.message = std::string("estimated peak memory ") + text_gib + "; " +
+                sharding_advice(r.memory.by_sharding_mode);
   }
   r.verdict = out.verdict.value_or(api::PreflightVerdict::kOK);
   return out;

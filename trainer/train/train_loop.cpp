@@ -7,7 +7,10 @@
 //        all-reduce inside backward, overlapped with it on GPU; a trainable embedding's lookup
 //        gradient is summed afterwards over the rows the global batch used)
 //     3. clip, AdamW, learning-rate schedule; with a sharded optimizer (weight_shards.h) gradients
-//        were reduce-scattered instead, each rank updates its slice and the slices are all-gathered
+//        were reduce-scattered instead, each rank updates its slice and the slices are
+//        all-gathered; with sharded weights too (full_sharding.h) each layer's weights are gathered
+//        just before its forward and backward and its gradients reduce-scattered as soon as they
+//        are ready
 //     4. report; checkpoint
 //   end: adapter or model folder, final checkpoint, final evaluation
 //   SIGTERM/SIGINT on any rank: every rank stops after the same step, a checkpoint is written and
@@ -42,6 +45,7 @@
 #include "trainer/train/embedding_gradient_sync.h"
 #include "trainer/train/evaluate.h"
 #include "trainer/train/flops.h"
+#include "trainer/train/full_sharding.h"
 #include "trainer/train/grad_clip.h"
 #include "trainer/train/lr_schedule.h"
 #include "trainer/train/micro_batch.h"
@@ -112,6 +116,7 @@ struct Run {
   std::shared_ptr<std::function<void()>> on_gradient;
   std::unique_ptr<EmbeddingGradientSync> embedding_sync;  // null: autograd + buckets
   std::unique_ptr<WeightShards> shards;                   // null: every rank updates everything
+  std::unique_ptr<FullSharding> full_shards;              // null: every rank holds every weight
   int64_t checkpointed_step = -1;                         // the step the last checkpoint holds
   // This rank ran out of GPU memory: it votes to skip every step queued until all ranks have
   // read the vote and re-run the step (recover_from_out_of_memory).
@@ -134,10 +139,11 @@ void attach_gradient_probe(Run& run) {
 }
 
 // A micro-batch with no examples (short tail of an epoch) still runs a backward through every
-// trainable parameter, with zero gradients, so that the gradient all-reduce sees all ranks.
+// trainable parameter, with zero gradients, so that the gradient all-reduce sees all ranks. It
+// reads no values: fully sharded weights have none outside their layer's turn.
 torch::Tensor zero_loss(const NamedParams& trainable) {
   auto total = torch::zeros({}, trainable.tensors.front().options());
-  for (const auto& p : trainable.tensors) total = total + p.sum() * 0.0;
+  for (const auto& p : trainable.tensors) total = total + p.reshape(-1).narrow(0, 0, 0).sum();
   return total;
 }
 
@@ -150,22 +156,40 @@ void wait_for_weights(Run& run) {
 // Gradients are dropped, not zeroed (torch's set_to_none): the next backward then hands its
 // gradient tensors over instead of adding them to zeros. All of them, also those of tensors this
 // rank's sharded optimizer does not update: their gradients still feed the next reduction.
-void drop_gradients(NamedParams& trainable) {
-  for (auto& t : trainable.tensors) t.mutable_grad() = torch::Tensor();
+void drop_gradients(Run& run) {
+  for (auto& t : run.trainable.tensors) t.mutable_grad() = torch::Tensor();
+  if (run.full_shards) run.full_shards->drop_gradients();
+}
+
+// After each backward: fully sharded weights are dropped again.
+void finish_backward(Run& run) {
+  if (run.full_shards) run.full_shards->finish_backward();
 }
 
 // The gradients AdamW reads, clipped to the global norm. A sharded optimizer's slices are counted
 // by their owners and whole tensors (the same on every rank) by rank 0 alone.
 torch::Tensor clip_gradients(Run& run) {
+  const bool split = run.shards || run.full_shards;
   std::vector<torch::Tensor> gradients, counted;
   for (const auto& p : run.optimizer.params()) {
     if (!p.param.grad().defined()) continue;
     gradients.push_back(p.values(p.param.grad()));
-    if (!run.shards || !p.whole() || run.comm.rank() == 0) counted.push_back(gradients.back());
+    if (!split || !p.whole() || run.comm.rank() == 0) counted.push_back(gradients.back());
   }
   std::function<void(torch::Tensor&)> sum;
-  if (run.shards) sum = [&](torch::Tensor& t) { run.comm.all_reduce_sum(t, "gradient norm"); };
+  if (split) sum = [&](torch::Tensor& t) { run.comm.all_reduce_sum(t, "gradient norm"); };
   return clip_grad_norm(gradients, counted, run.config.training.max_grad_norm, sum);
+}
+
+UserInputError out_of_memory_in_sharded_step(const Run& run, const c10::OutOfMemoryError& e) {
+  return UserInputError(
+      "rank " + std::to_string(run.comm.rank()) + " ran out of GPU memory in step " +
+      std::to_string(run.state.step + 1) + " (micro-batch " +
+      std::to_string(micro_batch_size(run.config)) +
+      ") with distributed.sharding full, whose every forward and backward gathers weights from "
+      "the other processes, so the step cannot be re-run in place: set a smaller "
+      "training.microBatchSize, model.gradientCheckpointing, or more processes (" +
+      first_line(e.what()) + ")");
 }
 
 // With peers, a backward that runs out of memory may already have sent some gradient buckets, and
@@ -234,12 +258,15 @@ PendingStep queue_step(Run& run) {
   // A rank that runs out of GPU memory drops what the step computed and still takes part in the
   // step's collectives, with zero gradients; its vote (below) makes every rank skip the update.
   auto out_of_memory = [&](const c10::OutOfMemoryError& e, size_t m) {
+    // Fully sharded, every forward and backward gathers from the peers: a rank that left one
+    // half-way cannot rejoin it.
+    if (run.full_shards && run.comm.world_size() > 1) throw out_of_memory_in_sharded_step(run, e);
     log::warn() << "rank " << run.comm.rank() << " ran out of GPU memory in step "
                 << run.state.step + 1 << " (micro-batch " << m + 1 << " of " << micro.size() << ", "
                 << micro[m].batch << " examples): " << first_line(e.what());
     run.out_of_memory_pending = true;
     loss_sum.zero_();
-    drop_gradients(run.trainable);
+    drop_gradients(run);
     release_cached_memory(run.device);
   };
   for (size_t m = 0; m < micro.size(); ++m) {
@@ -263,7 +290,10 @@ PendingStep queue_step(Run& run) {
           loss = sum * scale;
         }
       }
-      if (!last) loss.backward();
+      if (!last) {
+        loss.backward();
+        finish_backward(run);
+      }
     } catch (const c10::OutOfMemoryError& e) {
       out_of_memory(e, m);
       if (!last) continue;
@@ -277,6 +307,7 @@ PendingStep queue_step(Run& run) {
     *run.on_gradient = [&] { p.timeline.record(kLastGradient); };
     try {
       loss.backward();
+      finish_backward(run);
     } catch (const c10::OutOfMemoryError& e) {
       *run.on_gradient = nullptr;
       // Alone, nothing was reduced yet. With peers, some gradient buckets may already be on their
@@ -306,7 +337,7 @@ PendingStep queue_step(Run& run) {
   s.learning_rate = run.schedule.at(run.state.step);
   run.optimizer.step(s.learning_rate, skip_vote);
   if (run.shards) run.shards->start_weight_gather(run.comm);
-  drop_gradients(run.trainable);
+  drop_gradients(run);
   p.timeline.mark();  // kWeightsUpdated
 
   p.results = model::to_host_async(
@@ -373,7 +404,7 @@ void recover_from_out_of_memory(Run& run, int64_t rerun_from) {
     what << "step " << failed_step
          << " ran out of GPU memory at micro-batch 1: the model and one sequence of data.maxLength "
             "do not fit (try model.gradientCheckpointing or model.offloadCheckpoints, a shorter "
-            "data.maxLength, method.type qlora, or more GPUs with distributed.shardOptimizer); "
+            "data.maxLength, method.type qlora, or more GPUs with distributed.sharding full); "
             "nothing of this step is saved";
     if (run.checkpointed_step > 0)
       what << "; the last checkpoint is at step " << run.checkpointed_step;
@@ -415,6 +446,7 @@ void stop_if_diverged(const Run& run, const StepStats& s) {
 struct WeightUpdate {
   std::unique_ptr<EmbeddingGradientSync> embedding_sync;  // null: autograd + buckets
   std::unique_ptr<WeightShards> shards;                   // null: every rank updates everything
+  std::unique_ptr<FullSharding> full_shards;              // null: every rank holds every weight
   AdamW optimizer;
 };
 
@@ -422,7 +454,9 @@ std::unique_ptr<EmbeddingGradientSync> embedding_sync_by_rows(const TrainConfig&
                                                               dist::Communicator& comm,
                                                               model::CausalLM& model) {
   auto& embedding = model->model->embed_tokens;
+  // Fully sharded, the embedding's gradient is reduce-scattered with the rest of its unit.
   if (comm.world_size() > 1 && c.distributed.sparse_embedding_gradients &&
+      c.distributed.sharding != api::DistributedSharding::kFull &&
       embedding->weight.requires_grad())
     return std::make_unique<EmbeddingGradientSync>(embedding, comm);
   return nullptr;
@@ -433,11 +467,12 @@ std::unique_ptr<EmbeddingGradientSync> embedding_sync_by_rows(const TrainConfig&
 // embedding summed by rows gets from autograd only the output layer's part, which comes first;
 // an untied one leaves the buckets.
 NamedParams bucketed_in_gradient_order(model::CausalLM& model, const NamedParams& trainable,
-                                       bool embedding_by_rows) {
+                                       bool embedding_by_rows, const FullSharding* full_shards) {
   const auto& embedding = model->model->embed_tokens->weight;
   NamedParams out;
   for (size_t k = trainable.tensors.size(); k-- > 0;) {
     const auto& t = trainable.tensors[k];
+    if (full_shards && full_shards->holds(t)) continue;  // reduce-scattered by its unit
     if (embedding_by_rows && t.is_same(embedding)) {
       if (model->lm_head) continue;
       out.names.insert(out.names.begin(), trainable.names[k]);
@@ -450,17 +485,19 @@ NamedParams bucketed_in_gradient_order(model::CausalLM& model, const NamedParams
   return out;
 }
 
-// AdamW's parameters: a sharded optimizer's slices of the bucketed tensors, and whole tensors for
-// everything else.
+// AdamW's parameters: a sharded optimizer's slices of the bucketed tensors, fully sharded
+// tensors' slices, and whole tensors for everything else.
 std::vector<AdamWParam> optimizer_entries(const NamedParams& trainable, const NamedParams& bucketed,
-                                          WeightShards* shards) {
+                                          WeightShards* shards, FullSharding* full_shards) {
   std::vector<AdamWParam> entries;
   if (shards) entries = shards->optimizer_entries(decays);
+  if (full_shards) entries = full_shards->optimizer_entries(decays);
   for (size_t i = 0; i < trainable.tensors.size(); ++i) {
     const auto& t = trainable.tensors[i];
     const bool in_shards =
-        shards && std::any_of(bucketed.tensors.begin(), bucketed.tensors.end(),
-                              [&](const torch::Tensor& b) { return b.is_same(t); });
+        (shards && std::any_of(bucketed.tensors.begin(), bucketed.tensors.end(),
+                               [&](const torch::Tensor& b) { return b.is_same(t); })) ||
+        (full_shards && full_shards->holds(t));
     if (!in_shards)
       entries.push_back({trainable.names[i], t, decays(trainable.names[i], t), {}, {}});
   }
@@ -478,24 +515,35 @@ int64_t model_stage_of(const std::string& name, int64_t layers) {
 WeightUpdate set_up_weight_update(const TrainConfig& c, dist::Communicator& comm,
                                   model::CausalLM& model, const NamedParams& trainable) {
   auto embedding_sync = embedding_sync_by_rows(c, comm, model);
+  // Fully sharded: every weight (full), or the frozen base (lora: the adapters stay whole).
+  std::unique_ptr<FullSharding> full_shards;
+  if (c.distributed.sharding == api::DistributedSharding::kFull) {
+    const bool full = c.method.type == api::MethodType::kFull;
+    full_shards = std::make_unique<FullSharding>(
+        model, comm, [full](const torch::Tensor& t) { return full || !t.requires_grad(); });
+  }
   const NamedParams bucketed =
-      bucketed_in_gradient_order(model, trainable, embedding_sync != nullptr);
-  const auto plan = dist::plan_gradient_buckets(bucketed.tensors, c.distributed.bucket_size_mb);
+      bucketed_in_gradient_order(model, trainable, embedding_sync != nullptr, full_shards.get());
+  const auto plan = bucketed.tensors.empty() ? dist::BucketPlan{}
+                                             : dist::plan_gradient_buckets(
+                                                   bucketed.tensors, c.distributed.bucket_size_mb);
   std::unique_ptr<WeightShards> shards;
-  if (comm.world_size() > 1 && c.distributed.shard_optimizer) {
+  if (comm.world_size() > 1 && c.distributed.sharding == api::DistributedSharding::kOptimizer) {
     const int64_t layers = model->config().num_hidden_layers;
     shards = std::make_unique<WeightShards>(
         bucketed.tensors, bucketed.names, plan, comm.rank(), comm.world_size(),
         [layers](const std::string& name) { return model_stage_of(name, layers); });
     model->before_stage = [s = shards.get()](int64_t stage) { s->wait_for_stage(stage); };
   }
-  AdamW optimizer(optimizer_entries(trainable, bucketed, shards.get()),
+  AdamW optimizer(optimizer_entries(trainable, bucketed, shards.get(), full_shards.get()),
                   {c.training.adam_beta1, c.training.adam_beta2, c.training.adam_epsilon,
                    c.training.weight_decay});
-  comm.attach_gradient_sync(bucketed.tensors, bucketed.names, plan,
-                            shards ? dist::Communicator::Reduction::kReduceScatter
-                                   : dist::Communicator::Reduction::kAllReduce);
-  return {std::move(embedding_sync), std::move(shards), std::move(optimizer)};
+  if (!bucketed.tensors.empty())
+    comm.attach_gradient_sync(bucketed.tensors, bucketed.names, plan,
+                              shards ? dist::Communicator::Reduction::kReduceScatter
+                                     : dist::Communicator::Reduction::kAllReduce);
+  return {std::move(embedding_sync), std::move(shards), std::move(full_shards),
+          std::move(optimizer)};
 }
 
 NamedTensors named(const NamedParams& p) {
@@ -504,18 +552,35 @@ NamedTensors named(const NamedParams& p) {
   return out;
 }
 
+// The trainable tensors' values for a checkpoint: fully sharded ones gathered (a collective;
+// only rank 0 gets them).
+NamedTensors trainable_weights(Run& run) {
+  if (!run.full_shards) return named(run.trainable);
+  const auto gathered = run.full_shards->gather_weights(run.comm.rank() == 0, true);
+  NamedTensors out;
+  for (size_t i = 0; i < run.trainable.names.size(); ++i) {
+    const auto it = gathered.find(run.trainable.names[i]);
+    out.emplace_back(run.trainable.names[i],
+                     it != gathered.end() ? it->second : run.trainable.tensors[i]);
+  }
+  return out;
+}
+
 void write_checkpoint(Run& run) {
   wait_for_weights(run);
   auto optimizer_state = run.optimizer.state();
-  if (run.shards) {  // a collective: every rank takes part
-    auto gathered = run.shards->gather_optimizer_state(run.comm, run.comm.rank() == 0);
+  if (run.shards || run.full_shards) {  // a collective: every rank takes part
+    const bool keep = run.comm.rank() == 0;
+    auto gathered = run.shards ? run.shards->gather_optimizer_state(run.comm, keep)
+                               : run.full_shards->gather_optimizer_state(keep);
     optimizer_state.insert(optimizer_state.end(), gathered.begin(), gathered.end());
   }
+  const NamedTensors weights = trainable_weights(run);
   if (run.comm.rank() == 0) {
     const auto lora = lora_config(run.config);
     auto path =
-        save_checkpoint(checkpoint_dir(run.config), run.state, named(run.trainable),
-                        optimizer_state, [&](const std::string& tmp) {
+        save_checkpoint(checkpoint_dir(run.config), run.state, weights, optimizer_state,
+                        [&](const std::string& tmp) {
                           if (lora)
                             io::save_peft_adapter(run.model, *lora, run.config.model.path, tmp);
                         });
@@ -611,38 +676,47 @@ std::optional<CheckpointContents> agree_on_resume_point(dist::Communicator& comm
 
 void save_outputs(Run& run) {
   wait_for_weights(run);
-  if (run.comm.rank() != 0) return;
   const auto& c = run.config;
+  const auto lora = lora_config(c);
+  const bool random_base = c.model.init == api::ModelInit::kRandom;
+  // Fully sharded weights the outputs read, gathered to rank 0's host (a collective).
+  std::map<std::string, torch::Tensor> gathered;
+  if (run.full_shards && (!lora || (c.output.save_merged && random_base)))
+    gathered = run.full_shards->gather_weights(run.comm.rank() == 0, false);
+  const io::ParameterValue value_of = [&](const std::string& name, const torch::Tensor& t) {
+    const auto it = gathered.find(name);
+    return it == gathered.end() ? t : it->second;
+  };
+  if (run.comm.rank() != 0) return;
   fs::create_directories(c.output.dir);
-  if (const auto lora = lora_config(c)) {
+  if (lora) {
     io::save_peft_adapter(run.model, *lora, c.model.path, c.output.dir);
     if (c.output.save_merged) {
       // The base weights in full precision come from the folder again; randomly initialised
       // ones exist only here (drawn in their storage dtype, so the copy is exact).
-      const bool random_base = c.model.init == api::ModelInit::kRandom;
       auto merged = load_model(c.model.path, torch::Device(torch::kCPU), torch::kFloat32, lora,
                                false, c.training.seed, std::nullopt, c.model.init);
       torch::NoGradGuard no_grad;
       auto ours = run.model->named_parameters();
       for (auto& item : merged->named_parameters())
         if (item.value().requires_grad() || random_base)
-          item.value().copy_(ours[item.key()].to(torch::kCPU));
+          item.value().copy_(value_of(item.key(), ours[item.key()]).to(torch::kCPU));
       model::merge_lora(merged);
       io::save_hf_model(merged, c.output.dir + "/merged", torch::kFloat32);
       io::copy_tokenizer_files(c.model.path, c.output.dir + "/merged");
     }
   } else {
-    io::save_hf_model(run.model, c.output.dir, torch::kFloat32);
+    io::save_hf_model(run.model, c.output.dir, torch::kFloat32, 5'000'000'000, value_of);
     io::copy_tokenizer_files(c.model.path, c.output.dir);
   }
-  log::info() << "saved " << (lora_config(c) ? "PEFT adapter" : "model")
-              << " output=" << c.output.dir;
+  log::info() << "saved " << (lora ? "PEFT adapter" : "model") << " output=" << c.output.dir;
 }
 
 double run_validation(Run& run) {
   wait_for_weights(run);
   auto result = evaluate(*run.model, run.validation, micro_batch_size(run.config), run.text.pad_id,
                          run.device, run.dtype, &run.comm);
+  if (run.full_shards) run.full_shards->release();
   return result.mean_loss;
 }
 
@@ -688,7 +762,10 @@ void log_start(const Run& run, const BatchShape& shape, int64_t total_steps) {
               << (run.shards ? ", optimizer sharded across processes (" +
                                    std::to_string(run.shards->sharded_buckets()) + " of " +
                                    std::to_string(run.shards->buckets()) + " buckets)"
-                             : "");
+                             : "")
+              << (run.full_shards ? ", weights fully sharded across processes (" +
+                                        run.full_shards->describe() + ")"
+                                  : "");
 }
 
 // The optimizer steps from where the run stands to total_steps, with evaluations and checkpoints
@@ -790,6 +867,8 @@ void log_gpu_memory(const Run& run, const StepStats* last) {
 // The final checkpoint, the outputs, the last evaluation; every observer hears of the end.
 void finish_training(Run& run, StepStats last) {
   log_gpu_memory(run, &last);
+  if (run.full_shards && run.comm.rank() == 0)
+    log::info() << "fully sharded weights: " << run.full_shards->peak_report();
   write_checkpoint(run);
   save_outputs(run);
   if (!run.validation.empty()) {
@@ -883,7 +962,8 @@ int run_training(const TrainConfig& configured) {
           make_observers(c, env, device),
           std::make_shared<std::function<void()>>(),
           std::move(update.embedding_sync),
-          std::move(update.shards)};
+          std::move(update.shards),
+          std::move(update.full_shards)};
   if (checkpoint) {
     restore_optimizer(run, *checkpoint);
     if (lead) {

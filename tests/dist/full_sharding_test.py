@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""distributed.sharding full (ZeRO-3 / FSDP, trainer/train/full_sharding.h) on CPU (Gloo), through
+`kubetune-trainer launch`: 2, 3 and 4 processes end with the weights of one process without
+sharding, and checkpoints resume on another number of processes. Each function a ctest entry."""
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "train"))
+import harness as h  # noqa: E402
+
+# Sizes no number of processes here divides: every unit is padded somewhere. A decoder layer has
+# 2*70*70 + 2*70*14 (attention, 1 KV head of 14) + 3*70*131 (MLP) + 2*70 (norms) = 39410
+# elements, 2 mod 3 and 2 mod 4; the root 259*70 (+70, +259*70 untied), 2 mod 3.
+UNEVEN = dict(hidden_size=70, num_attention_heads=5, num_key_value_heads=1, head_dim=14,
+              intermediate_size=131, num_hidden_layers=3)
+TOLERANCE = 1e-5  # as the DDP equivalence tests (dist_test.py)
+
+
+def launch(nproc, cfg_path):
+    return ["launch", "--nproc-per-node", nproc, "--master-port", h.free_port(), "--", "train", "--config", cfg_path]
+
+
+def setup(name, n_examples=48, **model_config):
+    w = h.workdir(name)
+    model = h.tiny_model(w / "model", **{**UNEVEN, **model_config})
+    data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", n_examples)
+    return w, model, data
+
+
+def train(w, model, data, name, world, micro, accum, sharding, method="full", recompute=False, steps=4,
+          checkpoint=None):
+    """One run with a global batch of micro x accum x world; returns its log."""
+    cfg = h.config(model, data, w / name, method=method, microBatchSize=micro, gradientAccumulationSteps=accum,
+                   maxSteps=steps, learningRate=1e-2, maxGradNorm=0.05)
+    cfg["distributed"].update(sharding=sharding)
+    cfg["model"]["gradientCheckpointing"] = recompute
+    if checkpoint:
+        cfg["checkpoint"] = checkpoint
+    path = h.write_config(w / f"{name}.json", cfg)
+    p = h.run(["train", "--config", path] if world == 1 else launch(world, path))
+    out = p.stdout + p.stderr
+    fully = re.search(r"weights fully sharded across processes \((\d+) units, (\d+) of (\d+) elements", out)
+    assert bool(fully) == (sharding == "full"), out[-2000:]
+    if fully:
+        units, mine, total = map(int, fully.groups())
+        # Each process holds its padded 1/N of every unit: a little more than total / N.
+        assert total / world <= mine < total / world + units, fully.group(0)
+        print(f"{name}: {fully.group(0)}")
+        # The storage really freed: at most the root and two decoder layers gathered at once.
+        peak = re.search(r"at most (\d+) of (\d+) sharded elements gathered at once \(the root's (\d+) and "
+                         r"two layers' (\d+)\)", out)
+        assert peak, out[-2000:]
+        held, padded, root, two_layers = map(int, peak.groups())
+        print(f"{name}: {peak.group(0)}")
+        assert held == padded if world == 1 else held <= root + two_layers < padded, peak.group(0)
+    return out
+
+
+def clipped(out):
+    """The gradient norms the log printed (3 decimals): the tests clip at 0.05, below all of them."""
+    norms = [float(x) for x in re.findall(r"grad_norm=([0-9.e+-]+)", out)]
+    assert norms and min(norms) > 0.05, norms
+    return norms
+
+
+def compare(reference, other, what):
+    diff = h.max_abs_diff(reference, other)
+    print(f"{what}: max |w - w_reference| = {diff:.3g}")
+    assert diff <= TOLERANCE, (what, diff)
+
+
+def same_weights_as_one_process():
+    """Full fine-tuning, global batch 12 with accumulation and clipping to the global norm: one
+    process without sharding is the reference; full sharding on 1 (the degenerate case), 2, 3 and
+    4 processes, and on 3 with gradient checkpointing, end with its weights. Tied and untied
+    embeddings (the root unit holds one or two vocabulary matrices)."""
+    for tied in (True, False):
+        w, model, data = setup("fsdp-equal-" + ("tied" if tied else "untied"), tie_word_embeddings=tied)
+        reference_log = train(w, model, data, "reference", 1, 2, 6, "none")
+        reference = h.weights(w / "reference")
+        moved = h.max_abs_diff(h.weights(model), reference)
+        assert moved > 1e-3, moved
+        norms = clipped(reference_log)
+        # name: world, micro-batch, accumulation, gradient checkpointing
+        runs = {"1": (1, 2, 6, False), "2": (2, 2, 3, False), "3": (3, 2, 2, False), "4": (4, 1, 3, False),
+                "3-recompute": (3, 4, 1, True)}
+        for name, (world, micro, accum, recompute) in runs.items():
+            out = train(w, model, data, f"full{name}", world, micro, accum, "full", recompute=recompute)
+            ours = clipped(out)
+            assert len(ours) == len(norms) and max(abs(a - b) for a, b in zip(norms, ours)) <= 1e-3, (norms, ours)
+            compare(reference, h.weights(w / f"full{name}"), f"tied={tied} sharding full on {name}")
+
+
+def lora_same_as_one_process():
+    """LoRA with the frozen base fully sharded (the adapters stay whole on every process): the
+    adapters of 2 and 3 processes equal one process's without sharding."""
+    w, model, data = setup("fsdp-lora")
+    train(w, model, data, "reference", 1, 2, 3, "none", method="lora")
+    reference = h.weights(w / "reference")
+    assert any("lora_A" in k for k in reference), list(reference)[:5]
+    for world, micro, accum in ((2, 1, 3), (3, 2, 1)):
+        train(w, model, data, f"full{world}", world, micro, accum, "full", method="lora")
+        compare(reference, h.weights(w / f"full{world}"), f"lora, sharding full on {world}")
+
+
+def resume_on_other_process_counts():
+    """A fully sharded run on 2 processes checkpoints at step 2; resumed from that checkpoint on
+    3 and 4 processes (sharding full) and on 1 (no sharding: the checkpoint's format is the usual
+    one) with the same global batch, each ends with the weights of the uninterrupted 2-process
+    run and of one process without sharding."""
+    w, model, data = setup("fsdp-resume")
+    every2 = {"resume": "never", "dir": str(w / "ck"), "everySteps": 2}
+    train(w, model, data, "straight", 2, 2, 3, "full", checkpoint=every2)
+    halfway = w / "ck" / "step-00000002"
+    assert (halfway / "trainer_state.json").exists(), sorted(p.name for p in (w / "ck").iterdir())
+    train(w, model, data, "reference", 1, 2, 6, "none")
+    reference = h.weights(w / "reference")
+    compare(reference, h.weights(w / "straight"), "uninterrupted on 2")
+    for world, micro, accum, sharding in ((3, 2, 2, "full"), (4, 1, 3, "full"), (1, 2, 6, "none")):
+        name = f"resumed{world}"
+        out = train(w, model, data, name, world, micro, accum, sharding,
+                    checkpoint={"resume": str(halfway), "dir": str(w / f"ck{world}"), "everySteps": 0})
+        assert f"resuming from {halfway} at step=2/4" in out, out[-2000:]
+        compare(reference, h.weights(w / name), f"resumed on {world} ({sharding})")
+
+
+def qlora_is_refused():
+    """QLoRA's 4-bit base is not split: the config is refused naming both fields, before any work."""
+    w, model, data = setup("fsdp-qlora")
+    cfg = h.config(model, data, w / "out", method="qlora")
+    cfg["distributed"].update(sharding="full")
+    p = h.run(["train", "--config", h.write_config(w / "c.json", cfg)], check=False)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    assert "distributed.sharding full" in p.stderr and "method.type qlora" in p.stderr, p.stderr[-2000:]
+
+
+if __name__ == "__main__":
+    h.main({f.__name__: f for f in [same_weights_as_one_process, lora_same_as_one_process,
+                                     resume_on_other_process_counts, qlora_is_refused]})
