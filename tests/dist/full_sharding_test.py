@@ -29,12 +29,15 @@ def setup(name, n_examples=48, **model_config):
 
 
 def train(w, model, data, name, world, micro, accum, sharding, method="full", recompute=False, steps=4,
-          checkpoint=None):
-    """One run with a global batch of micro x accum x world; returns its log."""
+          checkpoint=None, validation=None):
+    """One run with a global batch of micro x accum x world (`steps` None: one epoch); returns its log."""
     cfg = h.config(model, data, w / name, method=method, microBatchSize=micro, gradientAccumulationSteps=accum,
-                   maxSteps=steps, learningRate=1e-2, maxGradNorm=0.05)
+                   learningRate=1e-2, maxGradNorm=0.05, **({"maxSteps": steps} if steps else {}))
     cfg["distributed"].update(sharding=sharding)
     cfg["model"]["gradientCheckpointing"] = recompute
+    # An evaluation after step 2 and at the end: forwards without backward, between steps.
+    cfg["data"]["validation"] = str(validation or data)
+    cfg["training"]["evalEverySteps"] = 2
     if checkpoint:
         cfg["checkpoint"] = checkpoint
     path = h.write_config(w / f"{name}.json", cfg)
@@ -64,6 +67,12 @@ def clipped(out):
     return norms
 
 
+def eval_losses(out):
+    losses = [float(x) for x in re.findall(r"eval step=\d+ eval_loss=([0-9.]+)", out)]
+    assert len(losses) >= 2, out[-2000:]
+    return losses
+
+
 def compare(reference, other, what):
     diff = h.max_abs_diff(reference, other)
     print(f"{what}: max |w - w_reference| = {diff:.3g}")
@@ -89,7 +98,27 @@ def same_weights_as_one_process():
             out = train(w, model, data, f"full{name}", world, micro, accum, "full", recompute=recompute)
             ours = clipped(out)
             assert len(ours) == len(norms) and max(abs(a - b) for a, b in zip(norms, ours)) <= 1e-3, (norms, ours)
+            evals, reference_evals = eval_losses(out), eval_losses(reference_log)
+            assert len(evals) == len(reference_evals), (evals, reference_evals)
+            assert max(abs(a - b) for a, b in zip(evals, reference_evals)) <= 2e-4, (evals, reference_evals)
             compare(reference, h.weights(w / f"full{name}"), f"tied={tied} sharding full on {name}")
+
+
+def short_tail_and_uneven_evaluation():
+    """One epoch of 38 examples in global batches of 12 on 3 processes (micro-batch 1 x 4): the last
+    step's 2 examples go to processes 0 and 1, and process 2's micro-batches are all empty while
+    its peers' first is not; it still joins their gathers and reductions (a forward on one padding
+    token). 7 validation examples give the processes 3, 2 and 2 forwards, evened out the same way.
+    Weights and evaluation losses equal one process's."""
+    w, model, data = setup("fsdp-tail", n_examples=38)
+    validation = h.subset(h.EXAMPLE / "train.jsonl", w / "validation.jsonl", 7)
+    reference_log = train(w, model, data, "reference", 1, 2, 6, "none", steps=None, validation=validation)
+    out = train(w, model, data, "full3", 3, 1, 4, "full", steps=None, validation=validation)
+    assert "step=4/4" in out, out[-2000:]
+    evals, reference_evals = eval_losses(out), eval_losses(reference_log)
+    assert len(evals) == len(reference_evals) and max(abs(a - b) for a, b in zip(evals, reference_evals)) <= 2e-4, \
+        (evals, reference_evals)
+    compare(h.weights(w / "reference"), h.weights(w / "full3"), "38 examples on 3 processes")
 
 
 def lora_same_as_one_process():
@@ -136,5 +165,6 @@ def qlora_is_refused():
 
 
 if __name__ == "__main__":
-    h.main({f.__name__: f for f in [same_weights_as_one_process, lora_same_as_one_process,
+    h.main({f.__name__: f for f in [same_weights_as_one_process, short_tail_and_uneven_evaluation,
+                                     lora_same_as_one_process,
                                      resume_on_other_process_counts, qlora_is_refused]})

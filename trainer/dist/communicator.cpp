@@ -129,11 +129,16 @@ class Watchdog {
     stop_ = true;
     thread_.join();
   }
+  // Watches nest: a collective that autograd's thread runs inside a watched backward (fully
+  // sharded weights) must not end the backward's watch. The outermost names the wait.
   void begin(const char* what) {
+    if (depth_++ > 0) return;
     what_ = what;
     since_ns_ = Clock::now().time_since_epoch().count();
   }
-  void end() { since_ns_ = 0; }
+  void end() {
+    if (--depth_ == 0) since_ns_ = 0;
+  }
 
  private:
   void run() {
@@ -157,6 +162,7 @@ class Watchdog {
   int rank_;
   double timeout_;
   std::atomic<bool> stop_{false};
+  std::atomic<int> depth_{0};
   std::atomic<long long> since_ns_{0};
   std::atomic<const char*> what_{""};
   std::thread thread_;

@@ -42,6 +42,18 @@ EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>
     mine.push_back(&examples[i]);
 
   EvalResult result;
+  // Every process runs as many forwards as the one with the most examples (rank 0): with fully
+  // sharded weights each forward gathers from the peers. The extra ones run on one padding token.
+  const size_t most = (examples.size() + static_cast<size_t>(world) - 1) / static_cast<size_t>(world);
+  const size_t forwards = (most + static_cast<size_t>(micro_batch) - 1) / static_cast<size_t>(micro_batch);
+  for (size_t k = mine.size() / static_cast<size_t>(micro_batch) +
+                  (mine.size() % static_cast<size_t>(micro_batch) != 0 ? 1 : 0);
+       k < forwards && world > 1; ++k) {
+    AutocastScope autocast(device, dtype);
+    auto pad = torch::full({1, 1}, static_cast<int64_t>(pad_id),
+                           torch::TensorOptions().dtype(torch::kInt64).device(device));
+    model.hidden_states(pad, torch::zeros_like(pad));
+  }
   for (size_t begin = 0; begin < mine.size(); begin += static_cast<size_t>(micro_batch)) {
     std::vector<const data::Example*> chunk(
         mine.begin() + begin, mine.begin() + std::min(mine.size(), begin + micro_batch));

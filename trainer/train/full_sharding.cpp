@@ -1,5 +1,6 @@
 #include "trainer/train/full_sharding.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
@@ -36,6 +37,9 @@ void free_storage(const torch::Tensor& t) {
 }
 
 void allocate_storage(const torch::Tensor& t) {
+  // The caching allocator allocates on the current device, which on the main thread is not
+  // necessarily this process's GPU.
+  const c10::DeviceGuard on_its_device(t.device());
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
   s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
@@ -107,6 +111,11 @@ FullSharding::FullSharding(model::CausalLM& model, dist::Communicator& comm,
       accumulators_.push_back(std::move(accumulator));
     }
   }
+  // Autocast keeps the bf16 copy of every fp32 weight that requires gradients until the forward
+  // ends: 2 bytes a parameter of every layer, whole on every process. Each layer casts its own
+  // weights once a forward anyway, so the cache saves nothing here.
+  if (std::any_of(units_.begin(), units_.end(), [](const auto& u) { return u->trainable; }))
+    at::autocast::set_autocast_cache_enabled(false);
   model->before_stage = [this](int64_t stage) { before_stage(stage); };
   model->after_layer = [this](int64_t layer, const torch::Tensor& output) {
     if (!torch::GradMode::is_enabled() || !output.requires_grad()) return;
@@ -299,6 +308,12 @@ std::vector<std::pair<std::string, torch::Tensor>> FullSharding::gather_optimize
     }
   }
   return out;
+}
+
+torch::Tensor FullSharding::zero_loss(const torch::Tensor& pad_token) {
+  auto ids = pad_token.reshape({1, 1});
+  auto hidden = model_->hidden_states(ids, torch::zeros_like(ids));
+  return model_->logits(hidden).sum() * 0.0;
 }
 
 std::string FullSharding::peak_report() const {

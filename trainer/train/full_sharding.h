@@ -77,6 +77,10 @@ class FullSharding {
   // The same for AdamW's "<name>.exp_avg" / ".exp_avg_sq".
   std::vector<std::pair<std::string, torch::Tensor>> gather_optimizer_state(bool keep);
 
+  // A forward and backward on one padding token with zero gradients: a process with no examples
+  // in a micro-batch still takes part in every gather and reduction of its peers' step.
+  torch::Tensor zero_loss(const torch::Tensor& pad_token);
+
   // "13 units (1/N each: 1.23M of 3.70M elements)" for the start of the log.
   std::string describe() const;
   // "at most 120 of 400 sharded elements gathered at once (...)": the storage actually held, at

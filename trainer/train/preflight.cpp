@@ -176,7 +176,7 @@ double sharded_elements(const model::ModelConfig& m, double n, int world_size) {
   if (world_size == 1) return n;
   const double layer = static_cast<double>(m.parameters_per_layer()),
                root = static_cast<double>(m.num_parameters()) - m.num_hidden_layers * layer;
-  return n / world_size + root + 2 * layer;
+  return n / world_size + root + std::min<double>(2, m.num_hidden_layers) * layer;
 }
 
 // The largest unit of a fully sharded model: its gradients and their flat copy meet while it is

@@ -277,7 +277,12 @@ PendingStep queue_step(Run& run) {
     try {
       {  // autocast for the forward only: backward runs outside it (autograd's threads inherit it)
         AutocastScope autocast(run.device, run.dtype);
-        if (micro[m].batch == 0 || run.out_of_memory_pending) {
+        if (micro[m].batch == 0 && run.full_shards && run.comm.world_size() > 1) {
+          // Its peers gather and reduce layer by layer: this rank must do the same.
+          loss = run.full_shards->zero_loss(
+              torch::full({1}, static_cast<int64_t>(run.text.pad_id),
+                          torch::TensorOptions().dtype(torch::kInt64).device(run.device)));
+        } else if (micro[m].batch == 0 || run.out_of_memory_pending) {
           wait_for_weights(run);
           loss = zero_loss(run.trainable);
         } else {
