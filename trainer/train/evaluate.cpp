@@ -44,8 +44,10 @@ EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>
   EvalResult result;
   // Every process runs as many forwards as the one with the most examples (rank 0): with fully
   // sharded weights each forward gathers from the peers. The extra ones run on one padding token.
-  const size_t most = (examples.size() + static_cast<size_t>(world) - 1) / static_cast<size_t>(world);
-  const size_t forwards = (most + static_cast<size_t>(micro_batch) - 1) / static_cast<size_t>(micro_batch);
+  const size_t most =
+      (examples.size() + static_cast<size_t>(world) - 1) / static_cast<size_t>(world);
+  const size_t forwards =
+      (most + static_cast<size_t>(micro_batch) - 1) / static_cast<size_t>(micro_batch);
   for (size_t k = mine.size() / static_cast<size_t>(micro_batch) +
                   (mine.size() % static_cast<size_t>(micro_batch) != 0 ? 1 : 0);
        k < forwards && world > 1; ++k) {

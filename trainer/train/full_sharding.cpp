@@ -203,8 +203,11 @@ void FullSharding::reduce_gradients(Unit& u) {
   auto flat = torch::empty({u.flat.numel()}, u.shard.options());
   for (size_t j = 0; j < u.members.size(); ++j) {
     auto& p = u.members[j];
-    TORCH_CHECK(p.grad().defined(), u.names[j], ": no gradient when its unit was reduced");
-    flat.narrow(0, u.offsets[j], p.numel()).copy_(p.grad().reshape(-1));
+    auto place = flat.narrow(0, u.offsets[j], p.numel());
+    if (p.grad().defined())
+      place.copy_(p.grad().reshape(-1));
+    else
+      place.zero_();  // a tensor this backward did not reach (autograd still ran its accumulator)
     p.mutable_grad() = torch::Tensor();
   }
   if (u.numel < flat.numel()) flat.narrow(0, u.numel, flat.numel() - u.numel).zero_();
