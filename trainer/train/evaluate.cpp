@@ -44,13 +44,11 @@ EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>
   EvalResult result;
   // Every process runs as many forwards as the one with the most examples (rank 0): with fully
   // sharded weights each forward gathers from the peers. The extra ones run on one padding token.
-  const size_t most =
-      (examples.size() + static_cast<size_t>(world) - 1) / static_cast<size_t>(world);
-  const size_t forwards =
-      (most + static_cast<size_t>(micro_batch) - 1) / static_cast<size_t>(micro_batch);
-  for (size_t k = mine.size() / static_cast<size_t>(micro_batch) +
-                  (mine.size() % static_cast<size_t>(micro_batch) != 0 ? 1 : 0);
-       k < forwards && world > 1; ++k) {
+  const auto chunks = [](size_t n, int size) {
+    return (n + static_cast<size_t>(size) - 1) / static_cast<size_t>(size);
+  };
+  const size_t forwards = chunks(chunks(examples.size(), world), micro_batch);
+  for (size_t k = chunks(mine.size(), micro_batch); k < forwards; ++k) {
     AutocastScope autocast(device, dtype);
     auto pad = torch::full({1, 1}, static_cast<int64_t>(pad_id),
                            torch::TensorOptions().dtype(torch::kInt64).device(device));

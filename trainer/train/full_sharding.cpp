@@ -272,22 +272,30 @@ void FullSharding::with_gathered(Unit& u, const std::function<void(const torch::
   if (!was_gathered) free(u);
 }
 
+// Host copies of each member's part of `flat` (a full-size tensor laid out like the unit's
+// buffer), named after the member plus `suffix`.
+void FullSharding::append_host_copies(const Unit& u, const torch::Tensor& flat,
+                                      const std::string& suffix,
+                                      std::vector<std::pair<std::string, torch::Tensor>>& out) {
+  for (size_t j = 0; j < u.members.size(); ++j) {
+    const auto& p = u.members[j];
+    out.emplace_back(u.names[j] + suffix,
+                     flat.narrow(0, u.offsets[j], p.numel())
+                         .view(p.sizes())
+                         .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  }
+}
+
 std::map<std::string, torch::Tensor> FullSharding::gather_weights(bool keep, bool trainable_only) {
   torch::NoGradGuard no_grad;
-  std::map<std::string, torch::Tensor> out;
+  std::vector<std::pair<std::string, torch::Tensor>> copies;
   for (auto& u : units_) {
     if (u->numel == 0 || (trainable_only && !u->trainable)) continue;
     with_gathered(*u, [&](const torch::Tensor& flat) {
-      if (!keep) return;
-      for (size_t j = 0; j < u->members.size(); ++j) {
-        const auto& p = u->members[j];
-        out[u->names[j]] = flat.narrow(0, u->offsets[j], p.numel())
-                               .view(p.sizes())
-                               .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
-      }
+      if (keep) append_host_copies(*u, flat, "", copies);
     });
   }
-  return out;
+  return {copies.begin(), copies.end()};
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> FullSharding::gather_optimizer_state(bool keep) {
@@ -300,14 +308,7 @@ std::vector<std::pair<std::string, torch::Tensor>> FullSharding::gather_optimize
       auto full = torch::empty({u->flat.numel()}, shard.options());
       full.narrow(0, u->mine.begin, u->mine.size).copy_(shard);
       comm_.all_gather_in_place(full, "optimizer state (checkpoint)");
-      if (!keep) continue;
-      for (size_t j = 0; j < u->members.size(); ++j) {
-        const auto& p = u->members[j];
-        out.emplace_back(u->names[j] + suffix,
-                         full.narrow(0, u->offsets[j], p.numel())
-                             .view(p.sizes())
-                             .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
-      }
+      if (keep) append_host_copies(*u, full, suffix, out);
     }
   }
   return out;

@@ -97,6 +97,9 @@ class FullSharding {
   void free(Unit& u);
   void gradient_ready(Unit& u);
   void reduce_gradients(Unit& u);
+  static void append_host_copies(const Unit& u, const torch::Tensor& flat,
+                                 const std::string& suffix,
+                                 std::vector<std::pair<std::string, torch::Tensor>>& out);
   // Gathers `u` if it is not, calls `read` with its full flat buffer, and frees it again.
   void with_gathered(Unit& u, const std::function<void(const torch::Tensor&)>& read);
 

@@ -172,18 +172,21 @@ int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) 
 // process's 1/N of each unit, and what is gathered at once, the root (embedding, final norm,
 // output layer: from the embedding to the end of backward) and two decoder layers (the one
 // running and the one arriving). One process holds everything once.
+// The root unit: embedding, final norm, untied output layer.
+double root_elements(const model::ModelConfig& m) {
+  return static_cast<double>(m.num_parameters() - m.num_hidden_layers * m.parameters_per_layer());
+}
+
 double sharded_elements(const model::ModelConfig& m, double n, int world_size) {
   if (world_size == 1) return n;
-  const double layer = static_cast<double>(m.parameters_per_layer()),
-               root = static_cast<double>(m.num_parameters()) - m.num_hidden_layers * layer;
-  return n / world_size + root + std::min<double>(2, m.num_hidden_layers) * layer;
+  return n / world_size + root_elements(m) +
+         std::min<double>(2, m.num_hidden_layers) * m.parameters_per_layer();
 }
 
 // The largest unit of a fully sharded model: its gradients and their flat copy meet while it is
 // reduced.
 double largest_unit(const model::ModelConfig& m) {
-  const double layer = static_cast<double>(m.parameters_per_layer());
-  return std::max(layer, static_cast<double>(m.num_parameters()) - m.num_hidden_layers * layer);
+  return std::max(static_cast<double>(m.parameters_per_layer()), root_elements(m));
 }
 
 MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfig& c,
