@@ -4,7 +4,9 @@ sequence length and micro-batch where the rows name them; method, GPUs,
 recompute: off, on, or offload, where our offloaded checkpointing meets Unsloth's), our tokens/s per
 GPU and peak memory, then each competitor's and our ratio to it, and the
 scaling efficiency (tokens/s per GPU at N GPUs / at 1 GPU) of ours and HF's; then the first step's loss
-and gradient norm of each. Rows without "recompute" (older results) count as recompute off.
+and gradient norm of each. Rows without "recompute" (older results) count as recompute off. Our rows
+with "precision": "fp8" (run_bench.sh --precisions) get a table of their own: FP8 against our bf16
+step and against each competitor's bf16 step on the same work.
 
 Usage: report.py results.jsonl [more.jsonl ...]
 """
@@ -33,6 +35,8 @@ def work(r: dict) -> str:
 
 
 rows = [json.loads(l) for path in sys.argv[1:] for l in open(path) if l.strip()]
+fp8_rows = [r for r in rows if r.get("precision") == "fp8"]
+rows = [r for r in rows if r.get("precision", "default") != "fp8"]
 by = {}
 for r in rows:
     recompute = {"off": "off", "on": "on", "offload": "offload", "unsloth": "offload"}[r.get("recompute", "off")]
@@ -87,3 +91,24 @@ for method, gpus, rc in keys:
     line += "".join(" " + cell(i, method, gpus, rc, "first_loss", f"{max(len(i) + 7, 10)}.4f", max(len(i) + 7, 10)) for i in impls)
     line += " |" + "".join(" " + cell(i, method, gpus, rc, "first_grad_norm", f"{max(len(i) + 5, 10)}.4f", max(len(i) + 5, 10)) for i in impls)
     print(line)
+
+if fp8_rows:
+    print()
+    print("model.precision fp8 (ours) against the bf16 steps of the same work (ratio: fp8 / theirs)")
+    head = f"{'method':{col}} {'GPUs':>4} {'recompute':>9} | {'fp8 tok/s/GPU':>13} {'GiB':>5} {'loss@1':>7}"
+    for c in ["ours"] + comps:
+        head += f" | {c + ' bf16':>{max(len(c) + 5, 8)}} {'ratio':>5}"
+    print(head)
+    for r in fp8_rows:
+        rc = {"off": "off", "on": "on", "offload": "offload", "unsloth": "offload"}[r.get("recompute", "off")]
+        method, gpus = work(r), r["gpus"]
+        if r.get("failed"):
+            print(f"{method:{col}} {gpus:>4} {rc:>9} | {'failed':>13}")
+            continue
+        mine = r["tokens_per_s_per_gpu"]
+        line = f"{method:{col}} {gpus:>4} {rc:>9} | {mine:13.0f} {r['peak_gib']:5.1f} {r['first_loss']:7.4f}"
+        for c in ["ours"] + comps:
+            w = max(len(c) + 5, 8)
+            theirs = get(c, method, gpus, rc, "tokens_per_s_per_gpu")
+            line += f" | {fmt(theirs, f'{w}.0f', w)} {fmt(mine / theirs if theirs else None, '5.2f', 5)}"
+        print(line)

@@ -5,7 +5,7 @@
 #   bench/run_bench.sh BIN_DIR [--gpus "1 2 4"] [--methods "lora full"] [--shape llama-3.2-1b]
 #                      [--seq 2048] [--micro-batch 4] [--steps 20] [--warmup 5] [--out DIR]
 #                      [--impls "hf liger unsloth"] [--recompute "off on unsloth"]
-#                      [--competitors DIR] [--profile]
+#                      [--competitors DIR] [--profile] [--precisions "default fp8"]
 #
 # --impls: the competitors to run (default: hf, and liger and unsloth where they import).
 # --competitors DIR: put DIR/site (bench/fetch_competitors.sh DIR; unpacked from DIR/site.tar.gz if
@@ -15,6 +15,9 @@
 #   Unsloth's own (checkpoints offloaded to CPU memory); for it ours runs its own offload
 #   (model.offloadCheckpoints, reported as recompute "offload") and the others run "on", unless "on"
 #   is in the list too (then they are not run twice).
+# --precisions: ours runs once per model.precision listed (default: default); the competitors run
+#   once, in bf16. FP8 rows carry "precision": "fp8" and report.py compares them in a table of
+#   their own.
 # --profile also traces the last two warm-up steps of ours and each competitor (so the timed steps
 # stay clean) and prints where each one's GPU time goes (trace_summary.py).
 # Prints one JSON line per run and, at the end, report.py's table: tokens/s per GPU, peak GPU memory,
@@ -22,7 +25,7 @@
 set -euo pipefail
 BIN=$1; shift
 GPUS="1 2 4"; METHODS="lora full"; SHAPE=llama-3.2-1b; SEQ=2048; MB=4; STEPS=20; WARMUP=5
-PROFILE=0 IMPLS="" RECOMPUTE=off COMPETITORS=""
+PROFILE=0 IMPLS="" RECOMPUTE=off COMPETITORS="" PRECISIONS=default
 OUT=${OUT:-/tmp/kubetune-bench}
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -30,6 +33,7 @@ while [[ $# -gt 0 ]]; do
     --seq) SEQ=$2; shift 2 ;; --micro-batch) MB=$2; shift 2 ;; --steps) STEPS=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;; --out) OUT=$2; shift 2 ;; --profile) PROFILE=1; shift ;;
     --impls) IMPLS=$2; shift 2 ;; --recompute) RECOMPUTE=$2; shift 2 ;; --competitors) COMPETITORS=$2; shift 2 ;;
+    --precisions) PRECISIONS=$2; shift 2 ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
 done
@@ -86,21 +90,24 @@ for method in $METHODS; do
         others_rc=on
         if [[ " $RECOMPUTE " == *" on "* ]]; then run_others=0; fi
       fi
+      for precision in $PRECISIONS; do
+      rm -rf "$run/out"
       if [[ $run_others == 1 || $rc == unsloth ]]; then
         port=$((port + 1))
         ckpt=false ours_rc=$others_rc
         if [[ $others_rc == on ]]; then ckpt=true; fi
         if [[ $rc == unsloth ]]; then ckpt=offload ours_rc=offload; fi
-        "$HERE/trainer_config.sh" "$OUT/inputs" "$run/out" "$method" $((STEPS + WARMUP)) "$MB" "$SEQ" "{}" "$ckpt" >"$run/config.json"
+        "$HERE/trainer_config.sh" "$OUT/inputs" "$run/out" "$method" $((STEPS + WARMUP)) "$MB" "$SEQ" "{}" "$ckpt" "$precision" >"$run/config.json"
         profile_env=()
         if [[ $PROFILE == 1 ]]; then profile_env=(KUBETUNE_PROFILE=$((WARMUP - 1)):2); fi
         env "${profile_env[@]}" "$BIN/kubetune-trainer" launch --nproc-per-node "$g" --master-port $port -- train --config "$run/config.json" >"$run/log.txt" 2>&1 ||
           { tail -30 "$run/log.txt"; exit 1; }
         # The preflight's memory estimate of the same config, to compare with the measured peak.
         "$BIN/kubetune-trainer" preflight --config "$run/config.json" --world-size "$g" >"$run/preflight.json" 2>/dev/null || true
-        python3 - "$run/out/metrics_history.jsonl" "$method" "$g" "$WARMUP" "$ours_rc" "$run/preflight.json" >>"$RESULTS" <<'PY'
+        python3 - "$run/out/metrics_history.jsonl" "$method" "$g" "$WARMUP" "$ours_rc" "$run/preflight.json" "$precision" >>"$RESULTS" <<'PY'
 import json, sys
 path, method, gpus, warmup, recompute = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+precision = sys.argv[7]
 try:
     estimate = json.load(open(sys.argv[6]))["memory"]["totalGiB"]
 except (OSError, ValueError, KeyError):
@@ -113,11 +120,12 @@ peak = max(s.get("gpu_memory_peak_bytes", 0) for s in steps)
 print(json.dumps({"impl": "ours", "method": method, "gpus": gpus, "recompute": recompute,
                   "tokens_per_s_per_gpu": tokens / seconds / gpus, "peak_gib": peak / 2**30,
                   "first_loss": steps[0]["loss"], "first_grad_norm": steps[0]["grad_norm"],
-                  "preflight_estimate_gib": estimate}))
+                  "preflight_estimate_gib": estimate, "precision": precision}))
 PY
         tail -1 "$RESULTS"
         if [[ $PROFILE == 1 ]]; then python3 "$HERE/trace_summary.py" "$run/out/trace_rank0.json" --steps 2; fi
       fi
+      done
       if ! compgen -G "$OUT/inputs/model/*.safetensors" >/dev/null; then
         echo "note: $SHAPE has no weights on disk (ours draws them): the competitors are not run"
         continue

@@ -62,6 +62,12 @@ TrainConfig parse_train_config(const nlohmann::json& validated) {
   if (c.distributed.sharding == api::DistributedSharding::kFull &&
       c.method.type == api::MethodType::kQlora)
     throw ConfigError({kFullShardingNeedsUnquantizedBase});
+  if (c.model.precision == api::ModelPrecision::kFp8) {
+    if (c.model.dtype == api::ModelDtype::kFloat32) throw ConfigError({kFp8NeedsBf16});
+    if (c.distributed.sharding == api::DistributedSharding::kFull &&
+        c.method.type == api::MethodType::kLora)
+      throw ConfigError({kFp8LoraBaseNotSharded});
+  }
   return c;
 }
 

@@ -73,6 +73,14 @@ inline constexpr const char* kFullShardingNeedsUnquantizedBase =
     "distributed.sharding full splits bf16 and fp32 weights across processes; method.type qlora "
     "keeps its base in 4 bits, which is not split: use method.type lora, or distributed.sharding "
     "optimizer";
+// The refusals of model.precision fp8, by the trainer and by the CRD's rules: its FP8 products
+// take bf16 inputs and give bf16 outputs, and lora's FP8 base weights are not split by sharding.
+inline constexpr const char* kFp8NeedsBf16 =
+    "model.precision fp8 computes in bfloat16 around its FP8 products: model.dtype float32 cannot "
+    "take it; use model.dtype auto or bfloat16";
+inline constexpr const char* kFp8LoraBaseNotSharded =
+    "model.precision fp8 keeps lora's frozen base weights in FP8, which distributed.sharding full "
+    "does not split: use distributed.sharding optimizer, or method.type full";
 // The number; throws std::logic_error while it is still "auto" (a bug: resolve it first).
 int64_t micro_batch_size(const TrainConfig& c);
 void set_micro_batch_size(TrainConfig& c, int64_t examples);

@@ -206,6 +206,25 @@ std::vector<CelRule> make_rules() {
                      return string_at(self, "distributed", "sharding") != "full" ||
                             string_at(self, "method", "type") != "qlora";
                    }});
+  rules.push_back({"spec",
+                   "!has(self.model.precision) || self.model.precision != 'fp8' || "
+                   "!has(self.model.dtype) || "
+                   "self.model.dtype != 'float32'",
+                   kFp8NeedsBf16, [](const json& self, const json*) {
+                     return string_at(self, "model", "precision") != "fp8" ||
+                            string_at(self, "model", "dtype") != "float32";
+                   }});
+  rules.push_back({"spec",
+                   "!has(self.model.precision) || self.model.precision != 'fp8' || "
+                   "!has(self.distributed) || "
+                   "!has(self.distributed.sharding) || self.distributed.sharding != 'full' || "
+                   "(has(self.method) && has(self.method.type) && self.method.type != 'lora')",
+                   kFp8LoraBaseNotSharded, [](const json& self, const json*) {
+                     const std::string method = string_at(self, "method", "type");
+                     return string_at(self, "model", "precision") != "fp8" ||
+                            string_at(self, "distributed", "sharding") != "full" ||
+                            (!method.empty() && method != "lora");
+                   }});
   rules.push_back(spec_immutable_unless_suspended());
   rules.push_back(source_rule("spec.model", "path", true, false,
                               "model.path: a remote model is hf://ORG/NAME[@REVISION] (a Hugging "

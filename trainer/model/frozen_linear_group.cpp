@@ -4,8 +4,11 @@
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
+#include <optional>
+
 #include "kernels/quant4.h"
 #include "kernels/swiglu.h"
+#include "trainer/model/fp8_linear.h"
 
 namespace kubetune::model {
 namespace {
@@ -26,13 +29,17 @@ at::ScalarType product_dtype(const Tensor& x) {
 
 // One layer's tensors in the product dtype. a and b are undefined without an adapter. A 4-bit
 // (QLoRA) weight stays packed and is dequantized for each product, forward and backward, as
-// trainer/model/linear_4bit does.
+// trainer/model/linear_4bit does. Under model.precision fp8 the base product is the layer's
+// FP8 one (trainer/model/fp8_linear.h) and `weight` stays undefined.
 struct Member {
   Tensor weight, bias, a, b, xa;  // xa = x A^T, [tokens, r], kept for B's gradient
   double scaling = 0;
-  const kernels::Quant4State* quant = nullptr;  // owned by the layer, which outlives the graph
+  // Owned by the layer, which outlives the graph.
+  const kernels::Quant4State* quant = nullptr;
+  const LinearImpl* fp8 = nullptr;
+  int64_t out = 0;  // out_features
   bool has_lora() const { return a.defined(); }
-  int64_t out_features() const { return quant ? quant->shape[0] : weight.size(0); }
+  int64_t out_features() const { return out; }
   Tensor dense_weight(at::ScalarType dtype) const {
     return quant ? kernels::dequantize_4bit(*quant, dtype) : weight;
   }
@@ -45,7 +52,10 @@ std::vector<Member> members_of(const std::vector<LinearImpl*>& linears, torch::T
   size_t k = 0;
   for (auto* l : linears) {
     Member m;
-    if (l->is_quantized())
+    m.out = l->out_features();
+    if (l->uses_fp8())
+      m.fp8 = l;
+    else if (l->is_quantized())
       m.quant = &l->quantized();
     else
       m.weight = l->weight.to(dtype);
@@ -70,10 +80,29 @@ std::vector<Tensor> adapters_of(const std::vector<LinearImpl*>& linears) {
   return out;
 }
 
-// y = x W^T + b + scaling (x A^T) B^T, the LoRA sum in the GEMM's epilogue.
-Tensor member_forward(const Tensor& x2, Member& m) {
+// x W^T (+ b): in FP8 from `x2_fp8` (x2 quantized, shared by the group; made here when not
+// given), else in x2's dtype.
+Tensor base_product(const Tensor& x2, const Member& m, const kernels::Fp8Rows* x2_fp8) {
+  if (m.fp8) {
+    const Tensor y = fp8_forward_product(x2_fp8 ? *x2_fp8 : kernels::quantize_rows_fp8(x2),
+                                         m.fp8->fp8_base(), x2.scalar_type());
+    return m.bias.defined() ? y.add_(m.bias) : y;
+  }
   const Tensor w = m.dense_weight(x2.scalar_type());
-  Tensor y = m.bias.defined() ? at::addmm(m.bias, x2, w.t()) : at::mm(x2, w.t());
+  return m.bias.defined() ? at::addmm(m.bias, x2, w.t()) : at::mm(x2, w.t());
+}
+
+// The group's input in FP8 once for all its members, when any of them takes it.
+std::optional<kernels::Fp8Rows> shared_fp8_input(const Tensor& x2,
+                                                 const std::vector<Member>& members) {
+  for (const auto& m : members)
+    if (m.fp8) return kernels::quantize_rows_fp8(x2);
+  return std::nullopt;
+}
+
+// y = x W^T + b + scaling (x A^T) B^T, the LoRA sum in the GEMM's epilogue.
+Tensor member_forward(const Tensor& x2, Member& m, const kernels::Fp8Rows* x2_fp8 = nullptr) {
+  Tensor y = base_product(x2, m, x2_fp8);
   if (m.has_lora()) {
     m.xa = at::mm(x2, m.a.t());
     y.addmm_(m.xa, m.b.t(), /*beta=*/1, /*alpha=*/m.scaling);
@@ -93,7 +122,11 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, double alpha, at::ScalarType 
 // dX += dY W (the first layer writes dX), and for an adapter dX += t A with t = scaling dY B,
 // which is returned for the adapter's gradients.
 Tensor add_input_gradient(const Tensor& dy, const Member& m, bool need_x, Tensor& dx) {
-  if (need_x) {
+  if (need_x && m.fp8) {
+    // _scaled_mm has no beta: the FP8 product is added, one pass over dX.
+    Tensor part = fp8_input_gradient(dy, m.fp8->fp8_base(), dy.scalar_type());
+    dx = dx.defined() ? dx.add_(part) : part;
+  } else if (need_x) {
     const Tensor w = m.dense_weight(dy.scalar_type());
     dx = dx.defined() ? dx.addmm_(dy, w) : at::mm(dy, w);
   }
@@ -116,13 +149,17 @@ void save(AutogradContext* ctx, const Tensor& x2, const std::vector<Tensor>& ext
   variable_list saved{x2};
   saved.insert(saved.end(), extra.begin(), extra.end());
   std::vector<double> scalings;
-  std::vector<int64_t> quants;
+  std::vector<int64_t> quants, fp8s, outs;
   for (const auto& m : members) {
     saved.insert(saved.end(), {m.weight, m.bias, m.a, m.b, m.xa});
     scalings.push_back(m.scaling);
     quants.push_back(reinterpret_cast<int64_t>(m.quant));
+    fp8s.push_back(reinterpret_cast<int64_t>(m.fp8));
+    outs.push_back(m.out);
   }
   ctx->saved_data["quants"] = quants;
+  ctx->saved_data["fp8s"] = fp8s;
+  ctx->saved_data["outs"] = outs;
   ctx->save_for_backward(saved);
   ctx->saved_data["scalings"] = scalings;
   ctx->saved_data["x_sizes"] = x.sizes().vec();
@@ -145,12 +182,15 @@ Saved restore(AutogradContext* ctx) {
   const auto extra = static_cast<size_t>(ctx->saved_data["extra"].toInt());
   const auto scalings = ctx->saved_data["scalings"].toDoubleVector();
   const auto quants = ctx->saved_data["quants"].toIntVector();
+  const auto fp8s = ctx->saved_data["fp8s"].toIntVector();
+  const auto outs = ctx->saved_data["outs"].toIntVector();
   s.x2 = saved[0];
   s.extra.assign(saved.begin() + 1, saved.begin() + 1 + static_cast<std::ptrdiff_t>(extra));
   for (size_t i = 0; i < scalings.size(); ++i) {
     const size_t at = 1 + extra + i * kSlots;
     s.members.push_back({saved[at], saved[at + 1], saved[at + 2], saved[at + 3], saved[at + 4],
-                         scalings[i], reinterpret_cast<const kernels::Quant4State*>(quants[i])});
+                         scalings[i], reinterpret_cast<const kernels::Quant4State*>(quants[i]),
+                         reinterpret_cast<const LinearImpl*>(fp8s[i]), outs[i]});
   }
   s.x_sizes = ctx->saved_data["x_sizes"].toIntVector();
   s.adapter_dtype = static_cast<at::ScalarType>(ctx->saved_data["adapter_dtype"].toInt());
@@ -168,9 +208,11 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
     const auto dtype = product_dtype(x);
     const Tensor x2 = x.reshape({-1, x.size(-1)}).to(dtype);
     auto members = members_of(linears, adapters, dtype);
+    const auto x2_fp8 = shared_fp8_input(x2, members);
     variable_list out;
     for (auto& m : members)
-      out.push_back(member_forward(x2, m).view(with_last(x.sizes().vec(), m.out_features())));
+      out.push_back(member_forward(x2, m, x2_fp8 ? &*x2_fp8 : nullptr)
+                        .view(with_last(x.sizes().vec(), m.out_features())));
     save(ctx, x2, {}, members, x, adapters);
     return out;
   }
@@ -203,7 +245,10 @@ struct SwigluMlpFunction : public torch::autograd::Function<SwigluMlpFunction> {
     const auto dtype = product_dtype(x);
     const Tensor x2 = x.reshape({-1, x.size(-1)}).to(dtype);
     auto members = members_of(linears, adapters, dtype);
-    Tensor gate = member_forward(x2, members[0]), up = member_forward(x2, members[1]);
+    const auto x2_fp8 = shared_fp8_input(x2, {members[0], members[1]});
+    const kernels::Fp8Rows* shared = x2_fp8 ? &*x2_fp8 : nullptr;
+    Tensor gate = member_forward(x2, members[0], shared),
+           up = member_forward(x2, members[1], shared);
     Tensor y = member_forward(kernels::swiglu_forward_op(gate, up), members[2]);
     save(ctx, x2, {gate, up}, members, x, adapters);
     return y.view(with_last(x.sizes().vec(), y.size(-1)));

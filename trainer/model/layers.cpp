@@ -9,6 +9,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "trainer/model/device_copy.h"
+#include "trainer/model/fp8_linear.h"
 #include "trainer/model/frozen_linear_group.h"
 #include "trainer/model/linear_4bit.h"
 #include "trainer/model/rope.h"
@@ -55,10 +56,43 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
   if (has_bias) bias = register_parameter("bias", new_parameter({out_features}, opts, 0.0));
 }
 
+std::vector<int64_t> LinearImpl::shape_of_weight() const {
+  if (is_quantized()) return quantized_.shape;
+  if (fp8_weight_.values.defined()) return {fp8_weight_.rows(), fp8_weight_.cols()};
+  return weight.sizes().vec();
+}
+
 torch::Tensor LinearImpl::base_forward(const torch::Tensor& x) {
-  if (!is_quantized()) return at::linear(x, weight, bias);
-  torch::Tensor out = linear_4bit(x, quantized_, compute_dtype_);
+  if (!is_quantized() && !fp8_products_) return at::linear(x, weight, bias);
+  torch::Tensor out;
+  if (fp8_products_) {
+    const auto device = x.device().type();
+    const auto dtype = at::autocast::is_autocast_enabled(device)
+                           ? at::autocast::get_autocast_dtype(device)
+                           : x.scalar_type();
+    out =
+        weight.requires_grad() ? fp8_linear(x, weight, dtype) : fp8_frozen_linear(x, *this, dtype);
+  } else {
+    out = linear_4bit(x, quantized_, compute_dtype_);
+  }
   return bias.defined() ? out + bias.to(out.scalar_type()) : out;
+}
+
+bool LinearImpl::use_fp8() {
+  if (!kernels::fp8_shape_supported(out_features(), in_features())) return false;
+  fp8_products_ = true;
+  if (!weight.requires_grad() && !is_quantized()) {
+    torch::NoGradGuard no_grad;
+    fp8_weight_ = kernels::quantize_rows_fp8(weight.detach());
+    weight.set_data(torch::empty({0}, weight.options()));  // frees the bf16 copy
+  }
+  return true;
+}
+
+kernels::Fp8Rows LinearImpl::fp8_base() const {
+  if (fp8_weight_.values.defined()) return fp8_weight_;
+  TORCH_CHECK(is_quantized(), "fp8_base: the layer's weight is trainable, not a frozen base");
+  return kernels::quantize_rows_fp8(kernels::dequantize_4bit(quantized_, compute_dtype_));
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
@@ -122,6 +156,11 @@ void LinearImpl::merge_lora() {
   if (is_quantized()) {
     weight.set_data(kernels::dequantize_4bit(quantized_, compute_dtype_));
     quantized_ = kernels::Quant4State();
+  }
+  if (fp8_weight_.values.defined()) {
+    weight.set_data(kernels::dequantize_rows_fp8(fp8_weight_, weight.scalar_type()));
+    fp8_weight_ = kernels::Fp8Rows();
+    fp8_products_ = false;
   }
   torch::Tensor delta = at::matmul(lora_B_->weight.to(at::kFloat), lora_A_->weight.to(at::kFloat));
   weight.copy_(

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "kernels/fp8.h"
 #include "kernels/quant4.h"
 #include "trainer/model/model_config.h"
 
@@ -59,8 +60,18 @@ class LinearImpl : public torch::nn::Module {
   // moves it to the weight's device and sets the compute dtype.
   void set_quantized(kernels::Quant4State state);
   bool is_quantized() const { return quantized_.packed.defined(); }
-  int64_t out_features() const { return is_quantized() ? quantized_.shape[0] : weight.size(0); }
-  int64_t in_features() const { return is_quantized() ? quantized_.shape[1] : weight.size(1); }
+
+  // model.precision fp8 (trainer/model/fp8_linear.h): the base product in FP8 from now on. A
+  // frozen bf16 weight is replaced by its FP8 form (`weight` becomes empty); a 4-bit one stays
+  // and is converted for each product; a trainable one is quantized in each forward. Returns
+  // false, and changes nothing, for a shape cuBLASLt's FP8 GEMM cannot take.
+  bool use_fp8();
+  bool uses_fp8() const { return fp8_products_; }
+  // The frozen base weight in FP8: the kept form, or the 4-bit one converted.
+  kernels::Fp8Rows fp8_base() const;
+
+  int64_t out_features() const { return shape_of_weight()[0]; }
+  int64_t in_features() const { return shape_of_weight()[1]; }
   const kernels::Quant4State& quantized() const { return quantized_; }
   torch::ScalarType quantized_compute_dtype() const { return compute_dtype_; }
   torch::Tensor& lora_A() { return lora_A_->weight; }
@@ -72,11 +83,14 @@ class LinearImpl : public torch::nn::Module {
 
  private:
   torch::Tensor base_forward(const torch::Tensor& x);
+  std::vector<int64_t> shape_of_weight() const;
 
   LoraWeight lora_A_{nullptr}, lora_B_{nullptr};
   double scaling_ = 0, dropout_ = 0;
   kernels::Quant4State quantized_;  // QLoRA's base weight; packed undefined otherwise
   torch::ScalarType compute_dtype_ = torch::kBFloat16;
+  kernels::Fp8Rows fp8_weight_;  // a frozen bf16 base weight's FP8 form; undefined otherwise
+  bool fp8_products_ = false;
 };
 TORCH_MODULE(Linear);
 

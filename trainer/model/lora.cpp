@@ -98,6 +98,15 @@ int64_t quantize_linears(torch::nn::Module& part, const std::string& type, int64
   return bytes;
 }
 
+int64_t use_fp8_products(torch::nn::Module& part) {
+  int64_t count = 0;
+  for (const auto& module : part.modules()) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(module);
+    if (linear && linear->use_fp8()) ++count;
+  }
+  return count;
+}
+
 bool has_lora(CausalLM& model) {
   for (auto& [name, linear] : decoder_linears(model))
     if (linear->has_lora()) return true;

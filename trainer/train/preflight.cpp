@@ -202,12 +202,17 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   e.frozen_weights = full ? 0 : all * (bf16 ? 2 : 4);
   if (weights_sharded && !full)
     e.frozen_weights = static_cast<int64_t>(sharded_elements(m, all, world_size) * (bf16 ? 2 : 4));
+  int64_t linear = 0;  // the decoder layers' linear weights
+  for (const auto& l : decoder_linears(m)) linear += l.in * l.out;
+  linear *= m.num_hidden_layers;
+  const bool fp8 = c.model.precision == api::ModelPrecision::kFp8;
+  // model.precision fp8: lora's frozen decoder linears in one byte each (their row scales are
+  // 4 bytes per few thousand weights: left out).
+  if (fp8 && c.method.type == api::MethodType::kLora && !weights_sharded)
+    e.frozen_weights = (all - linear) * 2 + linear;
   if (c.method.type == api::MethodType::kQlora) {
     // The decoder's linear weights in 4 bits plus one scale per block (a float32, or a byte and
     // 1/256 of a float32 with double quantization); the rest stays in the compute dtype.
-    int64_t linear = 0;
-    for (const auto& l : decoder_linears(m)) linear += l.in * l.out;
-    linear *= m.num_hidden_layers;
     const double scale_bytes = c.method.quantization.double_quant ? 1.0 + 4.0 / 256 : 4.0;
     e.frozen_weights =
         static_cast<int64_t>((all - linear) * (bf16 ? 2 : 4) +
@@ -231,6 +236,9 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   // Measured: with checkpointing the forward keeps no cast copies (22.4 GiB estimated with
   // them against 19.6 GiB measured for the 1B's full fine-tuning).
   e.autocast_copies = bf16 && !recomputes_layers(c) ? trainable * 2 : 0;
+  // Under fp8 full fine-tuning backward keeps each decoder linear weight in FP8 (one byte) where
+  // autocast kept a bf16 copy.
+  if (fp8 && full && e.autocast_copies > 0) e.autocast_copies = (trainable - linear) * 2 + linear;
   const double tokens = static_cast<double>(micro_batch_size(c)) * c.data.max_length;
   const bool mlp_output_recomputed = trains_adapters(c) && c.method.lora.dropout == 0;
   const double per_layer =

@@ -31,12 +31,14 @@
 
 #include "common/contracts.h"
 #include "common/log.h"
+#include "kernels/fp8.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/sampler.h"
 #include "trainer/dist/communicator.h"
 #include "trainer/io/hf_checkpoint.h"
 #include "trainer/io/peft_adapter.h"
 #include "trainer/model/device_copy.h"
+#include "trainer/model/lora.h"
 #include "trainer/model/loss.h"
 #include "trainer/train/adamw.h"
 #include "trainer/train/batch_shape.h"
@@ -741,14 +743,33 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
     if (c.data.validation)
       validation = data::load_jsonl(*c.data.validation, text.tokenizer, text.chat.get(), options);
     const bool qlora = c.method.type == api::MethodType::kQlora;
-    if (qlora && c.model.init == api::ModelInit::kRandom && c.output.save_merged)
+    const bool fp8 = c.model.precision == api::ModelPrecision::kFp8;
+    if ((qlora || (fp8 && trains_adapters(c))) && c.model.init == api::ModelInit::kRandom &&
+        c.output.save_merged)
       throw std::runtime_error(
-          "output.saveMerged: a merged model needs the base weights in full precision, and with "
-          "model.init random and method.type qlora they exist only in 4 bits");
+          std::string("output.saveMerged: a merged model needs the base weights in full "
+                      "precision, and with model.init random and ") +
+          (qlora ? "method.type qlora they exist only in 4 bits"
+                 : "model.precision fp8 they exist only in FP8"));
+    if (fp8 && !kernels::fp8_supported_on(device))
+      throw std::runtime_error(
+          "model.precision fp8 needs an NVIDIA GPU of compute capability 9.0 "
+          "(Hopper) or newer; " +
+          device.str() + " is older: use model.precision default");
     torch::manual_seed(c.training.seed);
     auto model = load_model(
         c.model.path, device, dtype, lora_config(c), c.method.type == api::MethodType::kFull,
         c.training.seed, qlora ? std::optional(c.method.quantization) : std::nullopt, c.model.init);
+    if (fp8) {
+      // The decoder layers only: the LM head's product stays in bf16, as torchao's recipes leave
+      // it.
+      int64_t layers = 0;
+      for (auto& [prefix, part] : model->parts())
+        if (std::dynamic_pointer_cast<kubetune::model::DecoderLayerImpl>(part))
+          layers += kubetune::model::use_fp8_products(*part);
+      log::info() << "model.precision fp8: " << layers
+                  << " decoder linear layers take their products in FP8 E4M3";
+    }
     return {std::move(text), std::move(train), std::move(validation), model};
   } catch (const std::exception& e) {
     throw UserInputError(e.what());

@@ -1,0 +1,51 @@
+// FP8 (E4M3) products with row-wise scales, the building block of model.precision fp8.
+//
+// A matrix is quantized one row at a time: each row is scaled so that its largest magnitude
+// becomes 448 (E4M3's largest finite value), rounded to E4M3 (nearest even, saturating), and the
+// row's scale (its amax / 448) is kept in float32. A product of two such matrices is then exact
+// up to the E4M3 rounding of the inputs: out[m, n] = sa[m] sb[n] sum_k qa[m, k] qb[n, k].
+//
+// On CUDA the product is at::_scaled_mm (cuBLASLt's FP8 GEMM; Hopper or newer) and quantization is
+// one kernel (two passes over each row, one block per row). On the CPU both are the reference
+// formulas in float32, which the CUDA versions are tested against; _scaled_mm on the CPU takes
+// only one scale per tensor, so the CPU product dequantizes instead.
+//
+// Registered as kubetune::fp8_quantize_rows (TORCH_LIBRARY) so Python tests can call it.
+#pragma once
+
+#include <torch/types.h>
+
+namespace kubetune::kernels {
+
+// E4M3's largest finite value: a row's largest magnitude is scaled to it.
+inline constexpr float kFp8Max = 448.0f;
+
+struct Fp8Rows {
+  torch::Tensor values;  // [rows, cols] float8_e4m3fn, contiguous
+  torch::Tensor scales;  // [rows, 1] float32: row i is values[i] * scales[i]
+  int64_t rows() const { return values.size(0); }
+  int64_t cols() const { return values.size(1); }
+  int64_t bytes() const { return values.numel() + scales.numel() * 4; }
+};
+
+// x [rows, cols] (bf16, fp16 or fp32) quantized per row. With `column_scale` ([cols] float32),
+// x * column_scale is what is quantized (the input gradient folds a weight's row scales in so).
+Fp8Rows quantize_rows_fp8(const torch::Tensor& x, const torch::Tensor& column_scale = {});
+
+// The dense matrix an Fp8Rows stands for, in `dtype`.
+torch::Tensor dequantize_rows_fp8(const Fp8Rows& q, torch::ScalarType dtype);
+
+// a [M, K] times b [N, K] transposed: [M, N] in `out_dtype` (bf16 on CUDA). `fast_accumulate`
+// lets the tensor cores accumulate in their own reduced precision (torchao does so for the forward
+// product only).
+torch::Tensor fp8_mm(const Fp8Rows& a, const Fp8Rows& b, torch::ScalarType out_dtype,
+                     bool fast_accumulate);
+
+// Whether a [rows, cols] weight can take part in fp8_mm on CUDA: cuBLASLt's FP8 GEMM needs both
+// of a weight's sizes to be multiples of 16.
+bool fp8_shape_supported(int64_t rows, int64_t cols);
+
+// Whether `device` runs fp8_mm: a CPU (the reference) or an NVIDIA GPU of compute capability 9.0+.
+bool fp8_supported_on(const torch::Device& device);
+
+}  // namespace kubetune::kernels

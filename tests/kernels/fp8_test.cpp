@@ -1,0 +1,103 @@
+// Row-wise FP8 quantization and products (kernels/fp8.h): the CPU reference against exact float
+// arithmetic and E4M3's rounding bound, the CUDA kernel and cuBLASLt's product against the CPU
+// reference (skipped, visibly, without a GPU of compute capability 9.0+).
+#include "kernels/fp8.h"
+
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+namespace kubetune::kernels {
+namespace {
+
+double max_abs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
+
+// Rows of very different magnitudes, one all-zero row, odd and 16-byte-friendly widths.
+torch::Tensor sample(int64_t rows, int64_t cols, torch::ScalarType dtype) {
+  auto x = torch::randn({rows, cols}) * torch::logspace(-3, 3, rows).view({-1, 1});
+  x[1].zero_();
+  return x.to(dtype);
+}
+
+TEST(Fp8, CpuRowsAreWithinE4m3RoundingOfTheInput) {
+  torch::manual_seed(0);
+  for (int64_t cols : {64, 37}) {
+    auto x = sample(9, cols, torch::kFloat32);
+    auto q = quantize_rows_fp8(x);
+    ASSERT_EQ(q.values.scalar_type(), torch::kFloat8_e4m3fn);
+    ASSERT_EQ(q.scales.sizes(), (std::vector<int64_t>{9, 1}));
+    auto back = dequantize_rows_fp8(q, torch::kFloat32);
+    // E4M3 keeps 3 mantissa bits: relative error 2^-4 for normal values, and the subnormal step
+    // 2^-9 (times the row's scale) below them.
+    auto bound = x.abs() / 16 + q.scales * std::pow(2.0, -9);
+    EXPECT_TRUE(((back - x).abs() <= bound * 1.0001).all().item<bool>()) << "cols " << cols;
+    // Each row's largest magnitude becomes E4M3's largest finite value exactly...
+    auto row_max = std::get<0>(q.values.to(torch::kFloat32).abs().max(1));
+    EXPECT_EQ(row_max[0].item<float>(), kFp8Max);
+    // ...and an all-zero row stays zeros with a finite scale.
+    EXPECT_EQ(row_max[1].item<float>(), 0.f);
+    EXPECT_TRUE(std::isfinite(q.scales[1].item<float>()));
+  }
+}
+
+TEST(Fp8, ColumnScaleQuantizesTheScaledInput) {
+  torch::manual_seed(1);
+  auto x = sample(5, 48, torch::kFloat32), cs = torch::rand({48}) + 0.5;
+  auto a = quantize_rows_fp8(x, cs), b = quantize_rows_fp8(x * cs.view({1, -1}));
+  EXPECT_TRUE(torch::equal(a.values.view(torch::kUInt8), b.values.view(torch::kUInt8)));
+  EXPECT_TRUE(torch::allclose(a.scales, b.scales));
+  EXPECT_THROW(quantize_rows_fp8(x, torch::ones({47})), c10::Error);
+}
+
+TEST(Fp8, CpuProductIsTheDequantizedProduct) {
+  torch::manual_seed(2);
+  auto a = torch::randn({7, 64}), b = torch::randn({32, 64});
+  auto got = fp8_mm(quantize_rows_fp8(a), quantize_rows_fp8(b), torch::kFloat32, false);
+  auto exact = at::mm(a, b.t());
+  // Two E4M3 roundings per term, errors independent across the sum: a few percent of the scale.
+  EXPECT_LE(max_abs(got - exact) / max_abs(exact), 0.05);
+  EXPECT_GT(max_abs(got - exact), 0.0);  // it did quantize
+}
+
+bool have_hopper() {
+  return torch::cuda::is_available() && fp8_supported_on(torch::Device(torch::kCUDA, 0));
+}
+
+TEST(Fp8, CudaQuantizationMatchesCpuReference) {
+  if (!have_hopper()) GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";
+  torch::manual_seed(3);
+  for (auto dtype : {torch::kBFloat16, torch::kFloat32})
+    for (int64_t cols : {4096, 1000, 37}) {
+      auto x = sample(33, cols, dtype);
+      auto cs = torch::rand({cols}) + 0.5;
+      for (bool with_cs : {false, true}) {
+        auto cpu = quantize_rows_fp8(x, with_cs ? cs : torch::Tensor());
+        auto gpu = quantize_rows_fp8(x.cuda(), with_cs ? cs.cuda() : torch::Tensor());
+        // The same IEEE float32 arithmetic and round-to-nearest-even: the same bytes.
+        EXPECT_TRUE(
+            torch::equal(gpu.values.cpu().view(torch::kUInt8), cpu.values.view(torch::kUInt8)))
+            << "cols " << cols << " dtype " << dtype << " column scale " << with_cs;
+        EXPECT_TRUE(torch::equal(gpu.scales.cpu(), cpu.scales));
+      }
+    }
+}
+
+TEST(Fp8, CudaProductMatchesCpuReference) {
+  if (!have_hopper()) GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";
+  torch::manual_seed(4);
+  auto a = quantize_rows_fp8(torch::randn({300, 512}).to(torch::kBFloat16));
+  auto b = quantize_rows_fp8(torch::randn({256, 512}).to(torch::kBFloat16));
+  auto cpu = fp8_mm(a, b, torch::kFloat32, false);
+  for (bool fast : {false, true}) {
+    auto gpu = fp8_mm({a.values.cuda(), a.scales.cuda()}, {b.values.cuda(), b.scales.cuda()},
+                      torch::kBFloat16, fast);
+    ASSERT_EQ(gpu.scalar_type(), torch::kBFloat16);
+    // The products of E4M3 values are exact; what differs is the bf16 output's rounding (2^-8)
+    // and, with fast accumulation, the tensor cores' own accumulator.
+    EXPECT_LE(max_abs(gpu.cpu().to(torch::kFloat32) - cpu) / max_abs(cpu), fast ? 1e-2 : 8e-3)
+        << "fast accumulation " << fast;
+  }
+}
+
+}  // namespace
+}  // namespace kubetune::kernels

@@ -1,0 +1,200 @@
+// model.precision fp8's linear layers (trainer/model/fp8_linear.h): the grouped frozen layers
+// equal the plain layers computing the same FP8 products; FP8 stays within E4M3's rounding of the
+// exact products; a trainable weight's gradient is the exact dY^T X. On the CPU (FP8 emulated by
+// kernels/fp8's reference), and on a Hopper GPU under bf16 autocast where one is present.
+#include "trainer/model/fp8_linear.h"
+
+#include <ATen/autocast_mode.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include "kernels/swiglu.h"
+#include "trainer/model/frozen_linear_group.h"
+#include "trainer/model/layers.h"
+
+namespace kubetune::model {
+namespace {
+
+constexpr int64_t kHidden = 64, kInter = 128, kKv = 16;
+
+// A frozen layer with a non-zero LoRA adapter, the same on every call with the same seed.
+Linear make_linear(int64_t in, int64_t out, bool lora, uint64_t seed, bool qlora = false) {
+  torch::manual_seed(seed);
+  Linear l(in, out, /*bias=*/false, torch::TensorOptions());
+  torch::NoGradGuard no_grad;
+  l->weight.normal_(0, 0.2);
+  l->weight.set_requires_grad(false);
+  if (lora)
+    l->add_lora((torch::randn({8, in}) * 0.2).requires_grad_(true),
+                (torch::randn({out, 8}) * 0.2).requires_grad_(true), 2.0, 0.0);
+  if (qlora) l->quantize_4bit("nf4", 64, true, torch::kFloat32);
+  return l;
+}
+
+std::vector<Linear> attention_layers(bool fp8, bool qlora = false) {
+  std::vector<Linear> out{make_linear(kHidden, kHidden, true, 1, qlora),
+                          make_linear(kHidden, kKv, true, 2, qlora),
+                          make_linear(kHidden, kKv, false, 3, qlora)};
+  if (fp8) {
+    for (auto& l : out) EXPECT_TRUE(l->use_fp8());
+  }
+  return out;
+}
+
+std::vector<Linear> mlp_layers(bool fp8) {
+  std::vector<Linear> out{make_linear(kHidden, kInter, true, 4),
+                          make_linear(kHidden, kInter, true, 5),
+                          make_linear(kInter, kHidden, true, 6)};
+  if (fp8) {
+    for (auto& l : out) EXPECT_TRUE(l->use_fp8());
+  }
+  return out;
+}
+
+std::vector<LinearImpl*> pointers(std::vector<Linear>& layers) {
+  std::vector<LinearImpl*> out;
+  for (auto& l : layers) out.push_back(l.get());
+  return out;
+}
+
+// Outputs, the input's gradient and every adapter's gradients, in fp32 on the CPU, of the
+// layers run grouped or one by one (LinearImpl::forward; on a GPU that is the group too).
+std::vector<torch::Tensor> run(std::vector<Linear>& layers, bool mlp, bool grouped,
+                               const torch::Tensor& x0, bool autocast) {
+  auto ptrs = pointers(layers);
+  for (auto* l : ptrs)
+    if (l->has_lora()) l->lora_A().mutable_grad() = l->lora_B().mutable_grad() = torch::Tensor();
+  auto x = x0.detach().clone().requires_grad_(true);
+  const auto device = x.device().type();
+  at::autocast::set_autocast_enabled(device, autocast);
+  at::autocast::set_autocast_dtype(device, torch::kBFloat16);
+  std::vector<torch::Tensor> outs;
+  if (mlp && grouped) {
+    outs = {frozen_swiglu_mlp(x, *ptrs[0], *ptrs[1], *ptrs[2])};
+  } else if (mlp) {
+    outs = {ptrs[2]->forward(kernels::swiglu(ptrs[0]->forward(x), ptrs[1]->forward(x)))};
+  } else if (grouped) {
+    outs = frozen_linear_group(x, ptrs);
+  } else {
+    for (auto* l : ptrs) outs.push_back(l->forward(x));
+  }
+  at::autocast::set_autocast_enabled(device, false);
+  torch::manual_seed(7);
+  torch::Tensor total = torch::zeros({}, x.options().dtype(torch::kFloat32));
+  for (auto& o : outs)
+    total = total + (o.to(torch::kFloat32) * torch::randn(o.sizes()).to(o.device())).sum();
+  total.backward();
+  std::vector<torch::Tensor> values;
+  for (auto& o : outs) values.push_back(o.detach().to(torch::kFloat32).cpu());
+  values.push_back(x.grad().to(torch::kFloat32).cpu());
+  for (auto* l : ptrs)
+    if (l->has_lora()) {
+      values.push_back(l->lora_A().grad().to(torch::kFloat32).cpu());
+      values.push_back(l->lora_B().grad().to(torch::kFloat32).cpu());
+    }
+  return values;
+}
+
+// Largest difference relative to the reference's largest magnitude, per tensor.
+void expect_close(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& ref,
+                  double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double scale = ref[i].abs().max().item<double>() + 1e-12;
+    EXPECT_LE((got[i] - ref[i]).abs().max().item<double>() / scale, tol)
+        << what << ": tensor " << i;
+  }
+}
+
+torch::Tensor input() {
+  torch::manual_seed(0);
+  return torch::randn({2, 5, kHidden});
+}
+
+TEST(Fp8Linear, FrozenBaseIsKeptInFp8) {
+  Linear l = make_linear(kHidden, kKv, true, 1);
+  ASSERT_TRUE(l->use_fp8());
+  EXPECT_TRUE(l->uses_fp8());
+  EXPECT_EQ(l->weight.numel(), 0);  // the bf16 copy is gone
+  EXPECT_EQ(l->out_features(), kKv);
+  EXPECT_EQ(l->in_features(), kHidden);
+  EXPECT_EQ(l->fp8_base().values.scalar_type(), torch::kFloat8_e4m3fn);
+  Linear odd = make_linear(kHidden, 10, false, 1);  // cuBLASLt's FP8 GEMM needs multiples of 16
+  EXPECT_FALSE(odd->use_fp8());
+  EXPECT_FALSE(odd->uses_fp8());
+  EXPECT_EQ(odd->weight.numel(), kHidden * 10);
+}
+
+TEST(Fp8Linear, CpuGroupEqualsPlainLayers) {
+  auto attn = attention_layers(true);
+  expect_close(run(attn, false, true, input(), false), run(attn, false, false, input(), false),
+               1e-5, "q/k/v");
+  auto mlp = mlp_layers(true);
+  expect_close(run(mlp, true, true, input(), false), run(mlp, true, false, input(), false), 1e-5,
+               "SwiGLU MLP");
+  auto q4 = attention_layers(true, /*qlora=*/true);
+  expect_close(run(q4, false, true, input(), false), run(q4, false, false, input(), false), 1e-5,
+               "q/k/v on 4-bit weights");
+}
+
+TEST(Fp8Linear, CpuStaysWithinE4m3RoundingOfExactProducts) {
+  auto exact = attention_layers(false), fp8 = attention_layers(true);
+  // Outputs: two E4M3 roundings (2^-4 relative) per term, independent across the sum; the
+  // gradients add dY's rounding.
+  expect_close(run(fp8, false, false, input(), false), run(exact, false, false, input(), false),
+               0.08, "q/k/v");
+  auto mlp_exact = mlp_layers(false), mlp_fp8 = mlp_layers(true);
+  expect_close(run(mlp_fp8, true, false, input(), false),
+               run(mlp_exact, true, false, input(), false), 0.1, "SwiGLU MLP");
+}
+
+TEST(Fp8Linear, TrainableWeightGradientIsExact) {
+  torch::manual_seed(3);
+  auto w = (torch::randn({kKv, kHidden}) * 0.2).requires_grad_(true);
+  auto x = input().requires_grad_(true);
+  auto dy = torch::randn({2, 5, kKv});
+  (fp8_linear(x, w, torch::kFloat32) * dy).sum().backward();
+  auto w_ref = w.detach().clone().requires_grad_(true);
+  auto x_ref = x.detach().clone().requires_grad_(true);
+  auto y_ref = torch::nn::functional::linear(x_ref, w_ref);
+  (y_ref * dy).sum().backward();
+  // dW = dY^T X stays in the compute dtype (fp32 here): exact.
+  EXPECT_TRUE(torch::allclose(w.grad(), w_ref.grad(), 1e-5, 1e-5));
+  const double dx_err = (x.grad() - x_ref.grad()).abs().max().item<double>() /
+                        x_ref.grad().abs().max().item<double>();
+  EXPECT_LE(dx_err, 0.08);
+  EXPECT_GT(dx_err, 0.0);  // dY and W did go through FP8
+  auto y = fp8_linear(x.detach(), w.detach(), torch::kFloat32);
+  EXPECT_LE((y - y_ref).abs().max().item<double>() / y_ref.abs().max().item<double>(), 0.08);
+}
+
+TEST(Fp8Linear, MergeLoraDequantizesTheFp8Base) {
+  Linear l = make_linear(kHidden, kKv, true, 1);
+  ASSERT_TRUE(l->use_fp8());
+  auto base = kernels::dequantize_rows_fp8(l->fp8_base(), torch::kFloat32);
+  auto delta = at::mm(l->lora_B().detach(), l->lora_A().detach()) * l->lora_scaling();
+  l->merge_lora();
+  EXPECT_FALSE(l->uses_fp8());
+  EXPECT_TRUE(torch::allclose(l->weight, base + delta, 1e-5, 1e-5));
+}
+
+TEST(Fp8Linear, CudaUnderAutocastMatchesCpuEmulation) {
+  if (!torch::cuda::is_available() || !kernels::fp8_supported_on(torch::Device(torch::kCUDA, 0)))
+    GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";
+  for (bool mlp : {false, true}) {
+    auto cpu = mlp ? mlp_layers(true) : attention_layers(true);
+    auto ref = run(cpu, mlp, false, input(), false);
+    // Quantized on the GPU (the FP8 form is not a registered tensor that to() would move).
+    auto gpu = mlp ? mlp_layers(false) : attention_layers(false);
+    for (auto& l : gpu) {
+      l->to(torch::kCUDA);
+      ASSERT_TRUE(l->use_fp8());
+    }
+    // bf16 activations around the FP8 products: bf16's rounding on top of the same FP8 values.
+    expect_close(run(gpu, mlp, true, input().cuda(), true), ref, 0.05, mlp ? "MLP" : "q/k/v");
+  }
+}
+
+}  // namespace
+}  // namespace kubetune::model

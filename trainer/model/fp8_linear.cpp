@@ -1,0 +1,106 @@
+#include "trainer/model/fp8_linear.h"
+
+#include <torch/autograd.h>
+#include <torch/torch.h>
+
+#include "trainer/model/layers.h"
+
+namespace kubetune::model {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+std::vector<int64_t> with_last(std::vector<int64_t> sizes, int64_t last) {
+  sizes.back() = last;
+  return sizes;
+}
+
+class Fp8FrozenFunction : public torch::autograd::Function<Fp8FrozenFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const LinearImpl* layer,
+                        int64_t dtype) {
+    const auto product_dtype = static_cast<torch::ScalarType>(dtype);
+    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    ctx->saved_data["dtype"] = dtype;
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
+    const auto xq = kernels::quantize_rows_fp8(x.reshape({-1, x.size(-1)}));
+    const Tensor y = fp8_forward_product(xq, layer->fp8_base(), product_dtype);
+    return y.view(with_last(x.sizes().vec(), y.size(-1)));
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto* layer = reinterpret_cast<const LinearImpl*>(ctx->saved_data["layer"].toInt());
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const auto x_dtype = static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    const Tensor dy = grads[0].reshape({-1, grads[0].size(-1)}).to(dtype);
+    const Tensor dx = fp8_input_gradient(dy, layer->fp8_base(), dtype);
+    return {dx.view(ctx->saved_data["x_sizes"].toIntVector()).to(x_dtype), {}, {}};
+  }
+};
+
+class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight,
+                        int64_t dtype) {
+    const auto product_dtype = static_cast<torch::ScalarType>(dtype);
+    const Tensor x2 = x.reshape({-1, x.size(-1)}).to(product_dtype);
+    const auto wq = kernels::quantize_rows_fp8(weight.detach());
+    const Tensor y = fp8_forward_product(kernels::quantize_rows_fp8(x2), wq, product_dtype);
+    // Backward keeps the input in the compute dtype (for dW) and the weight in FP8 (for dx).
+    ctx->save_for_backward({x2, wq.values, wq.scales});
+    ctx->saved_data["dtype"] = dtype;
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
+    return y.view(with_last(x.sizes().vec(), y.size(-1)));
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor& x2 = saved[0];
+    const kernels::Fp8Rows wq{saved[1], saved[2]};
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const Tensor dy = grads[0].reshape({-1, grads[0].size(-1)}).to(dtype);
+    Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) {
+      const auto x_dtype = static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+      dx = fp8_input_gradient(dy, wq, dtype)
+               .view(ctx->saved_data["x_sizes"].toIntVector())
+               .to(x_dtype);
+    }
+    if (ctx->needs_input_grad(1)) {
+      const auto w_dtype = static_cast<torch::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+      dw = at::mm(dy.t(), x2).to(w_dtype);
+    }
+    return {dx, dw, {}};
+  }
+};
+
+}  // namespace
+
+Tensor fp8_forward_product(const kernels::Fp8Rows& x, const kernels::Fp8Rows& w,
+                           torch::ScalarType out_dtype) {
+  return kernels::fp8_mm(x, w, out_dtype, /*fast_accumulate=*/true);
+}
+
+Tensor fp8_input_gradient(const Tensor& dy, const kernels::Fp8Rows& w,
+                          torch::ScalarType out_dtype) {
+  // dx[m, k] = sum_n dy[m, n] s[n] q[n, k]: the weight's row scales s lie along the sum, so they
+  // go into dy before it is quantized, and W^T's rows (the GEMM's second operand) have scale 1.
+  const kernels::Fp8Rows g = kernels::quantize_rows_fp8(dy, w.scales.view({-1}));
+  const kernels::Fp8Rows wt{w.values.t().contiguous(), at::ones({w.cols(), 1}, w.scales.options())};
+  return kernels::fp8_mm(g, wt, out_dtype, /*fast_accumulate=*/false);
+}
+
+Tensor fp8_frozen_linear(const Tensor& x, const LinearImpl& layer, torch::ScalarType dtype) {
+  return Fp8FrozenFunction::apply(x, &layer, static_cast<int64_t>(dtype));
+}
+
+Tensor fp8_linear(const Tensor& x, const Tensor& weight, torch::ScalarType dtype) {
+  return Fp8LinearFunction::apply(x, weight, static_cast<int64_t>(dtype));
+}
+
+}  // namespace kubetune::model

@@ -1,0 +1,39 @@
+// model.precision fp8: the decoder layers' linear products in FP8 E4M3 with row-wise scales
+// (kernels/fp8.h), torchao's float8 "row-wise, weight gradient in high precision" recipe:
+//
+//   forward         y  = x W^T    x per token row, W per output row; fast accumulation
+//   input gradient  dx = dy W     dy per token row with W's row scales folded in (they lie along
+//                                 the sum), times W^T laid out as cuBLASLt's FP8 GEMM wants it
+//   weight gradient dW = dy^T x   in the compute dtype (bf16), not FP8
+//
+// A frozen weight (LoRA's base) is quantized once and kept in FP8: half of bf16's memory. A 4-bit
+// (QLoRA) one is dequantized and quantized to FP8 for each product. A trainable weight (full
+// fine-tuning) is quantized in each forward; its FP8 form is what backward keeps of it.
+#pragma once
+
+#include <torch/types.h>
+
+#include "kernels/fp8.h"
+
+namespace kubetune::model {
+
+class LinearImpl;
+
+// y = x W^T for an input already quantized (layers reading the same input share it).
+torch::Tensor fp8_forward_product(const kernels::Fp8Rows& x, const kernels::Fp8Rows& w,
+                                  torch::ScalarType out_dtype);
+
+// dx = dy W, dy [tokens, out] in the compute dtype.
+torch::Tensor fp8_input_gradient(const torch::Tensor& dy, const kernels::Fp8Rows& w,
+                                 torch::ScalarType out_dtype);
+
+// x [..., in] times `layer`'s frozen base weight in FP8 (LinearImpl::fp8_base), differentiable in
+// x, products in `dtype`. The layer must outlive the autograd graph.
+torch::Tensor fp8_frozen_linear(const torch::Tensor& x, const LinearImpl& layer,
+                                torch::ScalarType dtype);
+
+// x W^T for a trainable `weight`, products in `dtype`, gradients for both.
+torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& weight,
+                         torch::ScalarType dtype);
+
+}  // namespace kubetune::model
