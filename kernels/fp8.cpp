@@ -41,6 +41,14 @@ Fp8Rows quantize_rows_fp8(const torch::Tensor& x, const torch::Tensor& column_sc
   return {values, scales};
 }
 
+torch::Tensor transpose_fp8(const torch::Tensor& values) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("kubetune::fp8_transpose", "")
+                       .typed<torch::Tensor(const torch::Tensor&)>();
+  TORCH_CHECK(values.dim() == 2, "fp8_transpose: values must be 2-D, got ", values.sizes());
+  return op.call(values.contiguous());
+}
+
 torch::Tensor dequantize_rows_fp8(const Fp8Rows& q, torch::ScalarType dtype) {
   return (q.values.to(torch::kFloat32) * q.scales).to(dtype);
 }
@@ -72,8 +80,12 @@ bool fp8_supported_on(const torch::Device& device) {
 
 TORCH_LIBRARY_FRAGMENT(kubetune, m) {
   m.def("fp8_quantize_rows(Tensor x, Tensor? column_scale) -> (Tensor values, Tensor scales)");
+  m.def("fp8_transpose(Tensor values) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(kubetune, CPU, m) { m.impl("fp8_quantize_rows", quantize_rows_cpu); }
+TORCH_LIBRARY_IMPL(kubetune, CPU, m) {
+  m.impl("fp8_quantize_rows", quantize_rows_cpu);
+  m.impl("fp8_transpose", [](const torch::Tensor& v) { return v.t().contiguous(); });
+}
 
 }  // namespace kubetune::kernels

@@ -113,8 +113,59 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows_cuda(
   return {values, scales};
 }
 
+// A 64 x 64 byte tile through shared memory: each thread reads 4 consecutive bytes of an input row
+// and writes 4 consecutive bytes of an output row (16 threads cover a tile row, 16 rows a pass).
+constexpr int kTile = 64, kWordsPerRow = kTile / 4, kTileThreads = 256;
+
+__global__ void transpose_bytes_kernel(const uint8_t* __restrict__ in, uint8_t* __restrict__ out,
+                                       int64_t rows, int64_t cols) {
+  __shared__ alignas(4) uint8_t tile[kTile][kTile + 4];
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  const int word = threadIdx.x % kWordsPerRow, first = threadIdx.x / kWordsPerRow;
+  constexpr int kStride = kTileThreads / kWordsPerRow;
+  for (int i = first; i < kTile; i += kStride) {
+    const int64_t r = r0 + i, c = c0 + word * 4;
+    if (r < rows && c < cols)
+      *reinterpret_cast<uint32_t*>(&tile[i][word * 4]) =
+          *reinterpret_cast<const uint32_t*>(in + r * cols + c);
+  }
+  __syncthreads();
+  for (int i = first; i < kTile; i += kStride) {
+    const int64_t out_row = c0 + i, out_col = r0 + word * 4;
+    if (out_row < cols && out_col < rows) {
+      const int t = word * 4;
+      const uint32_t packed = uint32_t(tile[t][i]) | uint32_t(tile[t + 1][i]) << 8 |
+                              uint32_t(tile[t + 2][i]) << 16 | uint32_t(tile[t + 3][i]) << 24;
+      *reinterpret_cast<uint32_t*>(out + out_row * rows + out_col) = packed;
+    }
+  }
+}
+
+at::Tensor transpose_cuda(const at::Tensor& values) {
+  TORCH_CHECK(values.dim() == 2 && values.element_size() == 1,
+              "fp8_transpose: a 2-D matrix of one-byte values, got ", values.sizes());
+  const auto in = values.contiguous();
+  const int64_t rows = in.size(0), cols = in.size(1);
+  // 4-byte words must not straddle rows: both sizes multiples of 4 (FP8 weights are of 16).
+  if (rows % 4 != 0 || cols % 4 != 0 ||
+      reinterpret_cast<std::uintptr_t>(in.data_ptr()) % 4 != 0)
+    return in.t().contiguous();
+  c10::cuda::CUDAGuard guard(in.device());
+  auto out = at::empty({cols, rows}, in.options());
+  if (rows == 0 || cols == 0) return out;
+  const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
+  transpose_bytes_kernel<<<grid, kTileThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      static_cast<const uint8_t*>(in.data_ptr()), static_cast<uint8_t*>(out.data_ptr()), rows,
+      cols);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(kubetune, CUDA, m) { m.impl("fp8_quantize_rows", quantize_rows_cuda); }
+TORCH_LIBRARY_IMPL(kubetune, CUDA, m) {
+  m.impl("fp8_quantize_rows", quantize_rows_cuda);
+  m.impl("fp8_transpose", transpose_cuda);
+}
 
 }  // namespace kubetune::kernels
