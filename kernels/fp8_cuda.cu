@@ -147,8 +147,7 @@ at::Tensor transpose_cuda(const at::Tensor& values) {
   const auto in = values.contiguous();
   const int64_t rows = in.size(0), cols = in.size(1);
   // 4-byte words must not straddle rows: both sizes multiples of 4 (FP8 weights are of 16).
-  if (rows % 4 != 0 || cols % 4 != 0 ||
-      reinterpret_cast<std::uintptr_t>(in.data_ptr()) % 4 != 0)
+  if (rows % 4 != 0 || cols % 4 != 0 || reinterpret_cast<std::uintptr_t>(in.data_ptr()) % 4 != 0)
     return in.t().contiguous();
   c10::cuda::CUDAGuard guard(in.device());
   auto out = at::empty({cols, rows}, in.options());

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -37,9 +38,20 @@ std::optional<TrainConfig> read_config(const std::string& config_path) {
   }
 }
 
+// Offloaded checkpoints are the mode for the longest sequences, whose [tokens, intermediate]
+// activations (8 GiB each at 300k tokens on an 8B) fragment the caching allocator's fixed
+// segments: 294,912 tokens of 8B QLoRA ran out of memory with 10.9 GiB reserved but unusable, and
+// trained within the preflight's 74.8 GiB with expandable segments (bench/README.md, session 17).
+// Set before the first CUDA allocation reads it; a value the user set is kept.
+void prefer_expandable_segments(const TrainConfig& c) {
+  if (c.model.offload_checkpoints) setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", 0);
+}
+
 int train_command(const std::string& config_path) {
   const auto config = read_config(config_path);
-  return config ? train::run_training(*config) : kExitUserError;
+  if (!config) return kExitUserError;
+  prefer_expandable_segments(*config);
+  return train::run_training(*config);
 }
 
 // The report is one JSON object on stdout; exit 2 when the job would fail (invalid data, too big,

@@ -4,6 +4,11 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#ifdef KUBETUNE_HAVE_CUDA_KERNELS
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime_api.h>
+#endif
+
 namespace kubetune::model {
 namespace {
 
@@ -20,6 +25,34 @@ void wait_for(const c10::Stream& producer, const c10::Stream& waiter) {
 
 }  // namespace
 
+// Page-locked host memory of exactly `bytes`, freed with its last tensor.
+struct HostOffload::PinnedBlock {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  explicit PinnedBlock(size_t n) : bytes(n) {
+#ifdef KUBETUNE_HAVE_CUDA_KERNELS
+    C10_CUDA_CHECK(cudaHostAlloc(&ptr, n, cudaHostAllocDefault));
+#else
+    TORCH_CHECK(false, "HostOffload: built without CUDA");
+#endif
+  }
+  ~PinnedBlock() {
+#ifdef KUBETUNE_HAVE_CUDA_KERNELS
+    if (ptr) cudaFreeHost(ptr);  // waits for the device; only when a larger block replaces it
+#endif
+  }
+};
+
+at::Tensor HostOffload::pinned_like(int64_t layer, const at::Tensor& x) {
+  const size_t bytes = static_cast<size_t>(x.numel()) * x.element_size();
+  auto& block = blocks_.at(static_cast<size_t>(layer));
+  if (!block || block->bytes < bytes) block = std::make_shared<PinnedBlock>(bytes);
+  // The tensor holds the block: a block replaced while a copy still reads it outlives the copy.
+  auto keep = block;
+  return at::from_blob(
+      block->ptr, x.sizes(), [keep](void*) {}, x.options().device(at::kCPU));
+}
+
 c10::Stream HostOffload::copy_stream(const at::Device& device) {
   if (!copies_)
     copies_ = c10::impl::VirtualGuardImpl(device.type()).getStreamFromGlobalPool(device);
@@ -30,7 +63,7 @@ void HostOffload::store(int64_t layer, const at::Tensor& x) {
   TORCH_CHECK(x.is_cuda(), "HostOffload: layer inputs are offloaded from a GPU only");
   Slot& slot = slots_.at(static_cast<size_t>(layer));
   const c10::Stream compute = current_stream(x.device()), copies = copy_stream(x.device());
-  slot = Slot{at::empty(x.sizes(), x.options().device(at::kCPU).pinned_memory(true)), {}, {}};
+  slot = Slot{pinned_like(layer, x), {}, {}};
   wait_for(compute, copies);  // x is written by work queued on the compute stream
   {
     c10::StreamGuard on_copies(copies);
