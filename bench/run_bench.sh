@@ -18,6 +18,8 @@
 # --precisions: ours runs once per model.precision listed (default: default); the competitors run
 #   once, in bf16. FP8 rows carry "precision": "fp8" and report.py compares them in a table of
 #   their own.
+# LORA_RANK in the environment sets our adapters' rank (default 16; rows carry "lora_r"); the
+#   competitors keep 16, so compare them only at the default.
 # --profile also traces the last two warm-up steps of ours and each competitor (so the timed steps
 # stay clean) and prints where each one's GPU time goes (trace_summary.py).
 # Prints one JSON line per run and, at the end, report.py's table: tokens/s per GPU, peak GPU memory,
@@ -105,7 +107,7 @@ for method in $METHODS; do
         # The preflight's memory estimate of the same config, to compare with the measured peak.
         "$BIN/kubetune-trainer" preflight --config "$run/config.json" --world-size "$g" >"$run/preflight.json" 2>/dev/null || true
         python3 - "$run/out/metrics_history.jsonl" "$method" "$g" "$WARMUP" "$ours_rc" "$run/preflight.json" "$precision" >>"$RESULTS" <<'PY'
-import json, sys
+import json, os, sys
 path, method, gpus, warmup, recompute = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 precision = sys.argv[7]
 try:
@@ -120,7 +122,8 @@ peak = max(s.get("gpu_memory_peak_bytes", 0) for s in steps)
 print(json.dumps({"impl": "ours", "method": method, "gpus": gpus, "recompute": recompute,
                   "tokens_per_s_per_gpu": tokens / seconds / gpus, "peak_gib": peak / 2**30,
                   "first_loss": steps[0]["loss"], "first_grad_norm": steps[0]["grad_norm"],
-                  "preflight_estimate_gib": estimate, "precision": precision}))
+                  "preflight_estimate_gib": estimate, "precision": precision,
+                  "lora_r": int(os.environ.get("LORA_RANK", "16"))}))
 PY
         tail -1 "$RESULTS"
         if [[ $PROFILE == 1 ]]; then python3 "$HERE/trace_summary.py" "$run/out/trace_rank0.json" --steps 2; fi

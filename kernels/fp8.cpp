@@ -11,7 +11,7 @@ namespace kubetune::kernels {
 namespace {
 
 // The smallest row maximum a scale is made from: an all-zero row quantizes to zeros, not NaN.
-constexpr float kMinAmax = 1e-12f;
+constexpr float kMinAmax = 1e-30f;
 
 std::tuple<torch::Tensor, torch::Tensor> quantize_rows_cpu(
     const torch::Tensor& x, const c10::optional<torch::Tensor>& column_scale) {

@@ -16,7 +16,7 @@ namespace kubetune::kernels {
 namespace {
 
 constexpr int kRowThreads = 256;
-constexpr float kMinAmax = 1e-12f;  // as in fp8.cpp: an all-zero row gives zeros
+constexpr float kMinAmax = 1e-30f;  // as in fp8.cpp: an all-zero row gives zeros
 
 __device__ float block_max(float v) {
   __shared__ float warp_max[kRowThreads / 32];

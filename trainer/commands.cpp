@@ -44,7 +44,9 @@ std::optional<TrainConfig> read_config(const std::string& config_path) {
 // trained within the preflight's 74.8 GiB with expandable segments (bench/README.md, session 17).
 // Set before the first CUDA allocation reads it; a value the user set is kept.
 void prefer_expandable_segments(const TrainConfig& c) {
-  if (c.model.offload_checkpoints) setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", 0);
+  // PYTORCH_ALLOC_CONF is the variable's newer name: a user's setting under either one stays.
+  if (c.model.offload_checkpoints && !std::getenv("PYTORCH_ALLOC_CONF"))
+    setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", 0);
 }
 
 int train_command(const std::string& config_path) {

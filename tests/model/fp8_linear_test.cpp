@@ -60,8 +60,9 @@ std::vector<LinearImpl*> pointers(std::vector<Linear>& layers) {
 
 // Outputs, the input's gradient and every adapter's gradients, in fp32 on the CPU, of the
 // layers run grouped or one by one (LinearImpl::forward; on a GPU that is the group too).
+// chunk_rows: the grouped MLP's tokens per chunk (0: all at once).
 std::vector<torch::Tensor> run(std::vector<Linear>& layers, bool mlp, bool grouped,
-                               const torch::Tensor& x0, bool autocast) {
+                               const torch::Tensor& x0, bool autocast, int64_t chunk_rows = 0) {
   auto ptrs = pointers(layers);
   for (auto* l : ptrs)
     if (l->has_lora()) l->lora_A().mutable_grad() = l->lora_B().mutable_grad() = torch::Tensor();
@@ -71,7 +72,7 @@ std::vector<torch::Tensor> run(std::vector<Linear>& layers, bool mlp, bool group
   at::autocast::set_autocast_dtype(device, torch::kBFloat16);
   std::vector<torch::Tensor> outs;
   if (mlp && grouped) {
-    outs = {frozen_swiglu_mlp(x, *ptrs[0], *ptrs[1], *ptrs[2])};
+    outs = {frozen_swiglu_mlp(x, *ptrs[0], *ptrs[1], *ptrs[2], chunk_rows)};
   } else if (mlp) {
     outs = {ptrs[2]->forward(kernels::swiglu(ptrs[0]->forward(x), ptrs[1]->forward(x)))};
   } else if (grouped) {
@@ -133,6 +134,9 @@ TEST(Fp8Linear, CpuGroupEqualsPlainLayers) {
   auto mlp = mlp_layers(true);
   expect_close(run(mlp, true, true, input(), false), run(mlp, true, false, input(), false), 1e-5,
                "SwiGLU MLP");
+  // Over chunks of tokens (long sequences): the input is quantized per token, chunk by chunk.
+  expect_close(run(mlp, true, true, input(), false, /*chunk_rows=*/4),
+               run(mlp, true, false, input(), false), 1e-5, "SwiGLU MLP in chunks");
   auto q4 = attention_layers(true, /*qlora=*/true);
   expect_close(run(q4, false, true, input(), false), run(q4, false, false, input(), false), 1e-5,
                "q/k/v on 4-bit weights");
@@ -177,6 +181,20 @@ TEST(Fp8Linear, MergeLoraDequantizesTheFp8Base) {
   l->merge_lora();
   EXPECT_FALSE(l->uses_fp8());
   EXPECT_TRUE(torch::allclose(l->weight, base + delta, 1e-5, 1e-5));
+}
+
+TEST(Fp8Linear, MergeLoraOfA4BitBaseLeavesAPlainLayer) {
+  // QLoRA under fp8 keeps its 4-bit base (converted per product); merged, the layer is plain.
+  Linear l = make_linear(kHidden, kKv, true, 1, /*qlora=*/true);
+  ASSERT_TRUE(l->use_fp8());
+  auto base = kernels::dequantize_4bit(l->quantized(), torch::kFloat32);
+  auto delta = at::mm(l->lora_B().detach(), l->lora_A().detach()) * l->lora_scaling();
+  l->merge_lora();
+  EXPECT_FALSE(l->uses_fp8());
+  EXPECT_FALSE(l->is_quantized());
+  EXPECT_TRUE(torch::allclose(l->weight, base + delta, 1e-5, 1e-5));
+  auto x = torch::randn({3, kHidden});
+  EXPECT_TRUE(torch::allclose(l->forward(x), at::linear(x, base + delta), 1e-4, 1e-4));
 }
 
 TEST(Fp8Linear, CudaUnderAutocastMatchesCpuEmulation) {

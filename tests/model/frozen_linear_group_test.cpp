@@ -9,6 +9,8 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "kernels/quant4.h"
 #include "kernels/swiglu.h"
 
@@ -44,8 +46,12 @@ struct Grads {
 
 // input_grad = false: the input needs no gradient (the first layer over frozen embeddings), so
 // backward makes only the adapters' gradients.
+// chunk_rows: the grouped MLP's tokens per chunk (0: all at once). output_read = false: the
+// forward runs under MlpOutputNotRead (a checkpointed layer's recompute) and only the gradients
+// are returned.
 Grads run(bool grouped, bool mlp, std::vector<Linear>& layers, const torch::Tensor& x0,
-          const std::vector<torch::Tensor>& dys, bool autocast, bool input_grad = true) {
+          const std::vector<torch::Tensor>& dys, bool autocast, bool input_grad = true,
+          int64_t chunk_rows = 0, bool output_read = true) {
   for (auto& l : layers)
     if (l->has_lora()) {
       l->lora_A().mutable_grad() = torch::Tensor();
@@ -58,10 +64,12 @@ Grads run(bool grouped, bool mlp, std::vector<Linear>& layers, const torch::Tens
   at::autocast::set_autocast_enabled(device, autocast);
   at::autocast::set_autocast_dtype(device, torch::kBFloat16);
   std::vector<torch::Tensor> outs;
+  std::optional<MlpOutputNotRead> not_read;
+  if (!output_read) not_read.emplace();
   if (mlp) {
     if (grouped) {
       EXPECT_TRUE(can_group(x, ptrs, /*require_cuda=*/false));
-      outs = {frozen_swiglu_mlp(x, *ptrs[0], *ptrs[1], *ptrs[2])};
+      outs = {frozen_swiglu_mlp(x, *ptrs[0], *ptrs[1], *ptrs[2], chunk_rows)};
     } else {
       auto gate = peft_formula(x, *ptrs[0]), up = peft_formula(x, *ptrs[1]);
       outs = {peft_formula(kernels::swiglu_reference(gate, up), *ptrs[2])};
@@ -74,6 +82,7 @@ Grads run(bool grouped, bool mlp, std::vector<Linear>& layers, const torch::Tens
       for (auto* l : ptrs) outs.push_back(peft_formula(x, *l));
     }
   }
+  not_read.reset();
   at::autocast::set_autocast_enabled(device, false);
   at::autocast::clear_cache();
   torch::Tensor total = torch::zeros({}, x.options().dtype(torch::kFloat32));
@@ -81,7 +90,8 @@ Grads run(bool grouped, bool mlp, std::vector<Linear>& layers, const torch::Tens
     total = total + (outs[i].to(torch::kFloat32) * dys[i]).sum();
   total.backward();
   Grads g;
-  for (auto& o : outs) g.values.push_back(o.detach().to(torch::kFloat32).cpu());
+  if (output_read)
+    for (auto& o : outs) g.values.push_back(o.detach().to(torch::kFloat32).cpu());
   if (input_grad) g.values.push_back(x.grad().to(torch::kFloat32).cpu());
   for (auto& l : layers)
     if (l->has_lora()) {
@@ -128,8 +138,37 @@ void check(torch::Device device, bool autocast, double tol, bool qlora = false) 
                           make_linear(I, H, true, device)};
   std::vector<torch::Tensor> dy{torch::randn({2, 5, H}).to(device)};
   if (qlora) quantize(mlp, autocast);
-  expect_close(run(true, true, mlp, x, dy, autocast), run(false, true, mlp, x, dy, autocast), tol,
-               "SwiGLU MLP");
+  const Grads reference = run(false, true, mlp, x, dy, autocast);
+  expect_close(run(true, true, mlp, x, dy, autocast), reference, tol, "SwiGLU MLP");
+  // Long sequences run over chunks of tokens (10 tokens here: chunks of 3, 3, 3 and 1).
+  expect_close(run(true, true, mlp, x, dy, autocast, true, /*chunk_rows=*/3), reference, tol,
+               "SwiGLU MLP in chunks");
+  expect_close(run(true, true, mlp, x, dy, autocast, /*input_grad=*/false, 3),
+               run(false, true, mlp, x, dy, autocast, false), tol,
+               "SwiGLU MLP in chunks, no input gradient");
+  // In a checkpointed layer's recompute the output is not read: the same gradients, whole and in
+  // chunks.
+  const Grads grads_only = run(false, true, mlp, x, dy, autocast, true, 0, /*output_read=*/false);
+  expect_close(run(true, true, mlp, x, dy, autocast, true, 0, false), grads_only, tol,
+               "SwiGLU MLP, output not read");
+  expect_close(run(true, true, mlp, x, dy, autocast, true, 3, false), grads_only, tol,
+               "SwiGLU MLP in chunks, output not read");
+  // Down without an adapter (a target list that leaves it out), chunked.
+  std::vector<Linear> mlp_no_down{make_linear(H, I, true, device), make_linear(H, I, true, device),
+                                  make_linear(I, H, false, device)};
+  if (qlora) quantize(mlp_no_down, autocast);
+  expect_close(run(true, true, mlp_no_down, x, dy, autocast, true, 4),
+               run(false, true, mlp_no_down, x, dy, autocast), tol,
+               "SwiGLU MLP in chunks, down without an adapter");
+}
+
+TEST(FrozenLinearGroup, MlpChunksOnlyLongSequences) {
+  // Llama-3.1-8B's width: chunks of 512 MiB of bf16 [tokens, 14336] (18,688 tokens, a multiple of
+  // 256), and none up to twice that.
+  EXPECT_EQ(swiglu_mlp_chunk_rows(4096, 14336), 0);
+  EXPECT_EQ(swiglu_mlp_chunk_rows(2 * 18688, 14336), 0);
+  EXPECT_EQ(swiglu_mlp_chunk_rows(342733, 14336), 18688);
+  EXPECT_EQ(swiglu_mlp_chunk_rows(1 << 20, 8192), 32768);
 }
 
 TEST(FrozenLinearGroup, EqualsPeftFormulaOnCpu) { check(torch::kCPU, false, 1e-5); }

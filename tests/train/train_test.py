@@ -658,7 +658,8 @@ def preflight_memory_matches_measured_peaks():
     its peak. Session 16's H100 runs of the 1B with distributed.sharding full and without (one
     process: issue 29's check) within 5%. Session 17's H100 runs: 8B LoRA and QLoRA in bf16 and with
     model.precision fp8 (its FP8 base), and 8B QLoRA at 294912 tokens (issue 30's longest context),
-    within 6%."""
+    within 6%. Session 18's H100 runs with the MLP over chunks of tokens: 8B LoRA at 65536 and
+    131072 tokens, 8B QLoRA r32 at 131072 and 393216, within 6%."""
     w = h.workdir("preflight-memory")
     rows = []
     for name in ["h200-session11.jsonl", "h200-session12-long-context.jsonl", "h100-full-sharding-1gpu.jsonl",
@@ -666,7 +667,14 @@ def preflight_memory_matches_measured_peaks():
                  "h100-session17-long-context.jsonl"]:
         results = h.REPO / "bench" / "results" / name
         rows += [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if r.get("impl") == "ours" and r.get("gpus") == 1 and "shape" in r]
+    # Session 18 runs the MLP of long sequences over chunks of tokens (trainer/model/
+    # frozen_linear_group.h): the long rows measured before (over 32768 tokens) are another build's
+    # peaks, and session 18's long rows take their place.
+    rows = [dict(r, before_chunking=True) for r in rows]
+    results = h.REPO / "bench" / "results" / "h100-session18-long-context.jsonl"
+    rows += [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("impl") == "ours" and r.get("gpus") == 1 and "shape" in r
+            and not (r.get("before_chunking") and r["seq"] * r["micro_batch"] > 32768)]
     assert len(rows) >= 14, len(rows)
     checkpointing = {"off": "false", "on": "true", "offload": "offload"}
     worst = 0.0
@@ -682,7 +690,8 @@ def preflight_memory_matches_measured_peaks():
                               str(w / "out"), r["method"], "10", str(r["micro_batch"]), str(r["seq"]),
                               json.dumps({"sharding": r["sharding"]} if "sharding" in r else {}),
                               checkpointing[r["recompute"]], r.get("precision", "default")],
-                             check=True, capture_output=True, text=True).stdout
+                             check=True, capture_output=True, text=True,
+                             env={**os.environ, "LORA_RANK": str(r.get("lora_r", 16))}).stdout
         path = w / "c.json"
         path.write_text(cfg)
         report = json.loads(h.run(["preflight", "--config", str(path)], timeout=600).stdout)

@@ -4,7 +4,9 @@
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "kernels/quant4.h"
 #include "kernels/swiglu.h"
@@ -239,44 +241,125 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
   }
 };
 
+// gate(x) and up(x) of the MLP's members (gate, up, down), the input quantized once when FP8
+// products take it. Sets gate's and up's x A^T.
+std::pair<Tensor, Tensor> gate_and_up(const Tensor& x2, std::vector<Member>& members) {
+  const auto x2_fp8 = shared_fp8_input(x2, {members[0], members[1]});
+  const kernels::Fp8Rows* shared = x2_fp8 ? &*x2_fp8 : nullptr;
+  return {member_forward(x2, members[0], shared), member_forward(x2, members[1], shared)};
+}
+
+// down(swiglu(gate(x), up(x))) over all of x2's rows at once; returns y and keeps gate and up in
+// `gate_up` for backward (down's x A^T is set on members[2]).
+Tensor mlp_forward(const Tensor& x2, std::vector<Member>& members, std::vector<Tensor>& gate_up) {
+  auto [gate, up] = gate_and_up(x2, members);
+  Tensor y = member_forward(kernels::swiglu_forward_op(gate, up), members[2]);
+  gate_up = {gate, up};
+  return y;
+}
+
+// The same `rows` tokens at a time, keeping nothing: backward recomputes gate and up chunk by
+// chunk. The x A^T products of the last chunk are dropped (backward makes each chunk's again).
+Tensor chunked_mlp_forward(const Tensor& x2, std::vector<Member>& members, int64_t rows) {
+  Tensor y = at::empty({x2.size(0), members[2].out_features()}, x2.options());
+  std::vector<Tensor> unused;
+  for (int64_t start = 0; start < x2.size(0); start += rows) {
+    const int64_t n = std::min(rows, x2.size(0) - start);
+    y.narrow(0, start, n).copy_(mlp_forward(x2.narrow(0, start, n), members, unused));
+  }
+  for (auto& m : members) m.xa = Tensor();
+  return y;
+}
+
+// The gradients of x (when `need_x`) and of the adapters (gate's A and B, up's, down's, those that
+// exist) from dy, given the forward's gate and up products.
+struct MlpGradients {
+  Tensor dx;
+  variable_list adapters;
+};
+MlpGradients mlp_backward(const Tensor& x2, const Tensor& gate_out, const Tensor& up_out,
+                          const Tensor& dy, std::vector<Member>& members, bool need_x,
+                          at::ScalarType adapter_dtype) {
+  Member &gate = members[0], &up = members[1], &down = members[2];
+  Tensor d_hidden;
+  const Tensor t_down = add_input_gradient(dy, down, /*need_x=*/true, d_hidden);
+  // SwiGLU's output is recomputed here instead of kept from forward.
+  auto [d_gate, d_up, hidden] = kernels::swiglu_backward_with_output(d_hidden, gate_out, up_out);
+  d_hidden = Tensor();
+  if (down.has_lora() && !down.xa.defined()) down.xa = at::mm(hidden, down.a.t());
+  MlpGradients g;
+  const Tensor t_gate = add_input_gradient(d_gate, gate, need_x, g.dx);
+  if (gate.has_lora()) add_adapter_gradients(d_gate, x2, t_gate, gate, adapter_dtype, g.adapters);
+  const Tensor t_up = add_input_gradient(d_up, up, need_x, g.dx);
+  if (up.has_lora()) add_adapter_gradients(d_up, x2, t_up, up, adapter_dtype, g.adapters);
+  if (down.has_lora()) add_adapter_gradients(dy, hidden, t_down, down, adapter_dtype, g.adapters);
+  return g;
+}
+
+// mlp_backward `rows` tokens at a time, gate and up recomputed for each chunk; the adapters'
+// gradients are summed over the chunks in fp32.
+MlpGradients chunked_mlp_backward(const Tensor& x2, const Tensor& dy, std::vector<Member>& members,
+                                  bool need_x, at::ScalarType adapter_dtype, int64_t rows) {
+  MlpGradients total;
+  if (need_x) total.dx = at::empty_like(x2);
+  for (int64_t start = 0; start < x2.size(0); start += rows) {
+    const int64_t n = std::min(rows, x2.size(0) - start);
+    const Tensor xc = x2.narrow(0, start, n);
+    auto [gate, up] = gate_and_up(xc, members);
+    members[2].xa = Tensor();  // down's, made again from this chunk's SwiGLU output
+    MlpGradients part =
+        mlp_backward(xc, gate, up, dy.narrow(0, start, n), members, need_x, at::kFloat);
+    if (need_x) total.dx.narrow(0, start, n).copy_(part.dx);
+    for (size_t i = 0; i < part.adapters.size(); ++i) {
+      if (i < total.adapters.size())
+        total.adapters[i].add_(part.adapters[i]);
+      else
+        total.adapters.push_back(part.adapters[i]);
+    }
+  }
+  for (auto& a : total.adapters) a = a.to(adapter_dtype);
+  return total;
+}
+
 struct SwigluMlpFunction : public torch::autograd::Function<SwigluMlpFunction> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, torch::TensorList adapters,
-                        const std::vector<LinearImpl*>& linears) {  // gate, up, down
+                        const std::vector<LinearImpl*>& linears,  // gate, up, down
+                        int64_t chunk_rows) {
     const auto dtype = product_dtype(x);
     const Tensor x2 = x.reshape({-1, x.size(-1)}).to(dtype);
     auto members = members_of(linears, adapters, dtype);
-    const auto x2_fp8 = shared_fp8_input(x2, {members[0], members[1]});
-    const kernels::Fp8Rows* shared = x2_fp8 ? &*x2_fp8 : nullptr;
-    Tensor gate = member_forward(x2, members[0], shared),
-           up = member_forward(x2, members[1], shared);
-    Tensor y = member_forward(kernels::swiglu_forward_op(gate, up), members[2]);
-    save(ctx, x2, {gate, up}, members, x, adapters);
+    std::vector<Tensor> gate_up;
+    const bool chunked = chunk_rows > 0 && chunk_rows < x2.size(0);
+    Tensor y;
+    if (MlpOutputNotRead::active()) {
+      // Only what backward reads: gate and up, unless chunked (backward makes each chunk's then).
+      if (!chunked) {
+        auto [gate, up] = gate_and_up(x2, members);
+        gate_up = {gate, up};
+      }
+      y = at::empty({x2.size(0), members[2].out_features()}, x2.options());
+    } else {
+      y = chunked ? chunked_mlp_forward(x2, members, chunk_rows)
+                  : mlp_forward(x2, members, gate_up);
+    }
+    save(ctx, x2, gate_up, members, x, adapters);
+    ctx->saved_data["chunk_rows"] = chunked ? chunk_rows : int64_t{0};
     return y.view(with_last(x.sizes().vec(), y.size(-1)));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Saved s = restore(ctx);
-    const Member &gate = s.members[0], &up = s.members[1], &down = s.members[2];
-    const Tensor dy = grads[0].reshape({-1, down.out_features()}).to(s.x2.scalar_type());
-    Tensor d_hidden;
-    const Tensor t_down = add_input_gradient(dy, down, /*need_x=*/true, d_hidden);
-    // SwiGLU's output is recomputed here instead of kept from forward.
-    auto [d_gate, d_up, hidden] =
-        kernels::swiglu_backward_with_output(d_hidden, s.extra[0], s.extra[1]);
-    d_hidden = Tensor();
+    const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
+    const Tensor dy = grads[0].reshape({-1, s.members[2].out_features()}).to(s.x2.scalar_type());
     const bool need_x = ctx->needs_input_grad(0);
-    Tensor dx;
-    variable_list adapter_grads;
-    const Tensor t_gate = add_input_gradient(d_gate, gate, need_x, dx);
-    if (gate.has_lora())
-      add_adapter_gradients(d_gate, s.x2, t_gate, gate, s.adapter_dtype, adapter_grads);
-    const Tensor t_up = add_input_gradient(d_up, up, need_x, dx);
-    if (up.has_lora()) add_adapter_gradients(d_up, s.x2, t_up, up, s.adapter_dtype, adapter_grads);
-    if (down.has_lora())
-      add_adapter_gradients(dy, hidden, t_down, down, s.adapter_dtype, adapter_grads);
-    variable_list out{dx.defined() ? dx.view(s.x_sizes) : Tensor()};
-    out.insert(out.end(), adapter_grads.begin(), adapter_grads.end());
+    MlpGradients g =
+        chunk_rows > 0
+            ? chunked_mlp_backward(s.x2, dy, s.members, need_x, s.adapter_dtype, chunk_rows)
+            : mlp_backward(s.x2, s.extra[0], s.extra[1], dy, s.members, need_x, s.adapter_dtype);
+    variable_list out{g.dx.defined() ? g.dx.view(s.x_sizes) : Tensor()};
+    out.insert(out.end(), g.adapters.begin(), g.adapters.end());
     out.push_back(Tensor());  // linears
+    out.push_back(Tensor());  // chunk_rows
     return out;
   }
 };
@@ -300,10 +383,29 @@ std::vector<Tensor> frozen_linear_group(const Tensor& x, const std::vector<Linea
   return GroupFunction::apply(x, torch::TensorList(adapters), linears);
 }
 
-Tensor frozen_swiglu_mlp(const Tensor& x, LinearImpl& gate, LinearImpl& up, LinearImpl& down) {
+namespace {
+thread_local bool mlp_output_not_read = false;
+}  // namespace
+
+MlpOutputNotRead::MlpOutputNotRead() : previous_(mlp_output_not_read) {
+  mlp_output_not_read = true;
+}
+MlpOutputNotRead::~MlpOutputNotRead() { mlp_output_not_read = previous_; }
+bool MlpOutputNotRead::active() { return mlp_output_not_read; }
+
+int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate) {
+  constexpr int64_t kChunkBytes = 512LL << 20, kBf16 = 2;
+  const int64_t rows = std::max<int64_t>(256, kChunkBytes / (intermediate * kBf16) / 256 * 256);
+  return tokens > 2 * rows ? rows : 0;
+}
+
+Tensor frozen_swiglu_mlp(const Tensor& x, LinearImpl& gate, LinearImpl& up, LinearImpl& down,
+                         int64_t chunk_rows) {
   const std::vector<LinearImpl*> linears{&gate, &up, &down};
   const auto adapters = adapters_of(linears);
-  return SwigluMlpFunction::apply(x, torch::TensorList(adapters), linears);
+  if (chunk_rows < 0)
+    chunk_rows = swiglu_mlp_chunk_rows(x.numel() / x.size(-1), gate.out_features());
+  return SwigluMlpFunction::apply(x, torch::TensorList(adapters), linears, chunk_rows);
 }
 
 }  // namespace kubetune::model

@@ -32,8 +32,35 @@ bool can_group(const torch::Tensor& x, const std::vector<LinearImpl*>& linears,
 std::vector<torch::Tensor> frozen_linear_group(const torch::Tensor& x,
                                                const std::vector<LinearImpl*>& linears);
 
-// down(swiglu(gate(x), up(x))) as one node.
+// While one is alive on a thread, the MLP nodes it makes leave their output uninitialised: the
+// recompute of a checkpointed decoder layer (trainer/model/causal_lm.cpp) builds the layer's graph
+// only to run its backward, and the MLP's output, the last thing the layer adds, is never read
+// there. The node then skips the down product and SwiGLU's output (backward makes what it needs
+// of them), and a node over chunks computes nothing until backward.
+class MlpOutputNotRead {
+ public:
+  MlpOutputNotRead();
+  ~MlpOutputNotRead();
+  MlpOutputNotRead(const MlpOutputNotRead&) = delete;
+  MlpOutputNotRead& operator=(const MlpOutputNotRead&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
+// Tokens per chunk when the MLP node runs over chunks of its input, for `tokens` tokens and an
+// intermediate width of `intermediate`; 0 when it runs over all of them at once. Long sequences
+// are chunked: at 311k tokens one [tokens, 14336] bf16 tensor of Llama-3.1-8B is 8.3 GiB, and
+// backward held six of them. Chunked, the node keeps only its input and recomputes gate and up
+// for each chunk in backward: in a checkpointed layer's recompute (MlpOutputNotRead) that costs
+// nothing, as the forward products are skipped there; without the recompute it is two of the
+// MLP's nine products again. Chunks are 512 MiB of the intermediate width.
+int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate);
+
+// down(swiglu(gate(x), up(x))) as one node; over chunks of `chunk_rows` tokens when positive
+// (-1: swiglu_mlp_chunk_rows's choice).
 torch::Tensor frozen_swiglu_mlp(const torch::Tensor& x, LinearImpl& gate, LinearImpl& up,
-                                LinearImpl& down);
+                                LinearImpl& down, int64_t chunk_rows = -1);
 
 }  // namespace kubetune::model

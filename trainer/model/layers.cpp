@@ -156,6 +156,7 @@ void LinearImpl::merge_lora() {
   if (is_quantized()) {
     weight.set_data(kernels::dequantize_4bit(quantized_, compute_dtype_));
     quantized_ = kernels::Quant4State();
+    fp8_products_ = false;  // the merged weight is a plain one
   }
   if (fp8_weight_.values.defined()) {
     weight.set_data(kernels::dequantize_rows_fp8(fp8_weight_, weight.scalar_type()));

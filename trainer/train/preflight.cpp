@@ -8,6 +8,7 @@
 #include "common/contracts.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/sampler.h"
+#include "trainer/model/frozen_linear_group.h"
 #include "trainer/model/lora.h"
 #include "trainer/train/batch_shape.h"
 #include "trainer/train/device.h"
@@ -41,6 +42,25 @@ constexpr double kRecomputedMlpOutputBytes = 2.0;
 // when it counted fp32 checkpoints and no backward working set, and is now 3.98, 3.54, 30.88 and
 // 46.19 (bench/README.md, "Memory").
 constexpr double kRecomputeBackwardBytesPerIntermediate = 8.0;
+
+// With the MLP over chunks of tokens (long sequences, frozen_linear_group.h) and recompute, what
+// the layer whose backward runs, and everything outside the layers, holds per token and element of
+// the hidden width, beside the checkpoints; and the MLP's working set per element of one chunk's
+// [tokens, intermediate]. Fitted to 8B LoRA r16 at 65536 tokens and 8B QLoRA r32 at 393216, with
+// offloaded checkpoints (23.93 and 51.97 GiB on an H100, session 18); the two runs at 131072
+// between them, LoRA and QLoRA (30.75 and 21.73 GiB), are estimated 1.9% and 2.7% above.
+constexpr double kChunkedRecomputeBytesPerHidden = 25.65;
+constexpr double kMlpChunkBytesPerIntermediate = 3.77;
+
+// Bytes of the decoder layers' inputs kept on the GPU for the recompute (0 without it). Offloaded,
+// those on the GPU are the last layer's and the one being fetched.
+double checkpoints(const TrainConfig& c, const model::ModelConfig& m, double tokens, bool full,
+                   bool bf16) {
+  if (!recomputes_layers(c)) return 0;
+  const int64_t on_gpu = c.model.offload_checkpoints ? 2 : m.num_hidden_layers;
+  const double bytes = (full || !bf16) ? 4.0 : 2.0;
+  return tokens * bytes * static_cast<double>(m.hidden_size * on_gpu);
+}
 
 // Model FLOPs utilisation this build reached on an H200 (bench/README.md, session 6, seq 2048):
 // 39-50% without recompute (1B LoRA 39%, 1B full 41%, 8B LoRA 50%), about a quarter less with it.
@@ -239,23 +259,37 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   // Under fp8 full fine-tuning backward keeps each decoder linear weight in FP8 (one byte) where
   // autocast kept a bf16 copy.
   if (fp8 && full && e.autocast_copies > 0) e.autocast_copies = (trainable - linear) * 2 + linear;
-  const double tokens = static_cast<double>(micro_batch_size(c)) * c.data.max_length;
+  const int64_t tokens = micro_batch_size(c) * c.data.max_length;
   const bool mlp_output_recomputed = trains_adapters(c) && c.method.lora.dropout == 0;
-  const double per_layer =
-      kActivationBytesPerHidden * m.hidden_size +
+  // That MLP node runs over chunks of a long sequence's tokens, keeping only its input: its
+  // intermediate-width tensors are then one chunk's, in the layer whose backward runs.
+  const int64_t mlp_chunk =
+      mlp_output_recomputed ? model::swiglu_mlp_chunk_rows(tokens, m.intermediate_size) : 0;
+  const double mlp_saved_per_token =
       (kActivationBytesPerIntermediate - (mlp_output_recomputed ? kRecomputedMlpOutputBytes : 0)) *
-          m.intermediate_size;
+      m.intermediate_size;
+  const double mlp_backward_per_token =
+      kRecomputeBackwardBytesPerIntermediate * m.intermediate_size;
   const double scale = bf16 ? 1.0 : 2.0;  // fp32 activations take twice the bytes
-  if (!recomputes_layers(c)) {
-    e.activations = static_cast<int64_t>(tokens * scale * per_layer * m.num_hidden_layers);
+  const double hidden_per_layer = kActivationBytesPerHidden * m.hidden_size;
+  const auto n = static_cast<double>(tokens);
+  if (mlp_chunk > 0) {
+    const double working_set = static_cast<double>(mlp_chunk) * scale *
+                               kMlpChunkBytesPerIntermediate * m.intermediate_size;
+    const double per_token = recomputes_layers(c)
+                                 ? kChunkedRecomputeBytesPerHidden * m.hidden_size
+                                 : hidden_per_layer * m.num_hidden_layers;  // not measured
+    e.activations = static_cast<int64_t>(n * scale * per_token + working_set +
+                                         checkpoints(c, m, n, full, bf16));
     return e;
   }
-  // Offloaded, the checkpoints on the GPU are the last layer's and the one being fetched.
-  const int64_t checkpoints_on_gpu = c.model.offload_checkpoints ? 2 : m.num_hidden_layers;
-  const double checkpoint_bytes = (full || !bf16) ? 4.0 : 2.0;
-  e.activations = static_cast<int64_t>(
-      tokens * checkpoint_bytes * m.hidden_size * checkpoints_on_gpu +
-      tokens * scale * (per_layer + kRecomputeBackwardBytesPerIntermediate * m.intermediate_size));
+  const double per_layer = hidden_per_layer + mlp_saved_per_token;
+  if (!recomputes_layers(c)) {
+    e.activations = static_cast<int64_t>(n * scale * per_layer * m.num_hidden_layers);
+    return e;
+  }
+  e.activations = static_cast<int64_t>(checkpoints(c, m, n, full, bf16) +
+                                       n * scale * (per_layer + mlp_backward_per_token));
   return e;
 }
 
