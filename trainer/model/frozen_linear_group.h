@@ -54,12 +54,11 @@ class MlpOutputNotRead {
 // are chunked: at 311k tokens one [tokens, 14336] bf16 tensor of Llama-3.1-8B is 8.3 GiB, and
 // backward held six of them. Chunked, the node keeps only its input and recomputes gate and up
 // for each chunk in backward: in a checkpointed layer's recompute (MlpOutputNotRead) that costs
-// nothing, as the forward products are skipped there; without the recompute it is two of the
-// MLP's nine products again. Chunks are 512 MiB of the intermediate width.
+// nothing, as the forward products are skipped there. Chunks are 512 MiB of the intermediate width.
 int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate);
 
 // down(swiglu(gate(x), up(x))) as one node; over chunks of `chunk_rows` tokens when positive
-// (-1: swiglu_mlp_chunk_rows's choice).
+// (-1: swiglu_mlp_chunk_rows's choice under no grad mode or MlpOutputNotRead, else none).
 torch::Tensor frozen_swiglu_mlp(const torch::Tensor& x, LinearImpl& gate, LinearImpl& up,
                                 LinearImpl& down, int64_t chunk_rows = -1);
 

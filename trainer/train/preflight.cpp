@@ -13,6 +13,7 @@
 #include "trainer/train/batch_shape.h"
 #include "trainer/train/device.h"
 #include "trainer/train/flops.h"
+#include "trainer/train/host_memory.h"
 #include "trainer/train/micro_batch.h"
 #include "trainer/train/model_setup.h"
 #include "trainer/train/train_loop.h"
@@ -54,12 +55,10 @@ constexpr double kMlpChunkBytesPerIntermediate = 3.77;
 
 // Bytes of the decoder layers' inputs kept on the GPU for the recompute (0 without it). Offloaded,
 // those on the GPU are the last layer's and the one being fetched.
-double checkpoints(const TrainConfig& c, const model::ModelConfig& m, double tokens, bool full,
-                   bool bf16) {
+double checkpoints(const TrainConfig& c, const model::ModelConfig& m, double tokens) {
   if (!recomputes_layers(c)) return 0;
   const int64_t on_gpu = c.model.offload_checkpoints ? 2 : m.num_hidden_layers;
-  const double bytes = (full || !bf16) ? 4.0 : 2.0;
-  return tokens * bytes * static_cast<double>(m.hidden_size * on_gpu);
+  return tokens * checkpoint_element_bytes(c) * static_cast<double>(m.hidden_size * on_gpu);
 }
 
 // Model FLOPs utilisation this build reached on an H200 (bench/README.md, session 6, seq 2048):
@@ -261,10 +260,11 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   if (fp8 && full && e.autocast_copies > 0) e.autocast_copies = (trainable - linear) * 2 + linear;
   const int64_t tokens = micro_batch_size(c) * c.data.max_length;
   const bool mlp_output_recomputed = trains_adapters(c) && c.method.lora.dropout == 0;
-  // That MLP node runs over chunks of a long sequence's tokens, keeping only its input: its
-  // intermediate-width tensors are then one chunk's, in the layer whose backward runs.
-  const int64_t mlp_chunk =
-      mlp_output_recomputed ? model::swiglu_mlp_chunk_rows(tokens, m.intermediate_size) : 0;
+  // Under recompute that MLP node runs over chunks of a long sequence's tokens, keeping only its
+  // input: its intermediate-width tensors are then one chunk's, in the layer whose backward runs.
+  const int64_t mlp_chunk = mlp_output_recomputed && recomputes_layers(c)
+                                ? model::swiglu_mlp_chunk_rows(tokens, m.intermediate_size)
+                                : 0;
   const double mlp_saved_per_token =
       (kActivationBytesPerIntermediate - (mlp_output_recomputed ? kRecomputedMlpOutputBytes : 0)) *
       m.intermediate_size;
@@ -276,11 +276,9 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   if (mlp_chunk > 0) {
     const double working_set = static_cast<double>(mlp_chunk) * scale *
                                kMlpChunkBytesPerIntermediate * m.intermediate_size;
-    const double per_token = recomputes_layers(c)
-                                 ? kChunkedRecomputeBytesPerHidden * m.hidden_size
-                                 : hidden_per_layer * m.num_hidden_layers;  // not measured
-    e.activations = static_cast<int64_t>(n * scale * per_token + working_set +
-                                         checkpoints(c, m, n, full, bf16));
+    const double per_token = kChunkedRecomputeBytesPerHidden * m.hidden_size;
+    e.activations =
+        static_cast<int64_t>(n * scale * per_token + working_set + checkpoints(c, m, n));
     return e;
   }
   const double per_layer = hidden_per_layer + mlp_saved_per_token;
@@ -288,8 +286,8 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
     e.activations = static_cast<int64_t>(n * scale * per_layer * m.num_hidden_layers);
     return e;
   }
-  e.activations = static_cast<int64_t>(checkpoints(c, m, n, full, bf16) +
-                                       n * scale * (per_layer + mlp_backward_per_token));
+  e.activations =
+      static_cast<int64_t>(checkpoints(c, m, n) + n * scale * (per_layer + mlp_backward_per_token));
   return e;
 }
 

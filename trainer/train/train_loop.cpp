@@ -49,6 +49,7 @@
 #include "trainer/train/flops.h"
 #include "trainer/train/full_sharding.h"
 #include "trainer/train/grad_clip.h"
+#include "trainer/train/host_memory.h"
 #include "trainer/train/lr_schedule.h"
 #include "trainer/train/micro_batch.h"
 #include "trainer/train/model_setup.h"
@@ -734,8 +735,27 @@ struct UserInputs {
 };
 
 // Everything read from the user's files: a failure here is theirs to fix, not ours to retry.
-UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, torch::Dtype dtype) {
+// Offloaded checkpoints that would not fit the host's memory (`processes` trainers pin theirs on
+// this machine): an error now, before the model loads, not a silent kill at the first step.
+void check_host_memory_for_offload(const TrainConfig& c, const torch::Device& device,
+                                   int processes) {
+  if (!c.model.offload_checkpoints || !device.is_cuda()) return;
+  TrainConfig smallest = c;  // microBatchSize auto is chosen later, from the GPU: at least 1
+  if (micro_batch_is_auto(smallest)) set_micro_batch_size(smallest, 1);
+  const int64_t need =
+      offloaded_checkpoint_bytes(model::ModelConfig::from_dir(c.model.path), smallest);
+  const auto available = available_host_memory();
+  if (!available) return;
+  if (auto error = offload_host_memory_error(need, processes, *available))
+    throw std::runtime_error(*error);
+  log::info() << "model.offloadCheckpoints: " << (need >> 20) << " MiB of pinned host memory per "
+              << "process, " << (*available >> 20) << " MiB available";
+}
+
+UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, torch::Dtype dtype,
+                            int local_processes) {
   try {
+    check_host_memory_for_offload(c, device, local_processes);
     auto text = load_text_tools(c.model.path);
     auto options = dataset_options(c);
     auto train = data::load_jsonl(c.data.train, text.tokenizer, text.chat.get(), options);
@@ -945,7 +965,7 @@ int run_training(const TrainConfig& configured) {
                                          c.distributed.timeout_seconds);
   const bool lead = env.rank == 0;
 
-  auto inputs = load_user_inputs(c, device, dtype);
+  auto inputs = load_user_inputs(c, device, dtype, env.local_world_size);
   auto model = inputs.model;
   auto trainable = trainable_parameters(*model);
   auto checkpoint = agree_on_resume_point(*comm, c, device, [&](const CheckpointContents& k) {
