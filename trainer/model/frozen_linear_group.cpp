@@ -406,10 +406,11 @@ Tensor frozen_swiglu_mlp(const Tensor& x, LinearImpl& gate, LinearImpl& up, Line
   // Chunks only where they cost nothing: a forward that keeps nothing for backward (a checkpointed
   // layer's first pass, evaluation) and the recompute. A plain forward keeping its activations
   // would pay gate and up twice.
-  const bool free_to_chunk = !torch::GradMode::is_enabled() || MlpOutputNotRead::active();
-  if (chunk_rows < 0)
+  if (chunk_rows < 0) {
+    const bool free_to_chunk = !torch::GradMode::is_enabled() || MlpOutputNotRead::active();
     chunk_rows =
         free_to_chunk ? swiglu_mlp_chunk_rows(x.numel() / x.size(-1), gate.out_features()) : 0;
+  }
   return SwigluMlpFunction::apply(x, torch::TensorList(adapters), linears, chunk_rows);
 }
 

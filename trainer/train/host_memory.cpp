@@ -1,7 +1,6 @@
 #include "trainer/train/host_memory.h"
 
 #include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -16,9 +15,8 @@ std::string read_file(const std::string& path) {
 }
 
 std::optional<int64_t> whole_number(const std::string& text) {
-  size_t used = 0;
   try {
-    const long long value = std::stoll(text, &used);
+    const long long value = std::stoll(text);  // "max" throws: not a number
     if (value < 0) return std::nullopt;
     return static_cast<int64_t>(value);
   } catch (const std::exception&) {

@@ -265,13 +265,7 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   const int64_t mlp_chunk = mlp_output_recomputed && recomputes_layers(c)
                                 ? model::swiglu_mlp_chunk_rows(tokens, m.intermediate_size)
                                 : 0;
-  const double mlp_saved_per_token =
-      (kActivationBytesPerIntermediate - (mlp_output_recomputed ? kRecomputedMlpOutputBytes : 0)) *
-      m.intermediate_size;
-  const double mlp_backward_per_token =
-      kRecomputeBackwardBytesPerIntermediate * m.intermediate_size;
   const double scale = bf16 ? 1.0 : 2.0;  // fp32 activations take twice the bytes
-  const double hidden_per_layer = kActivationBytesPerHidden * m.hidden_size;
   const auto n = static_cast<double>(tokens);
   if (mlp_chunk > 0) {
     const double working_set = static_cast<double>(mlp_chunk) * scale *
@@ -281,13 +275,17 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
         static_cast<int64_t>(n * scale * per_token + working_set + checkpoints(c, m, n));
     return e;
   }
-  const double per_layer = hidden_per_layer + mlp_saved_per_token;
+  const double per_layer =
+      kActivationBytesPerHidden * m.hidden_size +
+      (kActivationBytesPerIntermediate - (mlp_output_recomputed ? kRecomputedMlpOutputBytes : 0)) *
+          m.intermediate_size;
   if (!recomputes_layers(c)) {
     e.activations = static_cast<int64_t>(n * scale * per_layer * m.num_hidden_layers);
     return e;
   }
-  e.activations =
-      static_cast<int64_t>(checkpoints(c, m, n) + n * scale * (per_layer + mlp_backward_per_token));
+  e.activations = static_cast<int64_t>(
+      checkpoints(c, m, n) +
+      n * scale * (per_layer + kRecomputeBackwardBytesPerIntermediate * m.intermediate_size));
   return e;
 }
 

@@ -734,7 +734,6 @@ struct UserInputs {
   model::CausalLM model;
 };
 
-// Everything read from the user's files: a failure here is theirs to fix, not ours to retry.
 // Offloaded checkpoints that would not fit the host's memory (`processes` trainers pin theirs on
 // this machine): an error now, before the model loads, not a silent kill at the first step.
 void check_host_memory_for_offload(const TrainConfig& c, const torch::Device& device,
@@ -752,6 +751,7 @@ void check_host_memory_for_offload(const TrainConfig& c, const torch::Device& de
               << "process, " << (*available >> 20) << " MiB available";
 }
 
+// Everything read from the user's files: a failure here is theirs to fix, not ours to retry.
 UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, torch::Dtype dtype,
                             int local_processes) {
   try {
