@@ -91,7 +91,8 @@ Tensor fp8_input_gradient(const Tensor& dy, const kernels::Fp8Rows& w,
   // dx[m, k] = sum_n dy[m, n] s[n] q[n, k]: the weight's row scales s lie along the sum, so they
   // go into dy before it is quantized, and W^T's rows (the GEMM's second operand) have scale 1.
   const kernels::Fp8Rows g = kernels::quantize_rows_fp8(dy, w.scales.view({-1}));
-  const kernels::Fp8Rows wt{kernels::transpose_fp8(w.values), at::ones({w.cols(), 1}, w.scales.options())};
+  const kernels::Fp8Rows wt{kernels::transpose_fp8(w.values),
+                            at::ones({w.cols(), 1}, w.scales.options())};
   return kernels::fp8_mm(g, wt, out_dtype, /*fast_accumulate=*/false);
 }
 
