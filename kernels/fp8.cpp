@@ -10,15 +10,12 @@
 namespace kubetune::kernels {
 namespace {
 
-// The smallest row maximum a scale is made from: an all-zero row quantizes to zeros, not NaN.
-constexpr float kMinAmax = 1e-30f;
-
 std::tuple<torch::Tensor, torch::Tensor> quantize_rows_cpu(
     const torch::Tensor& x, const c10::optional<torch::Tensor>& column_scale) {
   TORCH_CHECK(x.dim() == 2, "fp8_quantize_rows: x must be 2-D, got ", x.sizes());
   torch::Tensor y = x.to(torch::kFloat32);
   if (column_scale) y = y * column_scale->to(torch::kFloat32).view({1, -1});
-  torch::Tensor amax = std::get<0>(y.abs().max(1, /*keepdim=*/true)).clamp_min(kMinAmax);
+  torch::Tensor amax = std::get<0>(y.abs().max(1, /*keepdim=*/true)).clamp_min(kFp8MinAmax);
   // 448 / amax as a true division, the same float32 arithmetic as the CUDA kernel.
   torch::Tensor inv = torch::full_like(amax, kFp8Max).div(amax);
   return {(y * inv).to(torch::kFloat8_e4m3fn), amax.div(torch::full_like(amax, kFp8Max))};
@@ -48,6 +45,8 @@ torch::Tensor transpose_fp8(const torch::Tensor& values) {
   TORCH_CHECK(values.dim() == 2, "fp8_transpose: values must be 2-D, got ", values.sizes());
   return op.call(values.contiguous());
 }
+
+Fp8Transposed transposed(const Fp8Rows& w) { return {transpose_fp8(w.values), w.scales}; }
 
 torch::Tensor dequantize_rows_fp8(const Fp8Rows& q, torch::ScalarType dtype) {
   return (q.values.to(torch::kFloat32) * q.scales).to(dtype);

@@ -19,6 +19,9 @@ namespace kubetune::kernels {
 
 // E4M3's largest finite value: a row's largest magnitude is scaled to it.
 inline constexpr float kFp8Max = 448.0f;
+// The smallest row maximum a scale is made from: an all-zero row quantizes to zeros, not NaN.
+// Small enough not to flush tiny gradients.
+inline constexpr float kFp8MinAmax = 1e-30f;
 
 struct Fp8Rows {
   torch::Tensor values;  // [rows, cols] float8_e4m3fn, contiguous
@@ -26,6 +29,14 @@ struct Fp8Rows {
   int64_t rows() const { return values.size(0); }
   int64_t cols() const { return values.size(1); }
   int64_t bytes() const { return values.numel() + scales.numel() * 4; }
+};
+
+// W^T as an input gradient dx = dy W takes it: W's values transposed ([cols, rows], the layout
+// cuBLASLt's FP8 GEMM takes as its second operand here) and W's row scales, which lie along that
+// product's sum and are folded into dy (trainer/model/fp8_linear.h).
+struct Fp8Transposed {
+  torch::Tensor values;      // [cols, rows] float8_e4m3fn, contiguous
+  torch::Tensor row_scales;  // [rows, 1] float32, W's
 };
 
 // x [rows, cols] (bf16, fp16 or fp32) quantized per row. With `column_scale` ([cols] float32),
@@ -37,6 +48,7 @@ Fp8Rows quantize_rows_fp8(const torch::Tensor& x, const torch::Tensor& column_sc
 // one byte per thread and ran at a tenth of the memory bandwidth (0.42 ms for a 14336 x 4096
 // weight on an H100; bench/README.md, session 17).
 torch::Tensor transpose_fp8(const torch::Tensor& values);
+Fp8Transposed transposed(const Fp8Rows& w);
 
 // The dense matrix an Fp8Rows stands for, in `dtype`.
 torch::Tensor dequantize_rows_fp8(const Fp8Rows& q, torch::ScalarType dtype);

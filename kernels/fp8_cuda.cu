@@ -1,7 +1,7 @@
 // CUDA implementation of kubetune::fp8_quantize_rows: one block per row, two passes over it (the
-// row's largest magnitude, then the scaled and rounded values; the second pass reads from L2),
-// 16-byte loads where the row allows, float32 arithmetic (no fast math) so the result is the CPU
-// reference's to the bit.
+// row's largest magnitude, then the scaled and rounded values; the second from registers where the
+// row fits them), 16-byte loads and W-byte stores where the row allows, float32 arithmetic (no
+// fast math) so the result is the CPU reference's to the bit.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -9,14 +9,16 @@
 #include <cuda_fp8.h>
 #include <torch/library.h>
 
+#include <type_traits>
+
 #include "kernels/fp8.h"
+#include "kernels/transpose_tile.cuh"
 #include "kernels/vectorized.cuh"
 
 namespace kubetune::kernels {
 namespace {
 
 constexpr int kRowThreads = 256;
-constexpr float kMinAmax = 1e-30f;  // as in fp8.cpp: an all-zero row gives zeros
 
 __device__ float block_max(float v) {
   __shared__ float warp_max[kRowThreads / 32];
@@ -38,46 +40,100 @@ __device__ __nv_fp8_storage_t to_e4m3(float v) {
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 }
 
-// The row's elements [i * W, i * W + W) for pack i (W = 1 without 16-byte loads), times the column
-// scales when there are any.
+// The row's elements [i * W, i * W + W) for pack i (W = 1 without 16-byte loads), in float32 and
+// times the column scales when there are any.
 template <typename T, int W>
 struct RowPack {
+  using Raw = std::conditional_t<(W > 1), typename Vec<T>::Pack, T>;
   float v[W];
-  __device__ RowPack(const T* row, const float* column_scale, int64_t i) {
+  __device__ static Raw load(const T* row, int64_t i) {
     if constexpr (W > 1) {
-      const auto pack = Vec<T>::load(row + i * W);
-#pragma unroll
-      for (int j = 0; j < W; ++j) v[j] = static_cast<float>(pack.v[j]);
+      return Vec<T>::load(row + i * W);
     } else {
-      v[0] = static_cast<float>(row[i]);
+      return row[i];
     }
-    if (column_scale)
+  }
+  __device__ RowPack(const Raw& raw, const float* column_scale, int64_t i) {
+    if constexpr (W > 1) {
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[j] = static_cast<float>(raw.v[j]);
+    } else {
+      v[0] = static_cast<float>(raw);
+    }
+    if (!column_scale) return;
+    if constexpr (W % 4 == 0) {
+      // 16-byte loads: one float per thread at a stride of W floats touched W times the sectors.
+#pragma unroll
+      for (int q = 0; q < W / 4; ++q) {
+        const float4 s = reinterpret_cast<const float4*>(column_scale + i * W)[q];
+        v[4 * q] *= s.x;
+        v[4 * q + 1] *= s.y;
+        v[4 * q + 2] *= s.z;
+        v[4 * q + 3] *= s.w;
+      }
+    } else {
 #pragma unroll
       for (int j = 0; j < W; ++j) v[j] *= column_scale[i * W + j];
+    }
+  }
+  __device__ float amax() const {
+    float m = 0.f;
+#pragma unroll
+    for (int j = 0; j < W; ++j) m = fmaxf(m, fabsf(v[j]));
+    return m;
+  }
+  // The W values times `inv` in E4M3, stored with one W-byte access.
+  __device__ void store(__nv_fp8_storage_t* out, int64_t i, float inv) const {
+    struct alignas(W) Bytes {
+      __nv_fp8_storage_t b[W];
+    } bytes;
+#pragma unroll
+    for (int j = 0; j < W; ++j) bytes.b[j] = to_e4m3(v[j] * inv);
+    *reinterpret_cast<Bytes*>(out + i * W) = bytes;
   }
 };
 
-template <typename T, int W>
+// Packs a thread keeps in registers between the two passes over a row: rows up to
+// kRowThreads * kCachedPacks * W values (16,384 bf16, Llama-3.1-8B's widest is 14,336) are read
+// from memory once; wider ones are read again in the second pass (from L2, mostly).
+constexpr int kCachedPacks = 8;
+
+template <typename T, int W, bool kCached>
 __global__ void quantize_rows_kernel(const T* __restrict__ x,
                                      const float* __restrict__ column_scale,
                                      __nv_fp8_storage_t* __restrict__ values,
                                      float* __restrict__ scales, int64_t cols) {
+  using Pack = RowPack<T, W>;
   const int64_t row = blockIdx.x;
   const T* in = x + row * cols;
   __nv_fp8_storage_t* out = values + row * cols;
   const int64_t packs = cols / W;
   float amax = 0.f;
-  for (int64_t i = threadIdx.x; i < packs; i += kRowThreads) {
-    RowPack<T, W> p(in, column_scale, i);
+  typename Pack::Raw cache[kCached ? kCachedPacks : 1];
+  if constexpr (kCached) {
 #pragma unroll
-    for (int j = 0; j < W; ++j) amax = fmaxf(amax, fabsf(p.v[j]));
+    for (int c = 0; c < kCachedPacks; ++c) {
+      const int64_t i = threadIdx.x + int64_t(c) * kRowThreads;
+      if (i < packs) {
+        cache[c] = Pack::load(in, i);
+        amax = fmaxf(amax, Pack(cache[c], column_scale, i).amax());
+      }
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < packs; i += kRowThreads)
+      amax = fmaxf(amax, Pack(Pack::load(in, i), column_scale, i).amax());
   }
-  amax = fmaxf(block_max(amax), kMinAmax);
+  amax = fmaxf(block_max(amax), kFp8MinAmax);
   const float inv = kFp8Max / amax;
-  for (int64_t i = threadIdx.x; i < packs; i += kRowThreads) {
-    RowPack<T, W> p(in, column_scale, i);
+  if constexpr (kCached) {
 #pragma unroll
-    for (int j = 0; j < W; ++j) out[i * W + j] = to_e4m3(p.v[j] * inv);
+    for (int c = 0; c < kCachedPacks; ++c) {
+      const int64_t i = threadIdx.x + int64_t(c) * kRowThreads;
+      if (i < packs) Pack(cache[c], column_scale, i).store(out, i, inv);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < packs; i += kRowThreads)
+      Pack(Pack::load(in, i), column_scale, i).store(out, i, inv);
   }
   if (threadIdx.x == 0) scales[row] = amax / kFp8Max;
 }
@@ -101,44 +157,35 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows_cuda(
         const auto* xp = in.data_ptr<scalar_t>();
         constexpr int kW = Vec<scalar_t>::kWidth;
         // Every row starts 16-byte aligned when cols is a multiple
-        // of the pack and the tensor itself is aligned.
-        if (Vec<scalar_t>::usable(cols, xp))
-          quantize_rows_kernel<scalar_t, kW>
-              <<<rows, kRowThreads, 0, stream>>>(xp, csp, vp, scales.data_ptr<float>(), cols);
+        // of the pack and the tensors themselves are aligned.
+        const bool scales_aligned = reinterpret_cast<std::uintptr_t>(csp) % 16 == 0;
+        float* sp = scales.data_ptr<float>();
+        if (!Vec<scalar_t>::usable(cols, xp) || !scales_aligned)
+          quantize_rows_kernel<scalar_t, 1, false>
+              <<<rows, kRowThreads, 0, stream>>>(xp, csp, vp, sp, cols);
+        else if (cols <= int64_t(kRowThreads) * kCachedPacks * kW)
+          quantize_rows_kernel<scalar_t, kW, true>
+              <<<rows, kRowThreads, 0, stream>>>(xp, csp, vp, sp, cols);
         else
-          quantize_rows_kernel<scalar_t, 1>
-              <<<rows, kRowThreads, 0, stream>>>(xp, csp, vp, scales.data_ptr<float>(), cols);
+          quantize_rows_kernel<scalar_t, kW, false>
+              <<<rows, kRowThreads, 0, stream>>>(xp, csp, vp, sp, cols);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {values, scales};
 }
 
-// A 64 x 64 byte tile through shared memory: each thread reads 4 consecutive bytes of an input row
-// and writes 4 consecutive bytes of an output row (16 threads cover a tile row, 16 rows a pass).
-constexpr int kTile = 64, kWordsPerRow = kTile / 4, kTileThreads = 256;
-
 __global__ void transpose_bytes_kernel(const uint8_t* __restrict__ in, uint8_t* __restrict__ out,
                                        int64_t rows, int64_t cols) {
-  __shared__ alignas(4) uint8_t tile[kTile][kTile + 4];
-  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
-  const int word = threadIdx.x % kWordsPerRow, first = threadIdx.x / kWordsPerRow;
-  constexpr int kStride = kTileThreads / kWordsPerRow;
-  for (int i = first; i < kTile; i += kStride) {
-    const int64_t r = r0 + i, c = c0 + word * 4;
+  __shared__ tile::Tile t;
+  const int64_t r0 = int64_t(blockIdx.y) * tile::kTile, c0 = int64_t(blockIdx.x) * tile::kTile;
+  for (int i = tile::first_row(); i < tile::kTile; i += tile::kRowsPerPass) {
+    const int64_t r = r0 + i, c = c0 + tile::word() * 4;
     if (r < rows && c < cols)
-      *reinterpret_cast<uint32_t*>(&tile[i][word * 4]) =
+      *reinterpret_cast<uint32_t*>(&t.bytes[i][tile::word() * 4]) =
           *reinterpret_cast<const uint32_t*>(in + r * cols + c);
   }
   __syncthreads();
-  for (int i = first; i < kTile; i += kStride) {
-    const int64_t out_row = c0 + i, out_col = r0 + word * 4;
-    if (out_row < cols && out_col < rows) {
-      const int t = word * 4;
-      const uint32_t packed = uint32_t(tile[t][i]) | uint32_t(tile[t + 1][i]) << 8 |
-                              uint32_t(tile[t + 2][i]) << 16 | uint32_t(tile[t + 3][i]) << 24;
-      *reinterpret_cast<uint32_t*>(out + out_row * rows + out_col) = packed;
-    }
-  }
+  tile::store_transposed(t, out, r0, c0, rows, cols);
 }
 
 at::Tensor transpose_cuda(const at::Tensor& values) {
@@ -152,8 +199,8 @@ at::Tensor transpose_cuda(const at::Tensor& values) {
   c10::cuda::CUDAGuard guard(in.device());
   auto out = at::empty({cols, rows}, in.options());
   if (rows == 0 || cols == 0) return out;
-  const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
-  transpose_bytes_kernel<<<grid, kTileThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  const dim3 grid((cols + tile::kTile - 1) / tile::kTile, (rows + tile::kTile - 1) / tile::kTile);
+  transpose_bytes_kernel<<<grid, tile::kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
       static_cast<const uint8_t*>(in.data_ptr()), static_cast<uint8_t*>(out.data_ptr()), rows,
       cols);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

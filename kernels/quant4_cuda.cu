@@ -12,20 +12,12 @@
 #include <type_traits>
 
 #include "kernels/launch.cuh"
-#include "kernels/quant4_codes.h"
+#include "kernels/quant4_device.cuh"
 
 namespace kubetune::kernels {
 namespace {
 
 using namespace quant4;
-
-__constant__ uint32_t kDeviceDynamicMap[256] = {KUBETUNE_DYNAMIC_MAP_BITS};
-
-CodeBook device_code_book(c10::string_view type_view) {
-  const std::string type(type_view);
-  TORCH_CHECK(type == "nf4" || type == "fp4", "4-bit quantization type must be nf4 or fp4");
-  return make_code_book(type == "nf4");
-}
 
 // One thread per block of `blocksize` values: load time only, so simple over fast.
 template <typename T>
@@ -54,27 +46,6 @@ __global__ void quantize_4bit_kernel(const T* __restrict__ x, uint8_t* __restric
       packed[i / 2] = byte;
     }
   }
-}
-
-// The scale of 4-bit block `blk`: stored, or decoded from the double quantization as
-// code * nested absmax + offset (two roundings, like the CPU).
-template <bool kNested>
-__device__ float block_scale(int64_t blk, const float* __restrict__ absmax,
-                             const uint8_t* __restrict__ absmax_codes,
-                             const float* __restrict__ nested, float offset) {
-  if constexpr (kNested) {
-    const float code = __uint_as_float(kDeviceDynamicMap[absmax_codes[blk]]);
-    return __fadd_rn(__fmul_rn(code, nested[blk / kNestedBlocksize]), offset);
-  } else {
-    return absmax[blk];
-  }
-}
-
-// The code book in shared memory: indexing the kernel's parameters with a runtime value would put
-// them in local memory.
-__device__ void load_code_book(const CodeBook& book, float* code) {
-  if (threadIdx.x < 16) code[threadIdx.x] = book.values[threadIdx.x];
-  __syncthreads();
 }
 
 // Each thread turns 8 packed bytes into 16 values of one block (blocks hold a multiple of 16):

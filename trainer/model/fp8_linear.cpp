@@ -17,6 +17,15 @@ std::vector<int64_t> with_last(std::vector<int64_t> sizes, int64_t last) {
   return sizes;
 }
 
+// [n, 1] float32 ones on `options`' device: the scales of W^T's rows. Kept (one per thread, grown
+// as needed) instead of a fill kernel for each of the step's input gradients.
+Tensor unit_scales(int64_t n, const torch::TensorOptions& options) {
+  thread_local Tensor ones;
+  if (!ones.defined() || ones.numel() < n || ones.device() != options.device())
+    ones = at::ones({std::max<int64_t>(n, ones.defined() ? ones.numel() : 0)}, options);
+  return ones.narrow(0, 0, n).view({n, 1});
+}
+
 class Fp8FrozenFunction : public torch::autograd::Function<Fp8FrozenFunction> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const LinearImpl* layer,
@@ -36,7 +45,7 @@ class Fp8FrozenFunction : public torch::autograd::Function<Fp8FrozenFunction> {
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const auto x_dtype = static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const Tensor dy = grads[0].reshape({-1, grads[0].size(-1)}).to(dtype);
-    const Tensor dx = fp8_input_gradient(dy, layer->fp8_base(), dtype);
+    const Tensor dx = fp8_input_gradient(dy, layer->fp8_base_transposed(), dtype);
     return {dx.view(ctx->saved_data["x_sizes"].toIntVector()).to(x_dtype), {}, {}};
   }
 };
@@ -67,7 +76,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {
       const auto x_dtype = static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-      dx = fp8_input_gradient(dy, wq, dtype)
+      dx = fp8_input_gradient(dy, kernels::transposed(wq), dtype)
                .view(ctx->saved_data["x_sizes"].toIntVector())
                .to(x_dtype);
     }
@@ -86,13 +95,12 @@ Tensor fp8_forward_product(const kernels::Fp8Rows& x, const kernels::Fp8Rows& w,
   return kernels::fp8_mm(x, w, out_dtype, /*fast_accumulate=*/true);
 }
 
-Tensor fp8_input_gradient(const Tensor& dy, const kernels::Fp8Rows& w,
+Tensor fp8_input_gradient(const Tensor& dy, const kernels::Fp8Transposed& w,
                           torch::ScalarType out_dtype) {
   // dx[m, k] = sum_n dy[m, n] s[n] q[n, k]: the weight's row scales s lie along the sum, so they
   // go into dy before it is quantized, and W^T's rows (the GEMM's second operand) have scale 1.
-  const kernels::Fp8Rows g = kernels::quantize_rows_fp8(dy, w.scales.view({-1}));
-  const kernels::Fp8Rows wt{kernels::transpose_fp8(w.values),
-                            at::ones({w.cols(), 1}, w.scales.options())};
+  const kernels::Fp8Rows g = kernels::quantize_rows_fp8(dy, w.row_scales.view({-1}));
+  const kernels::Fp8Rows wt{w.values, unit_scales(w.values.size(0), w.row_scales.options())};
   return kernels::fp8_mm(g, wt, out_dtype, /*fast_accumulate=*/false);
 }
 

@@ -6,9 +6,11 @@
 //                                 the sum), times W^T laid out as cuBLASLt's FP8 GEMM wants it
 //   weight gradient dW = dy^T x   in the compute dtype (bf16), not FP8
 //
-// A frozen weight (LoRA's base) is quantized once and kept in FP8: half of bf16's memory. A 4-bit
-// (QLoRA) one is dequantized and quantized to FP8 for each product. A trainable weight (full
-// fine-tuning) is quantized in each forward; its FP8 form is what backward keeps of it.
+// A frozen weight (LoRA's base) is quantized once and kept in FP8: half of bf16's memory, and
+// transposed for each input gradient. A 4-bit (QLoRA) one is converted to FP8 for each product,
+// straight from its codes and already transposed for backward (kernels/fp8_from_4bit.h). A
+// trainable weight (full fine-tuning) is quantized in each forward; its FP8 form is what backward
+// keeps of it.
 #pragma once
 
 #include <torch/types.h>
@@ -24,7 +26,7 @@ torch::Tensor fp8_forward_product(const kernels::Fp8Rows& x, const kernels::Fp8R
                                   torch::ScalarType out_dtype);
 
 // dx = dy W, dy [tokens, out] in the compute dtype.
-torch::Tensor fp8_input_gradient(const torch::Tensor& dy, const kernels::Fp8Rows& w,
+torch::Tensor fp8_input_gradient(const torch::Tensor& dy, const kernels::Fp8Transposed& w,
                                  torch::ScalarType out_dtype);
 
 // x [..., in] times `layer`'s frozen base weight in FP8 (LinearImpl::fp8_base), differentiable in

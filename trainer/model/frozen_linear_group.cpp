@@ -126,7 +126,7 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, double alpha, at::ScalarType 
 Tensor add_input_gradient(const Tensor& dy, const Member& m, bool need_x, Tensor& dx) {
   if (need_x && m.fp8) {
     // _scaled_mm has no beta: the FP8 product is added, one pass over dX.
-    Tensor part = fp8_input_gradient(dy, m.fp8->fp8_base(), dy.scalar_type());
+    Tensor part = fp8_input_gradient(dy, m.fp8->fp8_base_transposed(), dy.scalar_type());
     dx = dx.defined() ? dx.add_(part) : part;
   } else if (need_x) {
     const Tensor w = m.dense_weight(dy.scalar_type());

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "kernels/fp8_from_4bit.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "trainer/model/device_copy.h"
@@ -81,8 +82,11 @@ torch::Tensor LinearImpl::base_forward(const torch::Tensor& x) {
 bool LinearImpl::use_fp8() {
   if (!kernels::fp8_shape_supported(out_features(), in_features())) return false;
   fp8_products_ = true;
-  if (!weight.requires_grad() && !is_quantized()) {
-    torch::NoGradGuard no_grad;
+  torch::NoGradGuard no_grad;
+  if (is_quantized()) {
+    fp8_row_amax_ = kernels::row_amax_4bit(quantized_, compute_dtype_);
+    fp8_row_scales_ = fp8_row_amax_.div(kernels::kFp8Max).view({-1, 1});
+  } else if (!weight.requires_grad()) {
     fp8_weight_ = kernels::quantize_rows_fp8(weight.detach());
     weight.set_data(torch::empty({0}, weight.options()));  // frees the bf16 copy
   }
@@ -92,7 +96,15 @@ bool LinearImpl::use_fp8() {
 kernels::Fp8Rows LinearImpl::fp8_base() const {
   if (fp8_weight_.values.defined()) return fp8_weight_;
   TORCH_CHECK(is_quantized(), "fp8_base: the layer's weight is trainable, not a frozen base");
-  return kernels::quantize_rows_fp8(kernels::dequantize_4bit(quantized_, compute_dtype_));
+  return {kernels::fp8_from_4bit(quantized_, fp8_row_amax_, compute_dtype_, /*transposed=*/false),
+          fp8_row_scales_};
+}
+
+kernels::Fp8Transposed LinearImpl::fp8_base_transposed() const {
+  if (fp8_weight_.values.defined()) return kernels::transposed(fp8_weight_);
+  TORCH_CHECK(is_quantized(), "fp8_base: the layer's weight is trainable, not a frozen base");
+  return {kernels::fp8_from_4bit(quantized_, fp8_row_amax_, compute_dtype_, /*transposed=*/true),
+          fp8_row_scales_};
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {

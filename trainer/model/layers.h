@@ -69,6 +69,9 @@ class LinearImpl : public torch::nn::Module {
   bool uses_fp8() const { return fp8_products_; }
   // The frozen base weight in FP8: the kept form, or the 4-bit one converted.
   kernels::Fp8Rows fp8_base() const;
+  // Its transpose, for an input gradient: the kept form transposed, or the 4-bit one converted
+  // straight to that layout.
+  kernels::Fp8Transposed fp8_base_transposed() const;
 
   int64_t out_features() const { return shape_of_weight()[0]; }
   int64_t in_features() const { return shape_of_weight()[1]; }
@@ -90,6 +93,9 @@ class LinearImpl : public torch::nn::Module {
   kernels::Quant4State quantized_;  // QLoRA's base weight; packed undefined otherwise
   torch::ScalarType compute_dtype_ = torch::kBFloat16;
   kernels::Fp8Rows fp8_weight_;  // a frozen bf16 base weight's FP8 form; undefined otherwise
+  // A 4-bit base under fp8: its rows' largest magnitudes ([out] float32, computed once) and the
+  // row scales made of them ([out, 1]); undefined otherwise.
+  torch::Tensor fp8_row_amax_, fp8_row_scales_;
   bool fp8_products_ = false;
 };
 TORCH_MODULE(Linear);

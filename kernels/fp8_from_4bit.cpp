@@ -1,0 +1,72 @@
+#include "kernels/fp8_from_4bit.h"
+
+#include <torch/library.h>
+#include <torch/torch.h>
+
+#include "kernels/fp8.h"
+
+namespace kubetune::kernels {
+namespace {
+
+Quant4State state_of(const torch::Tensor& packed, const torch::Tensor& absmax,
+                     const c10::optional<torch::Tensor>& nested_absmax, double offset,
+                     c10::IntArrayRef shape, int64_t blocksize, c10::string_view type) {
+  Quant4State s;
+  s.packed = packed;
+  s.absmax = absmax;
+  if (nested_absmax) s.nested_absmax = *nested_absmax;
+  s.offset = offset;
+  s.type = std::string(type);
+  s.blocksize = blocksize;
+  s.shape = shape.vec();
+  return s;
+}
+
+// The composition, in the quantization's own float32 arithmetic (fp8.cpp's quantize_rows_cpu).
+torch::Tensor fp8_from_4bit_cpu(const torch::Tensor& packed, const torch::Tensor& absmax,
+                                const c10::optional<torch::Tensor>& nested_absmax, double offset,
+                                c10::IntArrayRef shape, int64_t blocksize, c10::string_view type,
+                                c10::ScalarType dtype, const torch::Tensor& row_amax,
+                                bool transposed) {
+  TORCH_CHECK(shape.size() == 2, "fp8_from_4bit: a 2-D weight, got shape ", shape);
+  TORCH_CHECK(row_amax.numel() == shape[0], "fp8_from_4bit: ", row_amax.numel(), " row maxima for ",
+              shape[0], " rows");
+  const auto state = state_of(packed, absmax, nested_absmax, offset, shape, blocksize, type);
+  const torch::Tensor w = dequantize_4bit(state, dtype).to(torch::kFloat32);
+  const torch::Tensor amax = row_amax.to(torch::kFloat32).view({-1, 1});
+  const torch::Tensor values =
+      (w * torch::full_like(amax, kFp8Max).div(amax)).to(torch::kFloat8_e4m3fn);
+  return transposed ? values.t().contiguous() : values;
+}
+
+}  // namespace
+
+torch::Tensor row_amax_4bit(const Quant4State& state, torch::ScalarType dtype) {
+  const torch::Tensor w = dequantize_4bit(state, dtype).reshape({state.shape.at(0), -1});
+  return std::get<0>(w.abs().max(1)).to(torch::kFloat32).clamp_min(kFp8MinAmax);
+}
+
+torch::Tensor fp8_from_4bit(const Quant4State& s, const torch::Tensor& row_amax,
+                            torch::ScalarType dtype, bool transposed) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("kubetune::fp8_from_4bit", "")
+                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
+                                            const c10::optional<torch::Tensor>&, double,
+                                            c10::IntArrayRef, int64_t, c10::string_view,
+                                            c10::ScalarType, const torch::Tensor&, bool)>();
+  const c10::optional<torch::Tensor> nested =
+      s.double_quant() ? c10::optional<torch::Tensor>(s.nested_absmax) : c10::nullopt;
+  return op.call(s.packed, s.absmax, nested, s.offset, s.shape, s.blocksize, s.type, dtype,
+                 row_amax.contiguous(), transposed);
+}
+
+TORCH_LIBRARY_FRAGMENT(kubetune, m) {
+  m.def(
+      "fp8_from_4bit(Tensor packed, Tensor absmax, Tensor? nested_absmax, float offset, "
+      "int[] shape, int blocksize, str type, ScalarType dtype, Tensor row_amax, "
+      "bool transposed) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(kubetune, CPU, m) { m.impl("fp8_from_4bit", fp8_from_4bit_cpu); }
+
+}  // namespace kubetune::kernels

@@ -1,0 +1,154 @@
+// CUDA implementation of kubetune::fp8_from_4bit: each 4-bit value decoded, rounded to the compute
+// dtype, scaled by 448 / its row's maximum and rounded to E4M3, in the float32 arithmetic of
+// dequantize_4bit's and fp8_quantize_rows's kernels, so the bytes are the composition's. Two
+// kernels: rows as they are (16 values a thread: an 8-byte load, a 16-byte store), and transposed
+// through a shared-memory tile (kernels/transpose_tile.cuh).
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_fp8.h>
+#include <torch/library.h>
+
+#include <type_traits>
+
+#include "kernels/fp8.h"
+#include "kernels/launch.cuh"
+#include "kernels/quant4_device.cuh"
+#include "kernels/transpose_tile.cuh"
+
+namespace kubetune::kernels {
+namespace {
+
+using namespace quant4;
+
+// Where a weight's block scales are: one of the two pointers is null.
+struct BlockScales {
+  const float* absmax;
+  const uint8_t* absmax_codes;  // double quantization
+  const float* nested;
+  float offset;
+  int64_t blocksize;
+  template <bool kNested>
+  __device__ float of(int64_t value_index) const {
+    return block_scale<kNested>(value_index / blocksize, absmax, absmax_codes, nested, offset);
+  }
+};
+
+// One value: the code times its block's scale, rounded to T (dequantize_4bit's value), times the
+// row's 448 / amax, rounded to E4M3 saturating (fp8_quantize_rows's).
+template <typename T>
+__device__ uint8_t fp8_value(float code, float scale, float inv) {
+  const float w = static_cast<float>(static_cast<T>(__fmul_rn(code, scale)));
+  return __nv_cvt_float_to_fp8(__fmul_rn(w, inv), __NV_SATFINITE, __NV_E4M3);
+}
+
+template <typename T, bool kNested>
+__global__ void fp8_from_4bit_rows_kernel(const uint2* __restrict__ packed, BlockScales scales,
+                                          const float* __restrict__ row_amax,
+                                          uint4* __restrict__ out, int64_t groups, int64_t cols,
+                                          CodeBook book) {
+  __shared__ float code[16];
+  load_code_book(book, code);
+  for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
+       g += int64_t(blockDim.x) * gridDim.x) {
+    const uint2 bits = packed[g];
+    const float scale = scales.of<kNested>(g * 16);
+    const float inv = kFp8Max / row_amax[g * 16 / cols];
+    __align__(16) uint8_t v[16];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t byte = ((j < 4 ? bits.x : bits.y) >> (8 * (j % 4))) & 0xFF;  // little-endian
+      v[2 * j] = fp8_value<T>(code[byte >> 4], scale, inv);
+      v[2 * j + 1] = fp8_value<T>(code[byte & 0xF], scale, inv);
+    }
+    out[g] = *reinterpret_cast<const uint4*>(v);
+  }
+}
+
+template <typename T, bool kNested>
+__global__ void fp8_from_4bit_transposed_kernel(const uint16_t* __restrict__ packed,
+                                                BlockScales scales,
+                                                const float* __restrict__ row_amax,
+                                                uint8_t* __restrict__ out, int64_t rows,
+                                                int64_t cols, CodeBook book) {
+  __shared__ float code[16];
+  __shared__ tile::Tile t;
+  load_code_book(book, code);
+  const int64_t r0 = int64_t(blockIdx.y) * tile::kTile, c0 = int64_t(blockIdx.x) * tile::kTile;
+  for (int i = tile::first_row(); i < tile::kTile; i += tile::kRowsPerPass) {
+    const int64_t r = r0 + i, c = c0 + tile::word() * 4;
+    if (r < rows && c < cols) {
+      const int64_t first = r * cols + c;  // a multiple of 4: packed bytes first/2, first/2 + 1
+      const uint16_t two = packed[first / 4];
+      const float scale = scales.of<kNested>(first), inv = kFp8Max / row_amax[r];
+      const uint32_t b0 = two & 0xFF, b1 = two >> 8;  // little-endian: byte first/2 is b0
+      uint8_t* dst = &t.bytes[i][tile::word() * 4];
+      dst[0] = fp8_value<T>(code[b0 >> 4], scale, inv);
+      dst[1] = fp8_value<T>(code[b0 & 0xF], scale, inv);
+      dst[2] = fp8_value<T>(code[b1 >> 4], scale, inv);
+      dst[3] = fp8_value<T>(code[b1 & 0xF], scale, inv);
+    }
+  }
+  __syncthreads();
+  tile::store_transposed(t, out, r0, c0, rows, cols);
+}
+
+at::Tensor fp8_from_4bit_cuda(const at::Tensor& packed, const at::Tensor& absmax,
+                              const c10::optional<at::Tensor>& nested_absmax, double offset,
+                              c10::IntArrayRef shape, int64_t blocksize, c10::string_view type,
+                              c10::ScalarType dtype, const at::Tensor& row_amax, bool transposed) {
+  TORCH_CHECK(shape.size() == 2 && shape[0] % 16 == 0 && shape[1] % 16 == 0,
+              "fp8_from_4bit: a weight whose sizes are multiples of 16, got ", shape);
+  const int64_t rows = shape[0], cols = shape[1];
+  TORCH_CHECK(row_amax.numel() == rows, "fp8_from_4bit: ", row_amax.numel(), " row maxima for ",
+              rows, " rows");
+  c10::cuda::CUDAGuard guard(packed.device());
+  const at::Tensor bytes = packed.contiguous().view(at::kByte).reshape(-1);
+  TORCH_CHECK(bytes.numel() * 2 >= rows * cols, "fp8_from_4bit: too few packed bytes");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(bytes.data_ptr()) % 8 == 0,
+              "fp8_from_4bit: the packed weight must be 8-byte aligned");
+  const bool nested = nested_absmax.has_value() && nested_absmax->defined();
+  const at::Tensor am = nested ? absmax.contiguous() : absmax.to(at::kFloat).contiguous();
+  const at::Tensor nest = nested ? nested_absmax->to(at::kFloat).contiguous() : at::Tensor();
+  const at::Tensor amax = row_amax.to(at::kFloat).contiguous();
+  const BlockScales scales{
+      nested ? nullptr : am.data_ptr<float>(), nested ? am.data_ptr<uint8_t>() : nullptr,
+      nested ? nest.data_ptr<float>() : nullptr, static_cast<float>(offset), blocksize};
+  const CodeBook book = device_code_book(type);
+  auto out = at::empty(transposed ? std::vector<int64_t>{cols, rows} : shape.vec(),
+                       packed.options().dtype(at::kFloat8_e4m3fn));
+  if (out.numel() == 0) return out;
+  auto* o = static_cast<uint8_t*>(out.data_ptr());
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "fp8_from_4bit", [&] {
+    auto launch = [&](auto nested_tag) {
+      constexpr bool kNested = decltype(nested_tag)::value;
+      if (transposed) {
+        const dim3 grid(cols / tile::kTile + (cols % tile::kTile != 0),
+                        rows / tile::kTile + (rows % tile::kTile != 0));
+        fp8_from_4bit_transposed_kernel<scalar_t, kNested><<<grid, tile::kThreads, 0, stream>>>(
+            static_cast<const uint16_t*>(bytes.data_ptr()), scales, amax.data_ptr<float>(), o, rows,
+            cols, book);
+      } else {
+        const int64_t groups = rows * cols / 16;
+        fp8_from_4bit_rows_kernel<scalar_t, kNested><<<blocks_for(groups), kThreads, 0, stream>>>(
+            static_cast<const uint2*>(bytes.data_ptr()), scales, amax.data_ptr<float>(),
+            reinterpret_cast<uint4*>(o), groups, cols, book);
+      }
+    };
+    if (nested) {
+      launch(std::true_type{});
+    } else {
+      launch(std::false_type{});
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(kubetune, CUDA, m) { m.impl("fp8_from_4bit", fp8_from_4bit_cuda); }
+
+}  // namespace kubetune::kernels
