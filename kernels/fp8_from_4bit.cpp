@@ -46,6 +46,11 @@ torch::Tensor row_amax_4bit(const Quant4State& state, torch::ScalarType dtype) {
   return std::get<0>(w.abs().max(1)).to(torch::kFloat32).clamp_min(kFp8MinAmax);
 }
 
+torch::Tensor fp8_row_scales(const torch::Tensor& row_amax) {
+  const torch::Tensor amax = row_amax.to(torch::kFloat32).view({-1, 1});
+  return amax.div(torch::full_like(amax, kFp8Max));
+}
+
 torch::Tensor fp8_from_4bit(const Quant4State& s, const torch::Tensor& row_amax,
                             torch::ScalarType dtype, bool transposed) {
   static auto op = c10::Dispatcher::singleton()

@@ -23,9 +23,14 @@ namespace kubetune::kernels {
 // quantize_rows_fp8 clamps it: [out] float32, on the state's device.
 torch::Tensor row_amax_4bit(const Quant4State& state, torch::ScalarType dtype);
 
+// The row scales of those maxima, [out, 1]: amax / kFp8Max as a true division, as
+// fp8_quantize_rows makes them (a tensor divided by a number on CUDA is multiplied by its
+// reciprocal, one rounding off).
+torch::Tensor fp8_row_scales(const torch::Tensor& row_amax);
+
 // quantize_rows_fp8(dequantize_4bit(state, dtype)).values, given row_amax_4bit(state, dtype):
 // [out, in] float8_e4m3fn, or its transpose [in, out] when `transposed` (the second operand of an
-// input gradient's product). The row scales are row_amax / kFp8Max. On CUDA both sizes must be
+// input gradient's product); its row scales are fp8_row_scales(row_amax). On CUDA both sizes must be
 // multiples of 16 (fp8_shape_supported).
 torch::Tensor fp8_from_4bit(const Quant4State& state, const torch::Tensor& row_amax,
                             torch::ScalarType dtype, bool transposed);

@@ -37,7 +37,7 @@ TEST(Fp8From4bit, CpuEqualsDequantizingThenQuantizingTheRows) {
     const auto s = sample_state(48, 128, "nf4", double_quant);
     const auto composed = quantize_rows_fp8(dequantize_4bit(s, torch::kBFloat16));
     const auto amax = row_amax_4bit(s, torch::kBFloat16);
-    EXPECT_TRUE(torch::equal(amax.div(kFp8Max).view({-1, 1}), composed.scales));
+    EXPECT_TRUE(torch::equal(fp8_row_scales(amax), composed.scales));
     const auto values = fp8_from_4bit(s, amax, torch::kBFloat16, /*transposed=*/false);
     EXPECT_TRUE(same_bytes(values, composed.values)) << "double quant " << double_quant;
     const auto t = fp8_from_4bit(s, amax, torch::kBFloat16, /*transposed=*/true);
@@ -64,6 +64,9 @@ TEST(Fp8From4bit, CudaMatchesCpu) {
           const auto gpu = on_cuda(cpu);
           const auto amax = row_amax_4bit(cpu, dtype);
           EXPECT_TRUE(torch::equal(row_amax_4bit(gpu, dtype).cpu(), amax));
+          // The scales as the GPU's row quantization makes them, to the bit.
+          const auto composed = quantize_rows_fp8(dequantize_4bit(gpu, dtype));
+          EXPECT_TRUE(torch::equal(fp8_row_scales(amax.cuda()), composed.scales));
           for (bool transposed : {false, true}) {
             EXPECT_TRUE(same_bytes(fp8_from_4bit(gpu, amax.cuda(), dtype, transposed),
                                    fp8_from_4bit(cpu, amax, dtype, transposed)))

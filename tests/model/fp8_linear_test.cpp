@@ -197,6 +197,30 @@ TEST(Fp8Linear, MergeLoraOfA4BitBaseLeavesAPlainLayer) {
   EXPECT_TRUE(torch::allclose(l->forward(x), at::linear(x, base + delta), 1e-4, 1e-4));
 }
 
+TEST(Fp8Linear, FourBitBaseIsItsDequantizedWeightQuantized) {
+  // A 4-bit base's FP8 rows come straight from its codes (kernels/fp8_from_4bit.h), for forward
+  // and, transposed, for backward: the same bytes and scales as quantizing the dequantized weight,
+  // on the CPU and on a Hopper GPU where there is one.
+  std::vector<torch::Device> devices{torch::kCPU};
+  if (torch::cuda::is_available() && kernels::fp8_supported_on(torch::Device(torch::kCUDA, 0)))
+    devices.emplace_back(torch::kCUDA);
+  for (const auto& device : devices) {
+    Linear l = make_linear(kInter, kHidden, true, 1);
+    l->to(device);
+    l->quantize_4bit("nf4", 64, true, torch::kBFloat16);
+    ASSERT_TRUE(l->use_fp8());
+    const auto expected =
+        kernels::quantize_rows_fp8(kernels::dequantize_4bit(l->quantized(), torch::kBFloat16));
+    const auto bytes = [](const torch::Tensor& t) { return t.cpu().view(torch::kUInt8); };
+    const auto base = l->fp8_base();
+    EXPECT_TRUE(torch::equal(bytes(base.values), bytes(expected.values))) << device;
+    EXPECT_TRUE(torch::equal(base.scales.cpu(), expected.scales.cpu())) << device;
+    const auto t = l->fp8_base_transposed();
+    EXPECT_TRUE(torch::equal(bytes(t.values), bytes(kernels::transpose_fp8(expected.values))));
+    EXPECT_TRUE(torch::equal(t.row_scales.cpu(), expected.scales.cpu())) << device;
+  }
+}
+
 TEST(Fp8Linear, CudaUnderAutocastMatchesCpuEmulation) {
   if (!torch::cuda::is_available() || !kernels::fp8_supported_on(torch::Device(torch::kCUDA, 0)))
     GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";

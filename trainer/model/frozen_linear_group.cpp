@@ -121,9 +121,25 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, double alpha, at::ScalarType 
   return at::addmm(out, a, b, dtype, /*beta=*/0, alpha);  // fp32 out of bf16 inputs
 }
 
-// dX += dY W (the first layer writes dX), and for an adapter dX += t A with t = scaling dY B,
-// which is returned for the adapter's gradients.
-Tensor add_input_gradient(const Tensor& dy, const Member& m, bool need_x, Tensor& dx) {
+// The adapters' parts of dX, t A for each adapter (t = scaling dY B), gathered over a group's
+// members and added as one GEMM over their ranks: [t1 t2 ...] [A1; A2; ...]. Each part added
+// alone was a pass reading and writing all of dX for a product of rank 16 (on Llama-3.1-8B, 45 us
+// of the q/k/v and gate/up backward's time each, three a layer).
+struct AdapterInputGradients {
+  std::vector<Tensor> t, a;
+  void add_to(Tensor& dx) const {
+    if (t.empty()) return;
+    if (t.size() == 1)
+      dx.addmm_(t[0], a[0]);
+    else
+      dx.addmm_(at::cat(t, 1), at::cat(a, 0));
+  }
+};
+
+// dX += dY W (the first layer writes dX), and for an adapter t = scaling dY B, which is returned
+// for the adapter's gradients and, when `need_x`, kept in `pending` for dX += t A.
+Tensor add_input_gradient(const Tensor& dy, const Member& m, bool need_x, Tensor& dx,
+                          AdapterInputGradients& pending) {
   if (need_x && m.fp8) {
     // _scaled_mm has no beta: the FP8 product is added, one pass over dX.
     Tensor part = fp8_input_gradient(dy, m.fp8->fp8_base_transposed(), dy.scalar_type());
@@ -134,7 +150,10 @@ Tensor add_input_gradient(const Tensor& dy, const Member& m, bool need_x, Tensor
   }
   if (!m.has_lora()) return {};
   Tensor t = scaled_mm(dy, m.b, m.scaling, dy.scalar_type());
-  if (need_x) dx.addmm_(t, m.a);
+  if (need_x) {
+    pending.t.push_back(t);
+    pending.a.push_back(m.a);
+  }
   return t;
 }
 
@@ -223,6 +242,7 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
     Saved s = restore(ctx);
     const bool need_x = ctx->needs_input_grad(0);
     Tensor dx;
+    AdapterInputGradients adapters_dx;
     variable_list adapter_grads;
     for (size_t i = 0; i < s.members.size(); ++i) {
       const Member& m = s.members[i];
@@ -231,9 +251,10 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
         continue;
       }
       const Tensor dy = grads[i].reshape({-1, m.out_features()}).to(s.x2.scalar_type());
-      const Tensor t = add_input_gradient(dy, m, need_x, dx);
+      const Tensor t = add_input_gradient(dy, m, need_x, dx, adapters_dx);
       if (m.has_lora()) add_adapter_gradients(dy, s.x2, t, m, s.adapter_dtype, adapter_grads);
     }
+    adapters_dx.add_to(dx);
     variable_list out{dx.defined() ? dx.view(s.x_sizes) : Tensor()};
     out.insert(out.end(), adapter_grads.begin(), adapter_grads.end());
     out.push_back(Tensor());  // linears
@@ -282,16 +303,20 @@ MlpGradients mlp_backward(const Tensor& x2, const Tensor& gate_out, const Tensor
                           at::ScalarType adapter_dtype) {
   Member &gate = members[0], &up = members[1], &down = members[2];
   Tensor d_hidden;
-  const Tensor t_down = add_input_gradient(dy, down, /*need_x=*/true, d_hidden);
+  AdapterInputGradients down_dx;
+  const Tensor t_down = add_input_gradient(dy, down, /*need_x=*/true, d_hidden, down_dx);
+  down_dx.add_to(d_hidden);
   // SwiGLU's output is recomputed here instead of kept from forward.
   auto [d_gate, d_up, hidden] = kernels::swiglu_backward_with_output(d_hidden, gate_out, up_out);
   d_hidden = Tensor();
   if (down.has_lora() && !down.xa.defined()) down.xa = at::mm(hidden, down.a.t());
   MlpGradients g;
-  const Tensor t_gate = add_input_gradient(d_gate, gate, need_x, g.dx);
+  AdapterInputGradients adapters_dx;
+  const Tensor t_gate = add_input_gradient(d_gate, gate, need_x, g.dx, adapters_dx);
   if (gate.has_lora()) add_adapter_gradients(d_gate, x2, t_gate, gate, adapter_dtype, g.adapters);
-  const Tensor t_up = add_input_gradient(d_up, up, need_x, g.dx);
+  const Tensor t_up = add_input_gradient(d_up, up, need_x, g.dx, adapters_dx);
   if (up.has_lora()) add_adapter_gradients(d_up, x2, t_up, up, adapter_dtype, g.adapters);
+  adapters_dx.add_to(g.dx);
   if (down.has_lora()) add_adapter_gradients(dy, hidden, t_down, down, adapter_dtype, g.adapters);
   return g;
 }

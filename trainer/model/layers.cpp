@@ -85,7 +85,7 @@ bool LinearImpl::use_fp8() {
   torch::NoGradGuard no_grad;
   if (is_quantized()) {
     fp8_row_amax_ = kernels::row_amax_4bit(quantized_, compute_dtype_);
-    fp8_row_scales_ = fp8_row_amax_.div(kernels::kFp8Max).view({-1, 1});
+    fp8_row_scales_ = kernels::fp8_row_scales(fp8_row_amax_);
   } else if (!weight.requires_grad()) {
     fp8_weight_ = kernels::quantize_rows_fp8(weight.detach());
     weight.set_data(torch::empty({0}, weight.options()));  // frees the bf16 copy
