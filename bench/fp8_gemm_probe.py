@@ -51,7 +51,7 @@ def main():
         rows["weight transpose (fp8)"] = timed(lambda: wq.t().contiguous())
         if args.kernels:
             rows["weight transpose (ours)"] = timed(lambda: torch.ops.kubetune.fp8_transpose(wq))
-            rows["quantize x rows"] = timed(lambda: torch.ops.kubetune.fp8_quantize_rows(x, None))
+            rows["quantize x rows"] = timed(lambda: torch.ops.kubetune.fp8_quantize_rows([x], None))
         for label, ms in rows.items():
             tf = f"{flops / ms / 1e9:7.0f} TFLOP/s" if "mm" in label or "fp8 " in label[:4] else ""
             print(f"{name:16} {label:26} {ms:8.3f} ms {tf}")

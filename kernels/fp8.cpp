@@ -11,9 +11,11 @@ namespace kubetune::kernels {
 namespace {
 
 std::tuple<torch::Tensor, torch::Tensor> quantize_rows_cpu(
-    const torch::Tensor& x, const c10::optional<torch::Tensor>& column_scale) {
-  TORCH_CHECK(x.dim() == 2, "fp8_quantize_rows: x must be 2-D, got ", x.sizes());
-  torch::Tensor y = x.to(torch::kFloat32);
+    at::TensorList parts, const c10::optional<torch::Tensor>& column_scale) {
+  TORCH_CHECK(!parts.empty(), "fp8_quantize_rows: no parts");
+  for (const auto& part : parts)
+    TORCH_CHECK(part.dim() == 2, "fp8_quantize_rows: parts must be 2-D, got ", part.sizes());
+  torch::Tensor y = torch::cat(parts, 1).to(torch::kFloat32);
   if (column_scale) y = y * column_scale->to(torch::kFloat32).view({1, -1});
   torch::Tensor amax = std::get<0>(y.abs().max(1, /*keepdim=*/true)).clamp_min(kFp8MinAmax);
   // 448 / amax as a true division, the same float32 arithmetic as the CUDA kernel.
@@ -21,21 +23,36 @@ std::tuple<torch::Tensor, torch::Tensor> quantize_rows_cpu(
   return {(y * inv).to(torch::kFloat8_e4m3fn), amax.div(torch::full_like(amax, kFp8Max))};
 }
 
+void transpose_into_cpu(const torch::Tensor& values, const torch::Tensor& out,
+                        int64_t first_column) {
+  TORCH_CHECK(values.dim() == 2 && out.dim() == 2 && out.size(0) == values.size(1) &&
+                  first_column >= 0 && first_column + values.size(0) <= out.size(1),
+              "fp8_transpose_into: out ", out.sizes(), " cannot take the transpose of ",
+              values.sizes(), " at column ", first_column);
+  out.narrow(1, first_column, values.size(0)).copy_(values.t());
+}
+
 }  // namespace
 
-Fp8Rows quantize_rows_fp8(const torch::Tensor& x, const torch::Tensor& column_scale) {
+Fp8Rows quantize_rows_fp8(const std::vector<torch::Tensor>& parts,
+                          const torch::Tensor& column_scale) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("kubetune::fp8_quantize_rows", "")
                        .typed<std::tuple<torch::Tensor, torch::Tensor>(
-                           const torch::Tensor&, const c10::optional<torch::Tensor>&)>();
-  TORCH_CHECK(!column_scale.defined() || column_scale.numel() == x.size(-1),
-              "fp8_quantize_rows: column_scale has ", column_scale.numel(), " values for ",
-              x.size(-1), " columns");
-  auto [values, scales] =
-      op.call(x.contiguous(), column_scale.defined()
-                                  ? c10::optional<torch::Tensor>(column_scale.contiguous())
-                                  : c10::nullopt);
+                           at::TensorList, const c10::optional<torch::Tensor>&)>();
+  int64_t cols = 0;
+  for (const auto& part : parts) cols += part.size(-1);
+  TORCH_CHECK(!column_scale.defined() || column_scale.numel() == cols,
+              "fp8_quantize_rows: column_scale has ", column_scale.numel(), " values for ", cols,
+              " columns");
+  auto [values, scales] = op.call(
+      parts, column_scale.defined() ? c10::optional<torch::Tensor>(column_scale.contiguous())
+                                    : c10::nullopt);
   return {values, scales};
+}
+
+Fp8Rows quantize_rows_fp8(const torch::Tensor& x, const torch::Tensor& column_scale) {
+  return quantize_rows_fp8(std::vector<torch::Tensor>{x}, column_scale);
 }
 
 torch::Tensor transpose_fp8(const torch::Tensor& values) {
@@ -44,6 +61,13 @@ torch::Tensor transpose_fp8(const torch::Tensor& values) {
                        .typed<torch::Tensor(const torch::Tensor&)>();
   TORCH_CHECK(values.dim() == 2, "fp8_transpose: values must be 2-D, got ", values.sizes());
   return op.call(values.contiguous());
+}
+
+void transpose_fp8_into(const torch::Tensor& values, torch::Tensor& out, int64_t first_column) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("kubetune::fp8_transpose_into", "")
+                       .typed<void(const torch::Tensor&, const torch::Tensor&, int64_t)>();
+  op.call(values, out, first_column);
 }
 
 Fp8Transposed transposed(const Fp8Rows& w) { return {transpose_fp8(w.values), w.scales}; }
@@ -78,13 +102,16 @@ bool fp8_supported_on(const torch::Device& device) {
 }
 
 TORCH_LIBRARY_FRAGMENT(kubetune, m) {
-  m.def("fp8_quantize_rows(Tensor x, Tensor? column_scale) -> (Tensor values, Tensor scales)");
+  m.def(
+      "fp8_quantize_rows(Tensor[] parts, Tensor? column_scale) -> (Tensor values, Tensor scales)");
   m.def("fp8_transpose(Tensor values) -> Tensor");
+  m.def("fp8_transpose_into(Tensor values, Tensor(a!) out, int first_column) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(kubetune, CPU, m) {
   m.impl("fp8_quantize_rows", quantize_rows_cpu);
   m.impl("fp8_transpose", [](const torch::Tensor& v) { return v.t().contiguous(); });
+  m.impl("fp8_transpose_into", transpose_into_cpu);
 }
 
 }  // namespace kubetune::kernels

@@ -15,6 +15,8 @@
 
 #include <torch/types.h>
 
+#include <vector>
+
 namespace kubetune::kernels {
 
 // E4M3's largest finite value: a row's largest magnitude is scaled to it.
@@ -42,12 +44,19 @@ struct Fp8Transposed {
 // x [rows, cols] (bf16, fp16 or fp32) quantized per row. With `column_scale` ([cols] float32),
 // x * column_scale is what is quantized (the input gradient folds a weight's row scales in so).
 Fp8Rows quantize_rows_fp8(const torch::Tensor& x, const torch::Tensor& column_scale = {});
+// The matrices `parts` (2-D, the same rows and dtype) side by side, quantized as one, each read
+// where it is (the gradients of a group's outputs for one input gradient product).
+Fp8Rows quantize_rows_fp8(const std::vector<torch::Tensor>& parts,
+                          const torch::Tensor& column_scale = {});
 
 // values [rows, cols] (float8_e4m3fn) transposed into a new contiguous [cols, rows] matrix. On CUDA
 // one tiled kernel moving 4 bytes per thread: LibTorch's generic copy of a float8 transpose moves
 // one byte per thread and ran at a tenth of the memory bandwidth (0.42 ms for a 14336 x 4096
 // weight on an H100; bench/README.md, session 17).
 torch::Tensor transpose_fp8(const torch::Tensor& values);
+// values [rows, cols] transposed into columns [first_column, first_column + rows) of `out`, a
+// contiguous [cols, N] float8 matrix: several weights' transposes side by side.
+void transpose_fp8_into(const torch::Tensor& values, torch::Tensor& out, int64_t first_column);
 Fp8Transposed transposed(const Fp8Rows& w);
 
 // The dense matrix an Fp8Rows stands for, in `dtype`.

@@ -93,19 +93,37 @@ struct RowPack {
   }
 };
 
+// The matrix being quantized: up to kMaxParts matrices of the same rows side by side, so that
+// the gradients of several outputs of one input (q, k and v) are quantized as one, each read where
+// it is. Every part's width is a multiple of W.
+constexpr int kMaxParts = 4;
+template <typename T>
+struct RowParts {
+  const T* data[kMaxParts];
+  int64_t end[kMaxParts];  // the column after each part
+  int count;
+  // Pack i (columns [i W, i W + W)) of `row`, found in its part.
+  template <int W>
+  __device__ typename RowPack<T, W>::Raw load(int64_t row, int64_t i) const {
+    const int64_t col = i * W;
+    int p = 0;
+    while (p + 1 < count && col >= end[p]) ++p;
+    const int64_t start = p == 0 ? 0 : end[p - 1];
+    return RowPack<T, W>::load(data[p] + row * (end[p] - start) + (col - start), 0);
+  }
+};
+
 // Packs a thread keeps in registers between the two passes over a row: rows up to
 // kRowThreads * kCachedPacks * W values (16,384 bf16, Llama-3.1-8B's widest is 14,336) are read
 // from memory once; wider ones are read again in the second pass (from L2, mostly).
 constexpr int kCachedPacks = 8;
 
 template <typename T, int W, bool kCached>
-__global__ void quantize_rows_kernel(const T* __restrict__ x,
-                                     const float* __restrict__ column_scale,
+__global__ void quantize_rows_kernel(RowParts<T> x, const float* __restrict__ column_scale,
                                      __nv_fp8_storage_t* __restrict__ values,
                                      float* __restrict__ scales, int64_t cols) {
   using Pack = RowPack<T, W>;
   const int64_t row = blockIdx.x;
-  const T* in = x + row * cols;
   __nv_fp8_storage_t* out = values + row * cols;
   const int64_t packs = cols / W;
   float amax = 0.f;
@@ -115,13 +133,13 @@ __global__ void quantize_rows_kernel(const T* __restrict__ x,
     for (int c = 0; c < kCachedPacks; ++c) {
       const int64_t i = threadIdx.x + int64_t(c) * kRowThreads;
       if (i < packs) {
-        cache[c] = Pack::load(in, i);
+        cache[c] = x.template load<W>(row, i);
         amax = fmaxf(amax, Pack(cache[c], column_scale, i).amax());
       }
     }
   } else {
     for (int64_t i = threadIdx.x; i < packs; i += kRowThreads)
-      amax = fmaxf(amax, Pack(Pack::load(in, i), column_scale, i).amax());
+      amax = fmaxf(amax, Pack(x.template load<W>(row, i), column_scale, i).amax());
   }
   amax = fmaxf(block_max(amax), kFp8MinAmax);
   const float inv = kFp8Max / amax;
@@ -133,49 +151,65 @@ __global__ void quantize_rows_kernel(const T* __restrict__ x,
     }
   } else {
     for (int64_t i = threadIdx.x; i < packs; i += kRowThreads)
-      Pack(Pack::load(in, i), column_scale, i).store(out, i, inv);
+      Pack(x.template load<W>(row, i), column_scale, i).store(out, i, inv);
   }
   if (threadIdx.x == 0) scales[row] = amax / kFp8Max;
 }
 
 std::tuple<at::Tensor, at::Tensor> quantize_rows_cuda(
-    const at::Tensor& x, const c10::optional<at::Tensor>& column_scale) {
-  TORCH_CHECK(x.dim() == 2, "fp8_quantize_rows: x must be 2-D, got ", x.sizes());
-  c10::cuda::CUDAGuard guard(x.device());
-  const auto in = x.contiguous();
+    at::TensorList parts, const c10::optional<at::Tensor>& column_scale) {
+  TORCH_CHECK(!parts.empty() && parts.size() <= kMaxParts, "fp8_quantize_rows: 1 to ", kMaxParts,
+              " parts, got ", parts.size());
+  c10::cuda::CUDAGuard guard(parts[0].device());
+  std::vector<at::Tensor> in;
+  int64_t cols = 0;
+  for (const auto& part : parts) {
+    TORCH_CHECK(part.dim() == 2 && part.size(0) == parts[0].size(0) &&
+                    part.scalar_type() == parts[0].scalar_type(),
+                "fp8_quantize_rows: parts must be 2-D of the same rows and dtype, got ",
+                part.sizes());
+    in.push_back(part.contiguous());
+    cols += part.size(1);
+  }
   at::Tensor cs;
   if (column_scale) cs = column_scale->to(at::kFloat).contiguous();
-  const int64_t rows = in.size(0), cols = in.size(1);
-  auto values = at::empty({rows, cols}, in.options().dtype(at::kFloat8_e4m3fn));
-  auto scales = at::empty({rows, 1}, in.options().dtype(at::kFloat));
-  if (rows == 0) return {values, scales};
+  const int64_t rows = in[0].size(0);
+  auto values = at::empty({rows, cols}, in[0].options().dtype(at::kFloat8_e4m3fn));
+  auto scales = at::empty({rows, 1}, in[0].options().dtype(at::kFloat));
+  if (rows == 0 || cols == 0) return {values, scales};
   const float* csp = cs.defined() ? cs.data_ptr<float>() : nullptr;
   auto* vp = reinterpret_cast<__nv_fp8_storage_t*>(values.data_ptr());
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kBFloat16, at::kHalf, in.scalar_type(), "fp8_quantize_rows", [&] {
-        const auto* xp = in.data_ptr<scalar_t>();
+      at::kBFloat16, at::kHalf, in[0].scalar_type(), "fp8_quantize_rows", [&] {
+        RowParts<scalar_t> x{};
+        x.count = static_cast<int>(in.size());
+        // Every row of every part starts 16-byte aligned when its width is a multiple of the
+        // pack and the tensors themselves are aligned.
+        bool vectorized = reinterpret_cast<std::uintptr_t>(csp) % 16 == 0;
+        for (size_t p = 0; p < in.size(); ++p) {
+          x.data[p] = in[p].data_ptr<scalar_t>();
+          x.end[p] = (p == 0 ? 0 : x.end[p - 1]) + in[p].size(1);
+          vectorized = vectorized && Vec<scalar_t>::usable(in[p].size(1), x.data[p]);
+        }
         constexpr int kW = Vec<scalar_t>::kWidth;
-        // Every row starts 16-byte aligned when cols is a multiple
-        // of the pack and the tensors themselves are aligned.
-        const bool scales_aligned = reinterpret_cast<std::uintptr_t>(csp) % 16 == 0;
         float* sp = scales.data_ptr<float>();
-        if (!Vec<scalar_t>::usable(cols, xp) || !scales_aligned)
+        if (!vectorized)
           quantize_rows_kernel<scalar_t, 1, false>
-              <<<rows, kRowThreads, 0, stream>>>(xp, csp, vp, sp, cols);
+              <<<rows, kRowThreads, 0, stream>>>(x, csp, vp, sp, cols);
         else if (cols <= int64_t(kRowThreads) * kCachedPacks * kW)
           quantize_rows_kernel<scalar_t, kW, true>
-              <<<rows, kRowThreads, 0, stream>>>(xp, csp, vp, sp, cols);
+              <<<rows, kRowThreads, 0, stream>>>(x, csp, vp, sp, cols);
         else
           quantize_rows_kernel<scalar_t, kW, false>
-              <<<rows, kRowThreads, 0, stream>>>(xp, csp, vp, sp, cols);
+              <<<rows, kRowThreads, 0, stream>>>(x, csp, vp, sp, cols);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {values, scales};
 }
 
 __global__ void transpose_bytes_kernel(const uint8_t* __restrict__ in, uint8_t* __restrict__ out,
-                                       int64_t rows, int64_t cols) {
+                                       int64_t ld, int64_t rows, int64_t cols) {
   __shared__ tile::Tile t;
   const int64_t r0 = int64_t(blockIdx.y) * tile::kTile, c0 = int64_t(blockIdx.x) * tile::kTile;
   for (int i = tile::first_row(); i < tile::kTile; i += tile::kRowsPerPass) {
@@ -185,25 +219,32 @@ __global__ void transpose_bytes_kernel(const uint8_t* __restrict__ in, uint8_t* 
           *reinterpret_cast<const uint32_t*>(in + r * cols + c);
   }
   __syncthreads();
-  tile::store_transposed(t, out, r0, c0, rows, cols);
+  tile::store_transposed(t, out, ld, r0, c0, rows, cols);
 }
 
-at::Tensor transpose_cuda(const at::Tensor& values) {
+void transpose_into_cuda(const at::Tensor& values, const at::Tensor& out, int64_t first_column) {
   TORCH_CHECK(values.dim() == 2 && values.element_size() == 1,
               "fp8_transpose: a 2-D matrix of one-byte values, got ", values.sizes());
   const auto in = values.contiguous();
-  const int64_t rows = in.size(0), cols = in.size(1);
-  // 4-byte words must not straddle rows: both sizes multiples of 4 (FP8 weights are of 16).
-  if (rows % 4 != 0 || cols % 4 != 0 || reinterpret_cast<std::uintptr_t>(in.data_ptr()) % 4 != 0)
-    return in.t().contiguous();
+  const int64_t rows = in.size(0), cols = in.size(1), ld = out.size(1);
+  tile::check_transposed_out("fp8_transpose_into", rows, cols, out, first_column);
+  if (rows == 0 || cols == 0) return;
+  auto* dst = static_cast<uint8_t*>(out.data_ptr()) + first_column;
+  if (!tile::words_fit(rows, cols, ld, first_column, in.data_ptr(), dst)) {
+    out.narrow(1, first_column, rows).copy_(in.t());  // LibTorch's copy, a byte per thread
+    return;
+  }
   c10::cuda::CUDAGuard guard(in.device());
-  auto out = at::empty({cols, rows}, in.options());
-  if (rows == 0 || cols == 0) return out;
   const dim3 grid((cols + tile::kTile - 1) / tile::kTile, (rows + tile::kTile - 1) / tile::kTile);
   transpose_bytes_kernel<<<grid, tile::kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      static_cast<const uint8_t*>(in.data_ptr()), static_cast<uint8_t*>(out.data_ptr()), rows,
-      cols);
+      static_cast<const uint8_t*>(in.data_ptr()), dst, ld, rows, cols);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor transpose_cuda(const at::Tensor& values) {
+  TORCH_CHECK(values.dim() == 2, "fp8_transpose: values must be 2-D, got ", values.sizes());
+  auto out = at::empty({values.size(1), values.size(0)}, values.options());
+  transpose_into_cuda(values, out, 0);
   return out;
 }
 
@@ -212,6 +253,7 @@ at::Tensor transpose_cuda(const at::Tensor& values) {
 TORCH_LIBRARY_IMPL(kubetune, CUDA, m) {
   m.impl("fp8_quantize_rows", quantize_rows_cuda);
   m.impl("fp8_transpose", transpose_cuda);
+  m.impl("fp8_transpose_into", transpose_into_cuda);
 }
 
 }  // namespace kubetune::kernels

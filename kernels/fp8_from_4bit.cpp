@@ -39,6 +39,21 @@ torch::Tensor fp8_from_4bit_cpu(const torch::Tensor& packed, const torch::Tensor
   return transposed ? values.t().contiguous() : values;
 }
 
+void fp8_from_4bit_transposed_into_cpu(const torch::Tensor& packed, const torch::Tensor& absmax,
+                                       const c10::optional<torch::Tensor>& nested_absmax,
+                                       double offset, c10::IntArrayRef shape, int64_t blocksize,
+                                       c10::string_view type, c10::ScalarType dtype,
+                                       const torch::Tensor& row_amax, const torch::Tensor& out,
+                                       int64_t first_column) {
+  const torch::Tensor values = fp8_from_4bit_cpu(packed, absmax, nested_absmax, offset, shape,
+                                                 blocksize, type, dtype, row_amax, false);
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == shape[1] && first_column >= 0 &&
+                  first_column + shape[0] <= out.size(1),
+              "fp8_from_4bit_transposed_into: out ", out.sizes(), " cannot take the transpose of ",
+              shape, " at column ", first_column);
+  out.narrow(1, first_column, shape[0]).copy_(values.t());
+}
+
 }  // namespace
 
 torch::Tensor row_amax_4bit(const Quant4State& state, torch::ScalarType dtype) {
@@ -65,13 +80,35 @@ torch::Tensor fp8_from_4bit(const Quant4State& s, const torch::Tensor& row_amax,
                  row_amax.contiguous(), transposed);
 }
 
+void fp8_from_4bit_transposed_into(const Quant4State& s, const torch::Tensor& row_amax,
+                                   torch::ScalarType dtype, torch::Tensor& out,
+                                   int64_t first_column) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("kubetune::fp8_from_4bit_transposed_into", "")
+                       .typed<void(const torch::Tensor&, const torch::Tensor&,
+                                   const c10::optional<torch::Tensor>&, double, c10::IntArrayRef,
+                                   int64_t, c10::string_view, c10::ScalarType, const torch::Tensor&,
+                                   const torch::Tensor&, int64_t)>();
+  const c10::optional<torch::Tensor> nested =
+      s.double_quant() ? c10::optional<torch::Tensor>(s.nested_absmax) : c10::nullopt;
+  op.call(s.packed, s.absmax, nested, s.offset, s.shape, s.blocksize, s.type, dtype,
+          row_amax.contiguous(), out, first_column);
+}
+
 TORCH_LIBRARY_FRAGMENT(kubetune, m) {
   m.def(
       "fp8_from_4bit(Tensor packed, Tensor absmax, Tensor? nested_absmax, float offset, "
       "int[] shape, int blocksize, str type, ScalarType dtype, Tensor row_amax, "
       "bool transposed) -> Tensor");
+  m.def(
+      "fp8_from_4bit_transposed_into(Tensor packed, Tensor absmax, Tensor? nested_absmax, "
+      "float offset, int[] shape, int blocksize, str type, ScalarType dtype, Tensor row_amax, "
+      "Tensor(a!) out, int first_column) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(kubetune, CPU, m) { m.impl("fp8_from_4bit", fp8_from_4bit_cpu); }
+TORCH_LIBRARY_IMPL(kubetune, CPU, m) {
+  m.impl("fp8_from_4bit", fp8_from_4bit_cpu);
+  m.impl("fp8_from_4bit_transposed_into", fp8_from_4bit_transposed_into_cpu);
+}
 
 }  // namespace kubetune::kernels

@@ -9,7 +9,8 @@
 // 448 / the row's largest magnitude. That maximum does not change (the base weight is frozen), so
 // it is computed once, by row_amax_4bit.
 //
-// Registered as kubetune::fp8_from_4bit (TORCH_LIBRARY); on the CPU it is the composition itself,
+// Registered as kubetune::fp8_from_4bit and kubetune::fp8_from_4bit_transposed_into
+// (TORCH_LIBRARY); on the CPU it is the composition itself,
 // which the CUDA kernels are tested against.
 #pragma once
 
@@ -30,9 +31,16 @@ torch::Tensor fp8_row_scales(const torch::Tensor& row_amax);
 
 // quantize_rows_fp8(dequantize_4bit(state, dtype)).values, given row_amax_4bit(state, dtype):
 // [out, in] float8_e4m3fn, or its transpose [in, out] when `transposed` (the second operand of an
-// input gradient's product); its row scales are fp8_row_scales(row_amax). On CUDA both sizes must be
-// multiples of 16 (fp8_shape_supported).
+// input gradient's product); its row scales are fp8_row_scales(row_amax). On CUDA both sizes must
+// be multiples of 16 (fp8_shape_supported).
 torch::Tensor fp8_from_4bit(const Quant4State& state, const torch::Tensor& row_amax,
                             torch::ScalarType dtype, bool transposed);
+
+// The transposed form written into columns [first_column, first_column + out) of `out`, a
+// contiguous [in, N] float8 matrix (several weights' transposes side by side; on CUDA N and
+// first_column multiples of 4).
+void fp8_from_4bit_transposed_into(const Quant4State& state, const torch::Tensor& row_amax,
+                                   torch::ScalarType dtype, torch::Tensor& out,
+                                   int64_t first_column);
 
 }  // namespace kubetune::kernels

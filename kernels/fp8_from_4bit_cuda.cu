@@ -70,7 +70,7 @@ template <typename T, bool kNested>
 __global__ void fp8_from_4bit_transposed_kernel(const uint16_t* __restrict__ packed,
                                                 BlockScales scales,
                                                 const float* __restrict__ row_amax,
-                                                uint8_t* __restrict__ out, int64_t rows,
+                                                uint8_t* __restrict__ out, int64_t ld, int64_t rows,
                                                 int64_t cols, CodeBook book) {
   __shared__ float code[16];
   __shared__ tile::Tile t;
@@ -91,18 +91,16 @@ __global__ void fp8_from_4bit_transposed_kernel(const uint16_t* __restrict__ pac
     }
   }
   __syncthreads();
-  tile::store_transposed(t, out, r0, c0, rows, cols);
+  tile::store_transposed(t, out, ld, r0, c0, rows, cols);
 }
 
-at::Tensor fp8_from_4bit_cuda(const at::Tensor& packed, const at::Tensor& absmax,
-                              const c10::optional<at::Tensor>& nested_absmax, double offset,
-                              c10::IntArrayRef shape, int64_t blocksize, c10::string_view type,
-                              c10::ScalarType dtype, const at::Tensor& row_amax, bool transposed) {
-  TORCH_CHECK(shape.size() == 2 && shape[0] % 16 == 0 && shape[1] % 16 == 0,
-              "fp8_from_4bit: a weight whose sizes are multiples of 16, got ", shape);
+// The weight's FP8 rows written at `out`: as they are, or transposed into the first `rows` columns
+// of a [cols, ld] matrix.
+void convert(const at::Tensor& packed, const at::Tensor& absmax,
+             const c10::optional<at::Tensor>& nested_absmax, double offset, c10::IntArrayRef shape,
+             int64_t blocksize, c10::string_view type, c10::ScalarType dtype,
+             const at::Tensor& row_amax, uint8_t* out, bool transposed, int64_t ld) {
   const int64_t rows = shape[0], cols = shape[1];
-  TORCH_CHECK(row_amax.numel() == rows, "fp8_from_4bit: ", row_amax.numel(), " row maxima for ",
-              rows, " rows");
   c10::cuda::CUDAGuard guard(packed.device());
   const at::Tensor bytes = packed.contiguous().view(at::kByte).reshape(-1);
   TORCH_CHECK(bytes.numel() * 2 >= rows * cols, "fp8_from_4bit: too few packed bytes");
@@ -116,10 +114,6 @@ at::Tensor fp8_from_4bit_cuda(const at::Tensor& packed, const at::Tensor& absmax
       nested ? nullptr : am.data_ptr<float>(), nested ? am.data_ptr<uint8_t>() : nullptr,
       nested ? nest.data_ptr<float>() : nullptr, static_cast<float>(offset), blocksize};
   const CodeBook book = device_code_book(type);
-  auto out = at::empty(transposed ? std::vector<int64_t>{cols, rows} : shape.vec(),
-                       packed.options().dtype(at::kFloat8_e4m3fn));
-  if (out.numel() == 0) return out;
-  auto* o = static_cast<uint8_t*>(out.data_ptr());
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "fp8_from_4bit", [&] {
     auto launch = [&](auto nested_tag) {
@@ -128,13 +122,13 @@ at::Tensor fp8_from_4bit_cuda(const at::Tensor& packed, const at::Tensor& absmax
         const dim3 grid(cols / tile::kTile + (cols % tile::kTile != 0),
                         rows / tile::kTile + (rows % tile::kTile != 0));
         fp8_from_4bit_transposed_kernel<scalar_t, kNested><<<grid, tile::kThreads, 0, stream>>>(
-            static_cast<const uint16_t*>(bytes.data_ptr()), scales, amax.data_ptr<float>(), o, rows,
-            cols, book);
+            static_cast<const uint16_t*>(bytes.data_ptr()), scales, amax.data_ptr<float>(), out, ld,
+            rows, cols, book);
       } else {
         const int64_t groups = rows * cols / 16;
         fp8_from_4bit_rows_kernel<scalar_t, kNested><<<blocks_for(groups), kThreads, 0, stream>>>(
             static_cast<const uint2*>(bytes.data_ptr()), scales, amax.data_ptr<float>(),
-            reinterpret_cast<uint4*>(o), groups, cols, book);
+            reinterpret_cast<uint4*>(out), groups, cols, book);
       }
     };
     if (nested) {
@@ -144,11 +138,51 @@ at::Tensor fp8_from_4bit_cuda(const at::Tensor& packed, const at::Tensor& absmax
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void check_shape(c10::IntArrayRef shape, const at::Tensor& row_amax) {
+  TORCH_CHECK(shape.size() == 2 && shape[0] % 16 == 0 && shape[1] % 16 == 0,
+              "fp8_from_4bit: a weight whose sizes are multiples of 16, got ", shape);
+  TORCH_CHECK(row_amax.numel() == shape[0], "fp8_from_4bit: ", row_amax.numel(), " row maxima for ",
+              shape[0], " rows");
+}
+
+void fp8_from_4bit_transposed_into_cuda(const at::Tensor& packed, const at::Tensor& absmax,
+                                        const c10::optional<at::Tensor>& nested_absmax,
+                                        double offset, c10::IntArrayRef shape, int64_t blocksize,
+                                        c10::string_view type, c10::ScalarType dtype,
+                                        const at::Tensor& row_amax, const at::Tensor& out,
+                                        int64_t first_column) {
+  check_shape(shape, row_amax);
+  const int64_t rows = shape[0], cols = shape[1];
+  tile::check_transposed_out("fp8_from_4bit_transposed_into", rows, cols, out, first_column);
+  if (rows == 0 || cols == 0) return;
+  auto* dst = static_cast<uint8_t*>(out.data_ptr()) + first_column;
+  TORCH_CHECK(tile::words_fit(rows, cols, out.size(1), first_column, dst, dst),
+              "fp8_from_4bit_transposed_into: out's width and first column must be multiples of 4");
+  convert(packed, absmax, nested_absmax, offset, shape, blocksize, type, dtype, row_amax, dst,
+          /*transposed=*/true, out.size(1));
+}
+
+at::Tensor fp8_from_4bit_cuda(const at::Tensor& packed, const at::Tensor& absmax,
+                              const c10::optional<at::Tensor>& nested_absmax, double offset,
+                              c10::IntArrayRef shape, int64_t blocksize, c10::string_view type,
+                              c10::ScalarType dtype, const at::Tensor& row_amax, bool transposed) {
+  check_shape(shape, row_amax);
+  const int64_t rows = shape[0], cols = shape[1];
+  auto out = at::empty(transposed ? std::vector<int64_t>{cols, rows} : shape.vec(),
+                       packed.options().dtype(at::kFloat8_e4m3fn));
+  if (out.numel() == 0) return out;
+  convert(packed, absmax, nested_absmax, offset, shape, blocksize, type, dtype, row_amax,
+          static_cast<uint8_t*>(out.data_ptr()), transposed, rows);
   return out;
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(kubetune, CUDA, m) { m.impl("fp8_from_4bit", fp8_from_4bit_cuda); }
+TORCH_LIBRARY_IMPL(kubetune, CUDA, m) {
+  m.impl("fp8_from_4bit", fp8_from_4bit_cuda);
+  m.impl("fp8_from_4bit_transposed_into", fp8_from_4bit_transposed_into_cuda);
+}
 
 }  // namespace kubetune::kernels

@@ -5,6 +5,9 @@
 // byte per thread ran at a tenth of the memory bandwidth.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
 #include <cstdint>
 
 namespace kubetune::kernels::tile {
@@ -20,19 +23,40 @@ struct Tile {
 __device__ inline int word() { return threadIdx.x % kWordsPerRow; }
 __device__ inline int first_row() { return threadIdx.x / kWordsPerRow; }
 
-// After the tile is filled (and a __syncthreads): its transpose into out, a [cols, rows] matrix,
-// for the tile at input row r0 and column c0 of a [rows, cols] one (both multiples of 4).
-__device__ inline void store_transposed(const Tile& t, uint8_t* __restrict__ out, int64_t r0,
-                                        int64_t c0, int64_t rows, int64_t cols) {
+// After the tile is filled (and a __syncthreads): its transpose into out, the first `rows`
+// columns of a [cols, ld] matrix, for the tile at input row r0 and column c0 of a [rows, cols] one
+// (rows, cols, ld multiples of 4, out 4-byte aligned).
+__device__ inline void store_transposed(const Tile& t, uint8_t* __restrict__ out, int64_t ld,
+                                        int64_t r0, int64_t c0, int64_t rows, int64_t cols) {
   for (int i = first_row(); i < kTile; i += kRowsPerPass) {
     const int64_t out_row = c0 + i, out_col = r0 + word() * 4;
     if (out_row < cols && out_col < rows) {
       const int k = word() * 4;
       const uint32_t packed = uint32_t(t.bytes[k][i]) | uint32_t(t.bytes[k + 1][i]) << 8 |
                               uint32_t(t.bytes[k + 2][i]) << 16 | uint32_t(t.bytes[k + 3][i]) << 24;
-      *reinterpret_cast<uint32_t*>(out + out_row * rows + out_col) = packed;
+      *reinterpret_cast<uint32_t*>(out + out_row * ld + out_col) = packed;
     }
   }
+}
+
+// Whether a [rows, cols] byte matrix at `in` can be transposed by tiles into columns
+// [first_column, first_column + rows) of a [cols, ld] one at `out`: 4-byte words that straddle no
+// row on either side.
+inline bool words_fit(int64_t rows, int64_t cols, int64_t ld, int64_t first_column, const void* in,
+                      const void* out) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 4 == 0; };
+  return rows % 4 == 0 && cols % 4 == 0 && ld % 4 == 0 && first_column % 4 == 0 && aligned(in) &&
+         aligned(out);
+}
+
+// Checks that `out` ([cols, ld], one byte a value, contiguous) can take a [rows, cols] matrix's
+// transpose at `first_column`.
+inline void check_transposed_out(const char* op, int64_t rows, int64_t cols, const at::Tensor& out,
+                                 int64_t first_column) {
+  TORCH_CHECK(out.dim() == 2 && out.element_size() == 1 && out.is_contiguous() &&
+                  out.size(0) == cols && first_column >= 0 && first_column + rows <= out.size(1),
+              op, ": out must be a contiguous [", cols, ", >= ", first_column + rows,
+              "] matrix of one-byte values, got ", out.sizes());
 }
 
 }  // namespace kubetune::kernels::tile

@@ -46,6 +46,16 @@ TEST(Fp8From4bit, CpuEqualsDequantizingThenQuantizingTheRows) {
   }
 }
 
+TEST(Fp8From4bit, CpuTransposesBesideOtherColumns) {
+  const auto s = sample_state(48, 64, "nf4", true);
+  const auto amax = row_amax_4bit(s, torch::kBFloat16);
+  auto out = torch::zeros({64, 16 + 48}, torch::kFloat8_e4m3fn);
+  fp8_from_4bit_transposed_into(s, amax, torch::kBFloat16, out, 16);
+  EXPECT_TRUE(same_bytes(out.narrow(1, 16, 48), fp8_from_4bit(s, amax, torch::kBFloat16, true)));
+  EXPECT_TRUE(same_bytes(out.narrow(1, 0, 16), torch::zeros({64, 16}, torch::kFloat8_e4m3fn)));
+  EXPECT_THROW(fp8_from_4bit_transposed_into(s, amax, torch::kBFloat16, out, 17), c10::Error);
+}
+
 TEST(Fp8From4bit, RejectsRowMaximaOfAnotherShape) {
   const auto s = sample_state(16, 64, "nf4", false);
   EXPECT_THROW(fp8_from_4bit(s, torch::ones({15}), torch::kBFloat16, false), c10::Error);
@@ -73,6 +83,14 @@ TEST(Fp8From4bit, CudaMatchesCpu) {
                 << shape[0] << " x " << shape[1] << " " << type << " double quant " << double_quant
                 << " dtype " << dtype << " transposed " << transposed;
           }
+          // Transposed beside another weight's columns, which it leaves alone.
+          auto beside = torch::zeros({shape[1], shape[0] + 16}, torch::kFloat8_e4m3fn);
+          auto on_gpu = beside.cuda();
+          fp8_from_4bit_transposed_into(cpu, amax, dtype, beside, 16);
+          fp8_from_4bit_transposed_into(gpu, amax.cuda(), dtype, on_gpu, 16);
+          EXPECT_TRUE(same_bytes(on_gpu, beside));
+          EXPECT_TRUE(same_bytes(beside.narrow(1, 16, shape[0]),
+                                 fp8_from_4bit(cpu, amax, dtype, /*transposed=*/true)));
         }
 }
 

@@ -49,6 +49,32 @@ TEST(Fp8, ColumnScaleQuantizesTheScaledInput) {
   EXPECT_THROW(quantize_rows_fp8(x, torch::ones({47})), c10::Error);
 }
 
+TEST(Fp8, PartsAreQuantizedAsTheirConcatenation) {
+  torch::manual_seed(5);
+  const std::vector<torch::Tensor> parts{sample(6, 32, torch::kFloat32), torch::randn({6, 16}),
+                                         torch::randn({6, 48}) * 10};
+  const auto cs = torch::rand({96}) + 0.5;
+  const auto a = quantize_rows_fp8(parts, cs), b = quantize_rows_fp8(torch::cat(parts, 1), cs);
+  EXPECT_TRUE(torch::equal(a.values.view(torch::kUInt8), b.values.view(torch::kUInt8)));
+  EXPECT_TRUE(torch::equal(a.scales, b.scales));
+  EXPECT_THROW(quantize_rows_fp8(parts, torch::ones({95})), c10::Error);
+}
+
+// Two weights' transposes side by side: the transpose of the two stacked.
+void expect_transposes_side_by_side(const torch::Device& device) {
+  auto a = (torch::randn({48, 80}) * 100).to(torch::kFloat8_e4m3fn).to(device);
+  auto b = (torch::randn({32, 80}) * 100).to(torch::kFloat8_e4m3fn).to(device);
+  auto out = torch::empty({80, 80}, a.options());
+  transpose_fp8_into(a, out, 0);
+  transpose_fp8_into(b, out, 48);
+  EXPECT_TRUE(torch::equal(out.cpu().view(torch::kUInt8),
+                           torch::cat({a, b}, 0).t().contiguous().cpu().view(torch::kUInt8)))
+      << device;
+  EXPECT_THROW(transpose_fp8_into(a, out, 40), c10::Error);  // 40 + 48 columns > 80
+}
+
+TEST(Fp8, TransposesIntoColumnsSideBySide) { expect_transposes_side_by_side(torch::kCPU); }
+
 TEST(Fp8, CpuProductIsTheDequantizedProduct) {
   torch::manual_seed(2);
   auto a = torch::randn({7, 64}), b = torch::randn({32, 64});
@@ -81,6 +107,18 @@ TEST(Fp8, CudaQuantizationMatchesCpuReference) {
         EXPECT_TRUE(torch::equal(gpu.scales.cpu(), cpu.scales));
       }
     }
+  // Parts side by side (a group's output gradients), read where they are.
+  for (int64_t cols : {1024, 20000}) {
+    const std::vector<torch::Tensor> parts{sample(33, cols, torch::kBFloat16),
+                                           sample(33, 256, torch::kBFloat16) * 3,
+                                           sample(33, 256, torch::kBFloat16) / 3};
+    auto cs = torch::rand({cols + 512}) + 0.5;
+    auto cpu = quantize_rows_fp8(parts, cs);
+    auto gpu = quantize_rows_fp8({parts[0].cuda(), parts[1].cuda(), parts[2].cuda()}, cs.cuda());
+    EXPECT_TRUE(torch::equal(gpu.values.cpu().view(torch::kUInt8), cpu.values.view(torch::kUInt8)))
+        << "parts, first " << cols << " wide";
+    EXPECT_TRUE(torch::equal(gpu.scales.cpu(), cpu.scales));
+  }
 }
 
 TEST(Fp8, CudaProductMatchesCpuReference) {
@@ -116,6 +154,7 @@ TEST(Fp8, CudaTransposeMatchesCpu) {
     EXPECT_TRUE(torch::equal(gpu.view(torch::kUInt8), transpose_fp8(values).view(torch::kUInt8)))
         << shape[0] << " x " << shape[1];
   }
+  expect_transposes_side_by_side(torch::kCUDA);
 }
 
 }  // namespace

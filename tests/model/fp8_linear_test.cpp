@@ -127,19 +127,61 @@ TEST(Fp8Linear, FrozenBaseIsKeptInFp8) {
   EXPECT_EQ(odd->weight.numel(), kHidden * 10);
 }
 
+// The group against the plain layers: the same FP8 products for the outputs and the adapters'
+// gradients; the input's gradient (after the `outputs` outputs) within E4M3's rounding, since the
+// group quantizes its layers' output gradients as one matrix (fp8_group_input_gradient: one scale
+// per token across them, where each plain layer takes its own).
+void expect_group_close(const std::vector<torch::Tensor>& got,
+                        const std::vector<torch::Tensor>& ref, size_t outputs,
+                        const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double scale = ref[i].abs().max().item<double>() + 1e-12;
+    EXPECT_LE((got[i] - ref[i]).abs().max().item<double>() / scale, i == outputs ? 0.08 : 1e-5)
+        << what << ": tensor " << i;
+  }
+}
+
 TEST(Fp8Linear, CpuGroupEqualsPlainLayers) {
   auto attn = attention_layers(true);
-  expect_close(run(attn, false, true, input(), false), run(attn, false, false, input(), false),
-               1e-5, "q/k/v");
+  expect_group_close(run(attn, false, true, input(), false),
+                     run(attn, false, false, input(), false), 3, "q/k/v");
   auto mlp = mlp_layers(true);
-  expect_close(run(mlp, true, true, input(), false), run(mlp, true, false, input(), false), 1e-5,
-               "SwiGLU MLP");
+  expect_group_close(run(mlp, true, true, input(), false), run(mlp, true, false, input(), false), 1,
+                     "SwiGLU MLP");
   // Over chunks of tokens (long sequences): the input is quantized per token, chunk by chunk.
-  expect_close(run(mlp, true, true, input(), false, /*chunk_rows=*/4),
-               run(mlp, true, false, input(), false), 1e-5, "SwiGLU MLP in chunks");
+  expect_group_close(run(mlp, true, true, input(), false, /*chunk_rows=*/4),
+                     run(mlp, true, false, input(), false), 1, "SwiGLU MLP in chunks");
   auto q4 = attention_layers(true, /*qlora=*/true);
-  expect_close(run(q4, false, true, input(), false), run(q4, false, false, input(), false), 1e-5,
-               "q/k/v on 4-bit weights");
+  expect_group_close(run(q4, false, true, input(), false), run(q4, false, false, input(), false), 3,
+                     "q/k/v on 4-bit weights");
+}
+
+TEST(Fp8Linear, GroupInputGradientIsOneProductOfTheLayersSideBySide) {
+  // fp8_group_input_gradient assembles [W_1; W_2; ...]^T from each layer's FP8 base (kept, or
+  // converted from 4 bits) and their row scales; it must equal the one product written out.
+  for (bool qlora : {false, true}) {
+    auto layers = attention_layers(true, qlora);
+    std::vector<const LinearImpl*> ptrs;
+    std::vector<torch::Tensor> dys, values, scales;
+    torch::manual_seed(8);
+    for (auto& l : layers) {
+      ptrs.push_back(l.get());
+      dys.push_back(torch::randn({6, l->out_features()}));
+      values.push_back(l->fp8_base().values);
+      scales.push_back(l->fp8_base().scales);
+    }
+    const kernels::Fp8Transposed stacked{kernels::transpose_fp8(torch::cat(values, 0)),
+                                         torch::cat(scales, 0)};
+    const auto want = fp8_input_gradient(torch::cat(dys, 1), stacked, torch::kFloat32);
+    const auto got = fp8_group_input_gradient(dys, ptrs, torch::kFloat32);
+    EXPECT_TRUE(torch::equal(got, want)) << "4-bit bases " << qlora;
+    // And it is dY W within E4M3's rounding.
+    torch::Tensor exact = torch::zeros_like(want);
+    for (size_t i = 0; i < layers.size(); ++i)
+      exact += at::mm(dys[i], kernels::dequantize_rows_fp8(layers[i]->fp8_base(), torch::kFloat32));
+    EXPECT_LE((got - exact).abs().max().item<double>() / exact.abs().max().item<double>(), 0.08);
+  }
 }
 
 TEST(Fp8Linear, CpuStaysWithinE4m3RoundingOfExactProducts) {

@@ -26,6 +26,16 @@ Tensor unit_scales(int64_t n, const torch::TensorOptions& options) {
   return ones.narrow(0, 0, n).view({n, 1});
 }
 
+// dx = [dy parts side by side] W for W^T given as `w`.
+Tensor input_gradient_of_parts(const std::vector<Tensor>& dy_parts, const kernels::Fp8Transposed& w,
+                               torch::ScalarType out_dtype) {
+  // dx[m, k] = sum_n dy[m, n] s[n] q[n, k]: the weight's row scales s lie along the sum, so they
+  // go into dy before it is quantized, and W^T's rows (the GEMM's second operand) have scale 1.
+  const kernels::Fp8Rows g = kernels::quantize_rows_fp8(dy_parts, w.row_scales.view({-1}));
+  const kernels::Fp8Rows wt{w.values, unit_scales(w.values.size(0), w.row_scales.options())};
+  return kernels::fp8_mm(g, wt, out_dtype, /*fast_accumulate=*/false);
+}
+
 class Fp8FrozenFunction : public torch::autograd::Function<Fp8FrozenFunction> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const LinearImpl* layer,
@@ -97,11 +107,26 @@ Tensor fp8_forward_product(const kernels::Fp8Rows& x, const kernels::Fp8Rows& w,
 
 Tensor fp8_input_gradient(const Tensor& dy, const kernels::Fp8Transposed& w,
                           torch::ScalarType out_dtype) {
-  // dx[m, k] = sum_n dy[m, n] s[n] q[n, k]: the weight's row scales s lie along the sum, so they
-  // go into dy before it is quantized, and W^T's rows (the GEMM's second operand) have scale 1.
-  const kernels::Fp8Rows g = kernels::quantize_rows_fp8(dy, w.row_scales.view({-1}));
-  const kernels::Fp8Rows wt{w.values, unit_scales(w.values.size(0), w.row_scales.options())};
-  return kernels::fp8_mm(g, wt, out_dtype, /*fast_accumulate=*/false);
+  return input_gradient_of_parts({dy}, w, out_dtype);
+}
+
+Tensor fp8_group_input_gradient(const std::vector<Tensor>& dys,
+                                const std::vector<const LinearImpl*>& layers,
+                                torch::ScalarType out_dtype) {
+  TORCH_CHECK(!layers.empty() && dys.size() == layers.size(),
+              "fp8_group_input_gradient: one output gradient per layer");
+  int64_t total = 0;
+  for (const auto* l : layers) total += l->out_features();
+  Tensor wt =
+      at::empty({layers[0]->in_features(), total}, dys[0].options().dtype(torch::kFloat8_e4m3fn));
+  std::vector<Tensor> scales;
+  int64_t column = 0;
+  for (const auto* l : layers) {
+    l->fp8_base_transposed_into(wt, column);
+    scales.push_back(l->fp8_base_row_scales());
+    column += l->out_features();
+  }
+  return input_gradient_of_parts(dys, {wt, at::cat(scales, 0)}, out_dtype);
 }
 
 Tensor fp8_frozen_linear(const Tensor& x, const LinearImpl& layer, torch::ScalarType dtype) {

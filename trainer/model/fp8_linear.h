@@ -15,6 +15,8 @@
 
 #include <torch/types.h>
 
+#include <vector>
+
 #include "kernels/fp8.h"
 
 namespace kubetune::model {
@@ -28,6 +30,14 @@ torch::Tensor fp8_forward_product(const kernels::Fp8Rows& x, const kernels::Fp8R
 // dx = dy W, dy [tokens, out] in the compute dtype.
 torch::Tensor fp8_input_gradient(const torch::Tensor& dy, const kernels::Fp8Transposed& w,
                                  torch::ScalarType out_dtype);
+
+// dx = sum_i dy_i W_i for frozen layers reading the same input (q, k, v; gate, up), as one product
+// of [dy_1 dy_2 ...] and [W_1; W_2; ...]: the output gradients quantized as one matrix (one scale
+// per token across them), the weights transposed side by side. One quantization, one GEMM and no
+// additions, where each layer's part took its own three kernels and an addition.
+torch::Tensor fp8_group_input_gradient(const std::vector<torch::Tensor>& dys,
+                                       const std::vector<const LinearImpl*>& layers,
+                                       torch::ScalarType out_dtype);
 
 // x [..., in] times `layer`'s frozen base weight in FP8 (LinearImpl::fp8_base), differentiable in
 // x, products in `dtype`. The layer must outlive the autograd graph.

@@ -136,18 +136,47 @@ struct AdapterInputGradients {
   }
 };
 
-// dX += dY W (the first layer writes dX), and for an adapter t = scaling dY B, which is returned
-// for the adapter's gradients and, when `need_x`, kept in `pending` for dX += t A.
-Tensor add_input_gradient(const Tensor& dy, const Member& m, bool need_x, Tensor& dx,
-                          AdapterInputGradients& pending) {
-  if (need_x && m.fp8) {
+// dX += dY W (the first layer writes dX).
+void add_base_input_gradient(const Tensor& dy, const Member& m, Tensor& dx) {
+  if (m.fp8) {
     // _scaled_mm has no beta: the FP8 product is added, one pass over dX.
     Tensor part = fp8_input_gradient(dy, m.fp8->fp8_base_transposed(), dy.scalar_type());
     dx = dx.defined() ? dx.add_(part) : part;
-  } else if (need_x) {
+  } else {
     const Tensor w = m.dense_weight(dy.scalar_type());
     dx = dx.defined() ? dx.addmm_(dy, w) : at::mm(dy, w);
   }
+}
+
+// dX = sum_i dY_i W_i for layers whose bases are all FP8 (two or more, each with a gradient), as
+// one product (fp8_group_input_gradient); undefined for any other group.
+Tensor fp8_bases_input_gradient(const std::vector<Tensor>& dys,
+                                const std::vector<const Member*>& members) {
+  if (members.size() < 2) return {};
+  std::vector<const LinearImpl*> layers;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (!members[i]->fp8 || !dys[i].defined()) return {};
+    layers.push_back(members[i]->fp8);
+  }
+  return fp8_group_input_gradient(dys, layers, dys[0].scalar_type());
+}
+
+// dX's base parts for the layers that have a gradient: together in FP8 where they can be, else
+// one by one.
+void add_bases_input_gradient(const std::vector<Tensor>& dys,
+                              const std::vector<const Member*>& members, Tensor& dx) {
+  if (!dx.defined()) {
+    dx = fp8_bases_input_gradient(dys, members);
+    if (dx.defined()) return;
+  }
+  for (size_t i = 0; i < members.size(); ++i)
+    if (dys[i].defined()) add_base_input_gradient(dys[i], *members[i], dx);
+}
+
+// For an adapter, t = scaling dY B: returned for the adapter's gradients and, when `need_x`,
+// kept in `pending` for dX += t A.
+Tensor adapter_input_gradient(const Tensor& dy, const Member& m, bool need_x,
+                              AdapterInputGradients& pending) {
   if (!m.has_lora()) return {};
   Tensor t = scaled_mm(dy, m.b, m.scaling, dy.scalar_type());
   if (need_x) {
@@ -241,18 +270,28 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Saved s = restore(ctx);
     const bool need_x = ctx->needs_input_grad(0);
+    // An output nobody used has no gradient, and gives none.
+    std::vector<Tensor> dys;
+    std::vector<const Member*> members;
+    for (size_t i = 0; i < s.members.size(); ++i) {
+      members.push_back(&s.members[i]);
+      dys.push_back(grads[i].defined()
+                        ? grads[i].reshape({-1, s.members[i].out_features()}).to(s.x2.scalar_type())
+                        : Tensor());
+    }
     Tensor dx;
+    if (need_x) add_bases_input_gradient(dys, members, dx);
     AdapterInputGradients adapters_dx;
     variable_list adapter_grads;
     for (size_t i = 0; i < s.members.size(); ++i) {
       const Member& m = s.members[i];
-      if (!grads[i].defined()) {  // an output nobody used: no gradient from it
-        if (m.has_lora()) adapter_grads.insert(adapter_grads.end(), {Tensor(), Tensor()});
+      if (!m.has_lora()) continue;
+      if (!dys[i].defined()) {
+        adapter_grads.insert(adapter_grads.end(), {Tensor(), Tensor()});
         continue;
       }
-      const Tensor dy = grads[i].reshape({-1, m.out_features()}).to(s.x2.scalar_type());
-      const Tensor t = add_input_gradient(dy, m, need_x, dx, adapters_dx);
-      if (m.has_lora()) add_adapter_gradients(dy, s.x2, t, m, s.adapter_dtype, adapter_grads);
+      const Tensor t = adapter_input_gradient(dys[i], m, need_x, adapters_dx);
+      add_adapter_gradients(dys[i], s.x2, t, m, s.adapter_dtype, adapter_grads);
     }
     adapters_dx.add_to(dx);
     variable_list out{dx.defined() ? dx.view(s.x_sizes) : Tensor()};
@@ -303,18 +342,20 @@ MlpGradients mlp_backward(const Tensor& x2, const Tensor& gate_out, const Tensor
                           at::ScalarType adapter_dtype) {
   Member &gate = members[0], &up = members[1], &down = members[2];
   Tensor d_hidden;
+  add_base_input_gradient(dy, down, d_hidden);
   AdapterInputGradients down_dx;
-  const Tensor t_down = add_input_gradient(dy, down, /*need_x=*/true, d_hidden, down_dx);
+  const Tensor t_down = adapter_input_gradient(dy, down, /*need_x=*/true, down_dx);
   down_dx.add_to(d_hidden);
   // SwiGLU's output is recomputed here instead of kept from forward.
   auto [d_gate, d_up, hidden] = kernels::swiglu_backward_with_output(d_hidden, gate_out, up_out);
   d_hidden = Tensor();
   if (down.has_lora() && !down.xa.defined()) down.xa = at::mm(hidden, down.a.t());
   MlpGradients g;
+  if (need_x) add_bases_input_gradient({d_gate, d_up}, {&gate, &up}, g.dx);
   AdapterInputGradients adapters_dx;
-  const Tensor t_gate = add_input_gradient(d_gate, gate, need_x, g.dx, adapters_dx);
+  const Tensor t_gate = adapter_input_gradient(d_gate, gate, need_x, adapters_dx);
   if (gate.has_lora()) add_adapter_gradients(d_gate, x2, t_gate, gate, adapter_dtype, g.adapters);
-  const Tensor t_up = add_input_gradient(d_up, up, need_x, g.dx, adapters_dx);
+  const Tensor t_up = adapter_input_gradient(d_up, up, need_x, adapters_dx);
   if (up.has_lora()) add_adapter_gradients(d_up, x2, t_up, up, adapter_dtype, g.adapters);
   adapters_dx.add_to(g.dx);
   if (down.has_lora()) add_adapter_gradients(dy, hidden, t_down, down, adapter_dtype, g.adapters);

@@ -107,6 +107,20 @@ kernels::Fp8Transposed LinearImpl::fp8_base_transposed() const {
           fp8_row_scales_};
 }
 
+void LinearImpl::fp8_base_transposed_into(torch::Tensor& out, int64_t first_column) const {
+  if (fp8_weight_.values.defined())
+    return kernels::transpose_fp8_into(fp8_weight_.values, out, first_column);
+  TORCH_CHECK(is_quantized(), "fp8_base: the layer's weight is trainable, not a frozen base");
+  kernels::fp8_from_4bit_transposed_into(quantized_, fp8_row_amax_, compute_dtype_, out,
+                                         first_column);
+}
+
+torch::Tensor LinearImpl::fp8_base_row_scales() const {
+  if (fp8_weight_.values.defined()) return fp8_weight_.scales;
+  TORCH_CHECK(is_quantized(), "fp8_base: the layer's weight is trainable, not a frozen base");
+  return fp8_row_scales_;
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (can_group(x, {this})) return frozen_linear_group(x, {this})[0];
   torch::Tensor out = base_forward(x);

@@ -72,6 +72,11 @@ class LinearImpl : public torch::nn::Module {
   // Its transpose, for an input gradient: the kept form transposed, or the 4-bit one converted
   // straight to that layout.
   kernels::Fp8Transposed fp8_base_transposed() const;
+  // The same values written into columns [first_column, first_column + out_features()) of `out`
+  // ([in_features, N] float8), beside other layers' (trainer/model/fp8_linear.h), and their row
+  // scales ([out_features, 1]).
+  void fp8_base_transposed_into(torch::Tensor& out, int64_t first_column) const;
+  torch::Tensor fp8_base_row_scales() const;
 
   int64_t out_features() const { return shape_of_weight()[0]; }
   int64_t in_features() const { return shape_of_weight()[1]; }
