@@ -22,19 +22,6 @@ namespace {
 
 using namespace quant4;
 
-// Where a weight's block scales are: one of the two pointers is null.
-struct BlockScales {
-  const float* absmax;
-  const uint8_t* absmax_codes;  // double quantization
-  const float* nested;
-  float offset;
-  int64_t blocksize;
-  template <bool kNested>
-  __device__ float of(int64_t value_index) const {
-    return block_scale<kNested>(value_index / blocksize, absmax, absmax_codes, nested, offset);
-  }
-};
-
 // One value: the code times its block's scale, rounded to T (dequantize_4bit's value), times the
 // row's 448 / amax, rounded to E4M3 saturating (fp8_quantize_rows's).
 template <typename T>
@@ -53,7 +40,7 @@ __global__ void fp8_from_4bit_rows_kernel(const uint2* __restrict__ packed, Bloc
   for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
        g += int64_t(blockDim.x) * gridDim.x) {
     const uint2 bits = packed[g];
-    const float scale = scales.of<kNested>(g * 16);
+    const float scale = scales.template of<kNested>(g * 16);
     const float inv = kFp8Max / row_amax[g * 16 / cols];
     __align__(16) uint8_t v[16];
 #pragma unroll
@@ -89,7 +76,7 @@ __global__ void fp8_from_4bit_transposed_kernel(const uint32_t* __restrict__ pac
     if (r < rows && c < cols) {
       const int64_t first = r * cols + c;  // a multiple of 8: packed bytes first/2 .. first/2 + 3
       const uint32_t bits = packed[first / kValuesPerThread];
-      const float scale = scales.of<kNested>(first), inv = kFp8Max / row_amax[r];
+      const float scale = scales.template of<kNested>(first), inv = kFp8Max / row_amax[r];
       uint8_t v[kValuesPerThread];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -119,13 +106,9 @@ void convert(const at::Tensor& packed, const at::Tensor& absmax,
   TORCH_CHECK(bytes.numel() * 2 >= rows * cols, "fp8_from_4bit: too few packed bytes");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(bytes.data_ptr()) % 8 == 0,
               "fp8_from_4bit: the packed weight must be 8-byte aligned");
-  const bool nested = nested_absmax.has_value() && nested_absmax->defined();
-  const at::Tensor am = nested ? absmax.contiguous() : absmax.to(at::kFloat).contiguous();
-  const at::Tensor nest = nested ? nested_absmax->to(at::kFloat).contiguous() : at::Tensor();
+  const BlockScaleTensors block_scales(absmax, nested_absmax, offset, blocksize);
+  const BlockScales& scales = block_scales.view;
   const at::Tensor amax = row_amax.to(at::kFloat).contiguous();
-  const BlockScales scales{
-      nested ? nullptr : am.data_ptr<float>(), nested ? am.data_ptr<uint8_t>() : nullptr,
-      nested ? nest.data_ptr<float>() : nullptr, static_cast<float>(offset), blocksize};
   const CodeBook book = device_code_book(type);
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "fp8_from_4bit", [&] {
@@ -144,11 +127,7 @@ void convert(const at::Tensor& packed, const at::Tensor& absmax,
             reinterpret_cast<uint4*>(out), groups, cols, book);
       }
     };
-    if (nested) {
-      launch(std::true_type{});
-    } else {
-      launch(std::false_type{});
-    }
+    with_nested(block_scales.double_quant(), launch);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -51,19 +51,14 @@ __global__ void quantize_4bit_kernel(const T* __restrict__ x, uint8_t* __restric
 // Each thread turns 8 packed bytes into 16 values of one block (blocks hold a multiple of 16):
 // one 8-byte load, one scale, 16-byte stores. For n a multiple of 16 and aligned pointers.
 template <typename T, bool kNested>
-__global__ void dequantize_4bit_x16_kernel(const uint2* __restrict__ packed,
-                                           const float* __restrict__ absmax,
-                                           const uint8_t* __restrict__ absmax_codes,
-                                           const float* __restrict__ nested, float offset,
-                                           T* __restrict__ out, int64_t groups, int64_t blocksize,
-                                           CodeBook book) {
+__global__ void dequantize_4bit_x16_kernel(const uint2* __restrict__ packed, BlockScales scales,
+                                           T* __restrict__ out, int64_t groups, CodeBook book) {
   __shared__ float code[16];
   load_code_book(book, code);
   for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
        g += int64_t(blockDim.x) * gridDim.x) {
     const uint2 bits = packed[g];
-    const float scale =
-        block_scale<kNested>(g * 16 / blocksize, absmax, absmax_codes, nested, offset);
+    const float scale = scales.template of<kNested>(g * 16);
     __align__(16) T v[16];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -81,12 +76,8 @@ __global__ void dequantize_4bit_x16_kernel(const uint2* __restrict__ packed,
 
 // Any n and alignment: one thread per packed byte (two values).
 template <typename T, bool kNested>
-__global__ void dequantize_4bit_kernel(const uint8_t* __restrict__ packed,
-                                       const float* __restrict__ absmax,
-                                       const uint8_t* __restrict__ absmax_codes,
-                                       const float* __restrict__ nested, float offset,
-                                       T* __restrict__ out, int64_t n, int64_t blocksize,
-                                       CodeBook book) {
+__global__ void dequantize_4bit_kernel(const uint8_t* __restrict__ packed, BlockScales scales,
+                                       T* __restrict__ out, int64_t n, CodeBook book) {
   __shared__ float code[16];
   load_code_book(book, code);
   for (int64_t byte = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; 2 * byte < n;
@@ -95,7 +86,7 @@ __global__ void dequantize_4bit_kernel(const uint8_t* __restrict__ packed,
     for (int h = 0; h < 2; ++h) {
       const int64_t i = 2 * byte + h;
       if (i >= n) break;
-      const float scale = block_scale<kNested>(i / blocksize, absmax, absmax_codes, nested, offset);
+      const float scale = scales.template of<kNested>(i);
       out[i] = static_cast<T>(__fmul_rn(code[h == 0 ? p >> 4 : p & 0xF], scale));
     }
   }
@@ -134,14 +125,8 @@ at::Tensor dequantize_4bit_cuda(const at::Tensor& packed, const at::Tensor& absm
   at::Tensor out = at::empty(shape, packed.options().dtype(dtype));
   if (n == 0) return out;
   const CodeBook book = device_code_book(type);
-  const bool nested = nested_absmax.has_value() && nested_absmax->defined();
-  const at::Tensor am = absmax.contiguous();
-  const at::Tensor nest = nested ? nested_absmax->to(at::kFloat).contiguous() : at::Tensor();
-  const at::Tensor am_f = nested ? am : am.to(at::kFloat);
-  const float* scales = nested ? nullptr : am_f.data_ptr<float>();
-  const uint8_t* scale_codes = nested ? am.data_ptr<uint8_t>() : nullptr;
-  const float* nested_scales = nested ? nest.data_ptr<float>() : nullptr;
-  const auto off = static_cast<float>(offset);
+  const BlockScaleTensors block_scales(absmax, nested_absmax, offset, blocksize);
+  const BlockScales& scales = block_scales.view;
   const uint8_t* p = bytes.data_ptr<uint8_t>();
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "dequantize_4bit", [&] {
@@ -152,18 +137,13 @@ at::Tensor dequantize_4bit_cuda(const at::Tensor& packed, const at::Tensor& absm
       constexpr bool kNested = decltype(nested_tag)::value;
       if (x16) {
         dequantize_4bit_x16_kernel<scalar_t, kNested><<<blocks_for(n / 16), kThreads, 0, stream>>>(
-            reinterpret_cast<const uint2*>(p), scales, scale_codes, nested_scales, off, o, n / 16,
-            blocksize, book);
+            reinterpret_cast<const uint2*>(p), scales, o, n / 16, book);
       } else {
-        dequantize_4bit_kernel<scalar_t, kNested><<<blocks_for((n + 1) / 2), kThreads, 0, stream>>>(
-            p, scales, scale_codes, nested_scales, off, o, n, blocksize, book);
+        dequantize_4bit_kernel<scalar_t, kNested>
+            <<<blocks_for((n + 1) / 2), kThreads, 0, stream>>>(p, scales, o, n, book);
       }
     };
-    if (nested) {
-      launch(std::true_type{});
-    } else {
-      launch(std::false_type{});
-    }
+    with_nested(block_scales.double_quant(), launch);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;

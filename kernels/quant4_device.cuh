@@ -3,11 +3,14 @@
 // float32 arithmetic (__fmul_rn, __fadd_rn: never contracted into a fused multiply-add).
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
+#include <c10/util/Optional.h>
 #include <c10/util/string_view.h>
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/quant4_codes.h"
 
@@ -22,17 +25,54 @@ inline CodeBook device_code_book(c10::string_view type_view) {
   return make_code_book(type == "nf4");
 }
 
-// The scale of 4-bit block `blk`: stored, or decoded from the double quantization as
-// code * nested absmax + offset (two roundings, like the CPU).
-template <bool kNested>
-__device__ float block_scale(int64_t blk, const float* __restrict__ absmax,
-                             const uint8_t* __restrict__ absmax_codes,
-                             const float* __restrict__ nested, float offset) {
-  if constexpr (kNested) {
-    const float code = __uint_as_float(kDeviceDynamicMap[absmax_codes[blk]]);
-    return __fadd_rn(__fmul_rn(code, nested[blk / kNestedBlocksize]), offset);
+// Where a weight's block scales are: stored float32 absmax values, or the double quantization's
+// 8-bit codes of them with the nested absmax and offset (then `absmax` is null).
+struct BlockScales {
+  const float* absmax;
+  const uint8_t* absmax_codes;
+  const float* nested;
+  float offset;
+  int64_t blocksize;
+
+  // The scale of the block holding value `value_index` of the flattened weight: stored, or
+  // decoded as code * nested absmax + offset (two roundings, like the CPU).
+  template <bool kNested>
+  __device__ float of(int64_t value_index) const {
+    const int64_t blk = value_index / blocksize;
+    if constexpr (kNested) {
+      const float code = __uint_as_float(kDeviceDynamicMap[absmax_codes[blk]]);
+      return __fadd_rn(__fmul_rn(code, nested[blk / kNestedBlocksize]), offset);
+    } else {
+      return absmax[blk];
+    }
+  }
+};
+
+// The contiguous float32 (or code) tensors a BlockScales points into, kept alive with it.
+struct BlockScaleTensors {
+  at::Tensor absmax, nested;
+  BlockScales view{};
+  BlockScaleTensors(const at::Tensor& absmax_in, const c10::optional<at::Tensor>& nested_in,
+                    double offset, int64_t blocksize) {
+    const bool double_quant = nested_in.has_value() && nested_in->defined();
+    absmax = double_quant ? absmax_in.contiguous() : absmax_in.to(at::kFloat).contiguous();
+    if (double_quant) nested = nested_in->to(at::kFloat).contiguous();
+    view = {double_quant ? nullptr : absmax.data_ptr<float>(),
+            double_quant ? absmax.data_ptr<uint8_t>() : nullptr,
+            double_quant ? nested.data_ptr<float>() : nullptr, static_cast<float>(offset),
+            blocksize};
+  }
+  bool double_quant() const { return view.absmax_codes != nullptr; }
+};
+
+// launch(std::true_type{}) with double quantization, else launch(std::false_type{}): the kernels
+// take it as their kNested template argument.
+template <typename Launch>
+void with_nested(bool double_quant, Launch&& launch) {
+  if (double_quant) {
+    launch(std::true_type{});
   } else {
-    return absmax[blk];
+    launch(std::false_type{});
   }
 }
 
