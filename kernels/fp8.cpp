@@ -26,9 +26,11 @@ std::tuple<torch::Tensor, torch::Tensor> quantize_rows_cpu(
 void transpose_into_cpu(const torch::Tensor& values, const torch::Tensor& out,
                         int64_t first_column) {
   TORCH_CHECK(values.dim() == 2 && out.dim() == 2 && out.size(0) == values.size(1) &&
-                  first_column >= 0 && first_column + values.size(0) <= out.size(1),
-              "fp8_transpose_into: out ", out.sizes(), " cannot take the transpose of ",
-              values.sizes(), " at column ", first_column);
+                  first_column >= 0 && first_column + values.size(0) <= out.size(1) &&
+                  values.scalar_type() == out.scalar_type(),
+              "fp8_transpose_into: out ", out.scalar_type(), " ", out.sizes(),
+              " cannot take the transpose of ", values.scalar_type(), " ", values.sizes(),
+              " at column ", first_column);
   out.narrow(1, first_column, values.size(0)).copy_(values.t());
 }
 

@@ -173,8 +173,11 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows_cuda(
     in.push_back(part.contiguous());
     cols += part.size(1);
   }
+  for (const auto& part : parts)
+    TORCH_CHECK(part.device() == parts[0].device(), "fp8_quantize_rows: parts on ", part.device(),
+                " and ", parts[0].device());
   at::Tensor cs;
-  if (column_scale) cs = column_scale->to(at::kFloat).contiguous();
+  if (column_scale) cs = column_scale->to(parts[0].device(), at::kFloat).contiguous();
   const int64_t rows = in[0].size(0);
   auto values = at::empty({rows, cols}, in[0].options().dtype(at::kFloat8_e4m3fn));
   auto scales = at::empty({rows, 1}, in[0].options().dtype(at::kFloat));
@@ -229,7 +232,9 @@ void transpose_into_cuda(const at::Tensor& values, const at::Tensor& out, int64_
               "fp8_transpose: a 2-D matrix of one-byte values, got ", values.sizes());
   const auto in = values.contiguous();
   const int64_t rows = in.size(0), cols = in.size(1), ld = out.size(1);
-  tile::check_transposed_out("fp8_transpose_into", rows, cols, out, first_column);
+  TORCH_CHECK(values.scalar_type() == at::kFloat8_e4m3fn,
+              "fp8_transpose_into: values must be float8_e4m3fn, got ", values.scalar_type());
+  tile::check_transposed_out("fp8_transpose_into", rows, cols, out, first_column, in.device());
   if (rows == 0 || cols == 0) return;
   auto* dst = static_cast<uint8_t*>(out.data_ptr()) + first_column;
   if (!tile::words_fit(rows, cols, ld, first_column, in.data_ptr(), dst)) {

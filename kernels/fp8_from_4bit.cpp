@@ -47,7 +47,8 @@ void fp8_from_4bit_transposed_into_cpu(const torch::Tensor& packed, const torch:
                                        int64_t first_column) {
   const torch::Tensor values = fp8_from_4bit_cpu(packed, absmax, nested_absmax, offset, shape,
                                                  blocksize, type, dtype, row_amax, false);
-  TORCH_CHECK(out.dim() == 2 && out.size(0) == shape[1] && first_column >= 0 &&
+  TORCH_CHECK(out.dim() == 2 && out.scalar_type() == torch::kFloat8_e4m3fn &&
+                  out.size(0) == shape[1] && first_column >= 0 &&
                   first_column + shape[0] <= out.size(1),
               "fp8_from_4bit_transposed_into: out ", out.sizes(), " cannot take the transpose of ",
               shape, " at column ", first_column);

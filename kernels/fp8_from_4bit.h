@@ -10,8 +10,8 @@
 // it is computed once, by row_amax_4bit.
 //
 // Registered as kubetune::fp8_from_4bit and kubetune::fp8_from_4bit_transposed_into
-// (TORCH_LIBRARY); on the CPU it is the composition itself,
-// which the CUDA kernels are tested against.
+// (TORCH_LIBRARY); on the CPU they dequantize and scale by the given row maxima with the
+// quantization's own arithmetic, the reference the CUDA kernels are tested against.
 #pragma once
 
 #include <torch/types.h>

@@ -101,6 +101,11 @@ void convert(const at::Tensor& packed, const at::Tensor& absmax,
              int64_t blocksize, c10::string_view type, c10::ScalarType dtype,
              const at::Tensor& row_amax, uint8_t* out, bool transposed, int64_t ld) {
   const int64_t rows = shape[0], cols = shape[1];
+  // One scale for 16 (or 8) consecutive values: blocks of a power of two from 32.
+  TORCH_CHECK(blocksize >= 32 && (blocksize & (blocksize - 1)) == 0,
+              "fp8_from_4bit: blocksize must be a power of two of at least 32, got ", blocksize);
+  TORCH_CHECK(row_amax.device() == packed.device(), "fp8_from_4bit: row maxima on ",
+              row_amax.device(), ", the weight on ", packed.device());
   c10::cuda::CUDAGuard guard(packed.device());
   const at::Tensor bytes = packed.contiguous().view(at::kByte).reshape(-1);
   TORCH_CHECK(bytes.numel() * 2 >= rows * cols, "fp8_from_4bit: too few packed bytes");
@@ -147,10 +152,11 @@ void fp8_from_4bit_transposed_into_cuda(const at::Tensor& packed, const at::Tens
                                         int64_t first_column) {
   check_shape(shape, row_amax);
   const int64_t rows = shape[0], cols = shape[1];
-  tile::check_transposed_out("fp8_from_4bit_transposed_into", rows, cols, out, first_column);
+  tile::check_transposed_out("fp8_from_4bit_transposed_into", rows, cols, out, first_column,
+                             packed.device());
   if (rows == 0 || cols == 0) return;
   auto* dst = static_cast<uint8_t*>(out.data_ptr()) + first_column;
-  TORCH_CHECK(tile::words_fit(rows, cols, out.size(1), first_column, dst, dst),
+  TORCH_CHECK(tile::words_fit(rows, cols, out.size(1), first_column, packed.data_ptr(), dst),
               "fp8_from_4bit_transposed_into: out's width and first column must be multiples of 4");
   convert(packed, absmax, nested_absmax, offset, shape, blocksize, type, dtype, row_amax, dst,
           /*transposed=*/true, out.size(1));

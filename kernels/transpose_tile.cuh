@@ -1,8 +1,8 @@
 // A 64 x 64 tile of one-byte values transposed through shared memory, shared by the kernels that
-// write an FP8 matrix's transpose (kernels/fp8_cuda.cu, kernels/fp8_from_4bit_cuda.cu). Each of a
-// block's 256 threads fills 4 consecutive bytes of a tile row per pass (16 threads cover a row, 16
-// rows a pass) and writes 4 consecutive bytes of an output row: 4-byte accesses both ways, where a
-// byte per thread ran at a tenth of the memory bandwidth.
+// write an FP8 matrix's transpose (kernels/fp8_cuda.cu, kernels/fp8_from_4bit_cuda.cu). A kernel
+// fills the tile its own way (word() and first_row() give the 4-bytes-a-thread mapping: 16 threads
+// a row, 16 rows a pass); store_transposed writes 4 consecutive bytes of an output row a thread.
+// A byte per thread ran at a tenth of the memory bandwidth.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -49,14 +49,16 @@ inline bool words_fit(int64_t rows, int64_t cols, int64_t ld, int64_t first_colu
          aligned(out);
 }
 
-// Checks that `out` ([cols, ld], one byte a value, contiguous) can take a [rows, cols] matrix's
-// transpose at `first_column`.
+// Checks that `out` ([cols, ld] float8_e4m3fn, contiguous, on `device`) can take a [rows, cols]
+// matrix's transpose at `first_column`. The kernels write E4M3 bytes: another one-byte dtype would
+// take them as its own.
 inline void check_transposed_out(const char* op, int64_t rows, int64_t cols, const at::Tensor& out,
-                                 int64_t first_column) {
-  TORCH_CHECK(out.dim() == 2 && out.element_size() == 1 && out.is_contiguous() &&
+                                 int64_t first_column, const c10::Device& device) {
+  TORCH_CHECK(out.dim() == 2 && out.scalar_type() == at::kFloat8_e4m3fn && out.is_contiguous() &&
                   out.size(0) == cols && first_column >= 0 && first_column + rows <= out.size(1),
-              op, ": out must be a contiguous [", cols, ", >= ", first_column + rows,
-              "] matrix of one-byte values, got ", out.sizes());
+              op, ": out must be a contiguous float8_e4m3fn [", cols, ", >= ", first_column + rows,
+              "] matrix, got ", out.scalar_type(), " ", out.sizes());
+  TORCH_CHECK(out.device() == device, op, ": out is on ", out.device(), ", the input on ", device);
 }
 
 }  // namespace kubetune::kernels::tile

@@ -60,17 +60,20 @@ TEST(Fp8, PartsAreQuantizedAsTheirConcatenation) {
   EXPECT_THROW(quantize_rows_fp8(parts, torch::ones({95})), c10::Error);
 }
 
-// Two weights' transposes side by side: the transpose of the two stacked.
-void expect_transposes_side_by_side(const torch::Device& device) {
+// Two weights' transposes side by side: the transpose of the two stacked. `offset` columns are
+// left before them (2: not a multiple of 4, so the CUDA tiles cannot take it: LibTorch's copy).
+void expect_transposes_side_by_side(const torch::Device& device, int64_t offset = 0) {
   auto a = (torch::randn({48, 80}) * 100).to(torch::kFloat8_e4m3fn).to(device);
   auto b = (torch::randn({32, 80}) * 100).to(torch::kFloat8_e4m3fn).to(device);
-  auto out = torch::empty({80, 80}, a.options());
-  transpose_fp8_into(a, out, 0);
-  transpose_fp8_into(b, out, 48);
-  EXPECT_TRUE(torch::equal(out.cpu().view(torch::kUInt8),
+  auto out = torch::zeros({80, offset + 80}, a.options());
+  transpose_fp8_into(a, out, offset);
+  transpose_fp8_into(b, out, offset + 48);
+  EXPECT_TRUE(torch::equal(out.narrow(1, offset, 80).cpu().view(torch::kUInt8),
                            torch::cat({a, b}, 0).t().contiguous().cpu().view(torch::kUInt8)))
-      << device;
-  EXPECT_THROW(transpose_fp8_into(a, out, 40), c10::Error);  // 40 + 48 columns > 80
+      << device << " offset " << offset;
+  EXPECT_THROW(transpose_fp8_into(a, out, offset + 40), c10::Error);  // past the last column
+  auto bytes = torch::empty({80, offset + 80}, out.options().dtype(torch::kUInt8));
+  EXPECT_THROW(transpose_fp8_into(a, bytes, 0), c10::Error);  // another one-byte dtype
 }
 
 TEST(Fp8, TransposesIntoColumnsSideBySide) { expect_transposes_side_by_side(torch::kCPU); }
@@ -107,8 +110,9 @@ TEST(Fp8, CudaQuantizationMatchesCpuReference) {
         EXPECT_TRUE(torch::equal(gpu.scales.cpu(), cpu.scales));
       }
     }
-  // Parts side by side (a group's output gradients), read where they are.
-  for (int64_t cols : {1024, 20000}) {
+  // Parts side by side (a group's output gradients), read where they are: kept in registers,
+  // read twice, and (a part 36 wide, not a whole number of 16-byte packs) one value at a time.
+  for (int64_t cols : {1024, 20000, 36}) {
     const std::vector<torch::Tensor> parts{sample(33, cols, torch::kBFloat16),
                                            sample(33, 256, torch::kBFloat16) * 3,
                                            sample(33, 256, torch::kBFloat16) / 3};
@@ -155,6 +159,7 @@ TEST(Fp8, CudaTransposeMatchesCpu) {
         << shape[0] << " x " << shape[1];
   }
   expect_transposes_side_by_side(torch::kCUDA);
+  expect_transposes_side_by_side(torch::kCUDA, /*offset=*/2);
 }
 
 }  // namespace

@@ -157,31 +157,53 @@ TEST(Fp8Linear, CpuGroupEqualsPlainLayers) {
                      "q/k/v on 4-bit weights");
 }
 
+// q/k/v-shaped frozen layers with FP8 bases on `device` (4-bit ones when `qlora`), quantized there.
+std::vector<Linear> fp8_attention_layers_on(const torch::Device& device, bool qlora) {
+  std::vector<Linear> out{make_linear(kHidden, kHidden, true, 1),
+                          make_linear(kHidden, kKv, true, 2), make_linear(kHidden, kKv, false, 3)};
+  for (auto& l : out) {
+    l->to(device);
+    if (qlora) l->quantize_4bit("nf4", 64, true, torch::kBFloat16);
+    EXPECT_TRUE(l->use_fp8());
+  }
+  return out;
+}
+
 TEST(Fp8Linear, GroupInputGradientIsOneProductOfTheLayersSideBySide) {
   // fp8_group_input_gradient assembles [W_1; W_2; ...]^T from each layer's FP8 base (kept, or
-  // converted from 4 bits) and their row scales; it must equal the one product written out.
-  for (bool qlora : {false, true}) {
-    auto layers = attention_layers(true, qlora);
-    std::vector<const LinearImpl*> ptrs;
-    std::vector<torch::Tensor> dys, values, scales;
-    torch::manual_seed(8);
-    for (auto& l : layers) {
-      ptrs.push_back(l.get());
-      dys.push_back(torch::randn({6, l->out_features()}));
-      values.push_back(l->fp8_base().values);
-      scales.push_back(l->fp8_base().scales);
+  // converted from 4 bits) and their row scales; it must equal the one product written out, on
+  // the CPU and on a Hopper GPU where there is one.
+  std::vector<torch::Device> devices{torch::kCPU};
+  if (torch::cuda::is_available() && kernels::fp8_supported_on(torch::Device(torch::kCUDA, 0)))
+    devices.emplace_back(torch::kCUDA);
+  for (const auto& device : devices)
+    for (bool qlora : {false, true}) {
+      auto layers = fp8_attention_layers_on(device, qlora);
+      const auto dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+      std::vector<const LinearImpl*> ptrs;
+      std::vector<torch::Tensor> dys, values, scales;
+      torch::manual_seed(8);
+      for (auto& l : layers) {
+        ptrs.push_back(l.get());
+        dys.push_back(torch::randn({6, l->out_features()}).to(device, dtype));
+        values.push_back(l->fp8_base().values);
+        scales.push_back(l->fp8_base().scales);
+      }
+      const kernels::Fp8Transposed stacked{kernels::transpose_fp8(torch::cat(values, 0)),
+                                           torch::cat(scales, 0)};
+      const auto want = fp8_input_gradient(torch::cat(dys, 1), stacked, dtype);
+      const auto got = fp8_group_input_gradient(dys, ptrs, dtype);
+      EXPECT_TRUE(torch::equal(got, want)) << device << ", 4-bit bases " << qlora;
+      // And it is dY W within E4M3's rounding (and the bf16 output's, on the GPU).
+      torch::Tensor exact = torch::zeros(want.sizes());
+      for (size_t i = 0; i < layers.size(); ++i)
+        exact += at::mm(dys[i].cpu().to(torch::kFloat32),
+                        kernels::dequantize_rows_fp8(layers[i]->fp8_base(), torch::kFloat32).cpu());
+      EXPECT_LE((got.cpu().to(torch::kFloat32) - exact).abs().max().item<double>() /
+                    exact.abs().max().item<double>(),
+                0.08)
+          << device << ", 4-bit bases " << qlora;
     }
-    const kernels::Fp8Transposed stacked{kernels::transpose_fp8(torch::cat(values, 0)),
-                                         torch::cat(scales, 0)};
-    const auto want = fp8_input_gradient(torch::cat(dys, 1), stacked, torch::kFloat32);
-    const auto got = fp8_group_input_gradient(dys, ptrs, torch::kFloat32);
-    EXPECT_TRUE(torch::equal(got, want)) << "4-bit bases " << qlora;
-    // And it is dY W within E4M3's rounding.
-    torch::Tensor exact = torch::zeros_like(want);
-    for (size_t i = 0; i < layers.size(); ++i)
-      exact += at::mm(dys[i], kernels::dequantize_rows_fp8(layers[i]->fp8_base(), torch::kFloat32));
-    EXPECT_LE((got - exact).abs().max().item<double>() / exact.abs().max().item<double>(), 0.08);
-  }
 }
 
 TEST(Fp8Linear, CpuStaysWithinE4m3RoundingOfExactProducts) {

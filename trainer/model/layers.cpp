@@ -93,16 +93,22 @@ bool LinearImpl::use_fp8() {
   return true;
 }
 
+void LinearImpl::check_frozen_fp8_base() const {
+  TORCH_CHECK(fp8_products_, "the layer's FP8 base is asked for, but use_fp8() was not called");
+  TORCH_CHECK(fp8_weight_.values.defined() || is_quantized(),
+              "the layer's FP8 base is asked for, but its weight is trainable, not a frozen base");
+}
+
 kernels::Fp8Rows LinearImpl::fp8_base() const {
   if (fp8_weight_.values.defined()) return fp8_weight_;
-  TORCH_CHECK(is_quantized(), "fp8_base: the layer's weight is trainable, not a frozen base");
+  check_frozen_fp8_base();
   return {kernels::fp8_from_4bit(quantized_, fp8_row_amax_, compute_dtype_, /*transposed=*/false),
           fp8_row_scales_};
 }
 
 kernels::Fp8Transposed LinearImpl::fp8_base_transposed() const {
   if (fp8_weight_.values.defined()) return kernels::transposed(fp8_weight_);
-  TORCH_CHECK(is_quantized(), "fp8_base: the layer's weight is trainable, not a frozen base");
+  check_frozen_fp8_base();
   return {kernels::fp8_from_4bit(quantized_, fp8_row_amax_, compute_dtype_, /*transposed=*/true),
           fp8_row_scales_};
 }
@@ -110,14 +116,14 @@ kernels::Fp8Transposed LinearImpl::fp8_base_transposed() const {
 void LinearImpl::fp8_base_transposed_into(torch::Tensor& out, int64_t first_column) const {
   if (fp8_weight_.values.defined())
     return kernels::transpose_fp8_into(fp8_weight_.values, out, first_column);
-  TORCH_CHECK(is_quantized(), "fp8_base: the layer's weight is trainable, not a frozen base");
+  check_frozen_fp8_base();
   kernels::fp8_from_4bit_transposed_into(quantized_, fp8_row_amax_, compute_dtype_, out,
                                          first_column);
 }
 
 torch::Tensor LinearImpl::fp8_base_row_scales() const {
   if (fp8_weight_.values.defined()) return fp8_weight_.scales;
-  TORCH_CHECK(is_quantized(), "fp8_base: the layer's weight is trainable, not a frozen base");
+  check_frozen_fp8_base();
   return fp8_row_scales_;
 }
 
@@ -182,6 +188,7 @@ void LinearImpl::merge_lora() {
   if (is_quantized()) {
     weight.set_data(kernels::dequantize_4bit(quantized_, compute_dtype_));
     quantized_ = kernels::Quant4State();
+    fp8_row_amax_ = fp8_row_scales_ = torch::Tensor();
     fp8_products_ = false;  // the merged weight is a plain one
   }
   if (fp8_weight_.values.defined()) {

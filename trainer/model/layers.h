@@ -72,10 +72,10 @@ class LinearImpl : public torch::nn::Module {
   // Its transpose, for an input gradient: the kept form transposed, or the 4-bit one converted
   // straight to that layout.
   kernels::Fp8Transposed fp8_base_transposed() const;
-  // The same values written into columns [first_column, first_column + out_features()) of `out`
-  // ([in_features, N] float8), beside other layers' (trainer/model/fp8_linear.h), and their row
-  // scales ([out_features, 1]).
+  // Those values written into columns [first_column, first_column + out_features()) of `out`
+  // ([in_features, N] float8), beside other layers' (trainer/model/fp8_linear.h).
   void fp8_base_transposed_into(torch::Tensor& out, int64_t first_column) const;
+  // The FP8 base's row scales, [out_features, 1] float32.
   torch::Tensor fp8_base_row_scales() const;
 
   int64_t out_features() const { return shape_of_weight()[0]; }
@@ -91,6 +91,7 @@ class LinearImpl : public torch::nn::Module {
 
  private:
   torch::Tensor base_forward(const torch::Tensor& x);
+  void check_frozen_fp8_base() const;  // throws unless use_fp8() made a frozen FP8 base
   std::vector<int64_t> shape_of_weight() const;
 
   LoraWeight lora_A_{nullptr}, lora_B_{nullptr};
