@@ -163,14 +163,13 @@ Tensor fp8_bases_input_gradient(const std::vector<Tensor>& dys,
 
 // dX's base parts for the layers that have a gradient: together in FP8 where they can be, else
 // one by one.
-void add_bases_input_gradient(const std::vector<Tensor>& dys,
-                              const std::vector<const Member*>& members, Tensor& dx) {
-  if (!dx.defined()) {
-    dx = fp8_bases_input_gradient(dys, members);
-    if (dx.defined()) return;
-  }
+Tensor bases_input_gradient(const std::vector<Tensor>& dys,
+                            const std::vector<const Member*>& members) {
+  Tensor dx = fp8_bases_input_gradient(dys, members);
+  if (dx.defined()) return dx;
   for (size_t i = 0; i < members.size(); ++i)
     if (dys[i].defined()) add_base_input_gradient(dys[i], *members[i], dx);
+  return dx;
 }
 
 // For an adapter, t = scaling dY B: returned for the adapter's gradients and, when `need_x`,
@@ -279,8 +278,7 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
                         ? grads[i].reshape({-1, s.members[i].out_features()}).to(s.x2.scalar_type())
                         : Tensor());
     }
-    Tensor dx;
-    if (need_x) add_bases_input_gradient(dys, members, dx);
+    Tensor dx = need_x ? bases_input_gradient(dys, members) : Tensor();
     AdapterInputGradients adapters_dx;
     variable_list adapter_grads;
     for (size_t i = 0; i < s.members.size(); ++i) {
@@ -351,7 +349,7 @@ MlpGradients mlp_backward(const Tensor& x2, const Tensor& gate_out, const Tensor
   d_hidden = Tensor();
   if (down.has_lora() && !down.xa.defined()) down.xa = at::mm(hidden, down.a.t());
   MlpGradients g;
-  if (need_x) add_bases_input_gradient({d_gate, d_up}, {&gate, &up}, g.dx);
+  if (need_x) g.dx = bases_input_gradient({d_gate, d_up}, {&gate, &up});
   AdapterInputGradients adapters_dx;
   const Tensor t_gate = adapter_input_gradient(d_gate, gate, need_x, adapters_dx);
   if (gate.has_lora()) add_adapter_gradients(d_gate, x2, t_gate, gate, adapter_dtype, g.adapters);
