@@ -18,9 +18,7 @@ std::tuple<torch::Tensor, torch::Tensor> quantize_rows_cpu(
   torch::Tensor y = torch::cat(parts, 1).to(torch::kFloat32);
   if (column_scale) y = y * column_scale->to(torch::kFloat32).view({1, -1});
   torch::Tensor amax = std::get<0>(y.abs().max(1, /*keepdim=*/true)).clamp_min(kFp8MinAmax);
-  // 448 / amax as a true division, the same float32 arithmetic as the CUDA kernel.
-  torch::Tensor inv = torch::full_like(amax, kFp8Max).div(amax);
-  return {(y * inv).to(torch::kFloat8_e4m3fn), amax.div(torch::full_like(amax, kFp8Max))};
+  return {fp8_values_of_rows(y, amax), fp8_row_scales(amax)};
 }
 
 void transpose_into_cpu(const torch::Tensor& values, const torch::Tensor& out,
@@ -35,6 +33,18 @@ void transpose_into_cpu(const torch::Tensor& values, const torch::Tensor& out,
 }
 
 }  // namespace
+
+torch::Tensor fp8_row_scales(const torch::Tensor& row_amax) {
+  const torch::Tensor amax = row_amax.to(torch::kFloat32).view({-1, 1});
+  return amax.div(torch::full_like(amax, kFp8Max));
+}
+
+torch::Tensor fp8_values_of_rows(const torch::Tensor& x, const torch::Tensor& row_amax) {
+  const torch::Tensor amax = row_amax.to(torch::kFloat32).view({-1, 1});
+  // 448 / amax as a true division, the same float32 arithmetic as the CUDA kernels.
+  return (x.to(torch::kFloat32) * torch::full_like(amax, kFp8Max).div(amax))
+      .to(torch::kFloat8_e4m3fn);
+}
 
 Fp8Rows quantize_rows_fp8(const std::vector<torch::Tensor>& parts,
                           const torch::Tensor& column_scale) {

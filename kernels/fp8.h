@@ -33,6 +33,16 @@ struct Fp8Rows {
   int64_t bytes() const { return values.numel() + scales.numel() * 4; }
 };
 
+// The scales of rows whose largest magnitudes are `row_amax` ([rows] or [rows, 1], clamped to
+// kFp8MinAmax): [rows, 1] float32, amax / kFp8Max as a true division, as the quantization kernel
+// makes them (a tensor divided by a number on CUDA is multiplied by its reciprocal, one rounding
+// off).
+torch::Tensor fp8_row_scales(const torch::Tensor& row_amax);
+
+// x's rows times kFp8Max / row_amax, rounded to E4M3, in float32: the reference arithmetic of the
+// quantization, for rows whose maxima are known.
+torch::Tensor fp8_values_of_rows(const torch::Tensor& x, const torch::Tensor& row_amax);
+
 // W^T as an input gradient dx = dy W takes it: W's values transposed ([cols, rows], the layout
 // cuBLASLt's FP8 GEMM takes as its second operand here) and W's row scales, which lie along that
 // product's sum and are folded into dy (trainer/model/fp8_linear.h).

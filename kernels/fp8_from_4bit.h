@@ -24,15 +24,11 @@ namespace kubetune::kernels {
 // quantize_rows_fp8 clamps it: [out] float32, on the state's device.
 torch::Tensor row_amax_4bit(const Quant4State& state, torch::ScalarType dtype);
 
-// The row scales of those maxima, [out, 1]: amax / kFp8Max as a true division, as
-// fp8_quantize_rows makes them (a tensor divided by a number on CUDA is multiplied by its
-// reciprocal, one rounding off).
-torch::Tensor fp8_row_scales(const torch::Tensor& row_amax);
-
 // quantize_rows_fp8(dequantize_4bit(state, dtype)).values, given row_amax_4bit(state, dtype):
 // [out, in] float8_e4m3fn, or its transpose [in, out] when `transposed` (the second operand of an
-// input gradient's product); its row scales are fp8_row_scales(row_amax). On CUDA both sizes must
-// be multiples of 16 (fp8_shape_supported).
+// input gradient's product; fp8_from_4bit_transposed_into at column 0); its row scales are
+// fp8_row_scales(row_amax) (kernels/fp8.h). On CUDA both sizes must be multiples of 16
+// (fp8_shape_supported).
 torch::Tensor fp8_from_4bit(const Quant4State& state, const torch::Tensor& row_amax,
                             torch::ScalarType dtype, bool transposed);
 

@@ -165,14 +165,12 @@ void fp8_from_4bit_transposed_into_cuda(const at::Tensor& packed, const at::Tens
 at::Tensor fp8_from_4bit_cuda(const at::Tensor& packed, const at::Tensor& absmax,
                               const c10::optional<at::Tensor>& nested_absmax, double offset,
                               c10::IntArrayRef shape, int64_t blocksize, c10::string_view type,
-                              c10::ScalarType dtype, const at::Tensor& row_amax, bool transposed) {
+                              c10::ScalarType dtype, const at::Tensor& row_amax) {
   check_shape(shape, row_amax);
-  const int64_t rows = shape[0], cols = shape[1];
-  auto out = at::empty(transposed ? std::vector<int64_t>{cols, rows} : shape.vec(),
-                       packed.options().dtype(at::kFloat8_e4m3fn));
+  auto out = at::empty(shape, packed.options().dtype(at::kFloat8_e4m3fn));
   if (out.numel() == 0) return out;
   convert(packed, absmax, nested_absmax, offset, shape, blocksize, type, dtype, row_amax,
-          static_cast<uint8_t*>(out.data_ptr()), transposed, rows);
+          static_cast<uint8_t*>(out.data_ptr()), /*transposed=*/false, /*ld=*/0);
   return out;
 }
 
