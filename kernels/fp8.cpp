@@ -32,6 +32,14 @@ void transpose_into_cpu(const torch::Tensor& values, const torch::Tensor& out,
   out.narrow(1, first_column, values.size(0)).copy_(values.t());
 }
 
+// The reference: the dequantized product in float32 added to out, rounded once.
+void mm_add_cpu(const torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& a_scales,
+                const torch::Tensor& b, const torch::Tensor& b_scales, bool /*fast_accumulate*/) {
+  const auto product = at::mm(dequantize_rows_fp8({a, a_scales}, torch::kFloat32),
+                              dequantize_rows_fp8({b, b_scales}, torch::kFloat32).t());
+  out.copy_(out.to(torch::kFloat32) + product);
+}
+
 }  // namespace
 
 torch::Tensor fp8_row_scales(const torch::Tensor& row_amax) {
@@ -102,6 +110,27 @@ torch::Tensor fp8_mm(const Fp8Rows& a, const Fp8Rows& b, torch::ScalarType out_d
                         c10::nullopt, out_dtype, fast_accumulate);
 }
 
+void fp8_mm_add_(torch::Tensor& out, const Fp8Rows& a, const Fp8Rows& b, bool fast_accumulate) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("kubetune::fp8_mm_add_", "")
+                       .typed<void(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                   const torch::Tensor&, const torch::Tensor&, bool)>();
+  TORCH_CHECK(a.cols() == b.cols() && out.dim() == 2 && out.size(0) == a.rows() &&
+                  out.size(1) == b.rows() && out.is_contiguous(),
+              "fp8_mm_add_: out ", out.sizes(), " cannot take ", a.values.sizes(), " times ",
+              b.values.sizes(), " transposed (out must be contiguous)");
+  for (const auto* t : {&a.values, &a.scales, &b.values, &b.scales})
+    TORCH_CHECK(t->is_contiguous() && t->device() == out.device(),
+                "fp8_mm_add_: operands must be contiguous and on out's device ", out.device());
+  TORCH_CHECK(a.values.scalar_type() == torch::kFloat8_e4m3fn &&
+                  b.values.scalar_type() == torch::kFloat8_e4m3fn &&
+                  a.scales.scalar_type() == torch::kFloat32 &&
+                  b.scales.scalar_type() == torch::kFloat32 && a.scales.numel() == a.rows() &&
+                  b.scales.numel() == b.rows(),
+              "fp8_mm_add_: float8_e4m3fn values with one float32 scale per row");
+  op.call(out, a.values, a.scales, b.values, b.scales, fast_accumulate);
+}
+
 bool fp8_shape_supported(int64_t rows, int64_t cols) { return rows % 16 == 0 && cols % 16 == 0; }
 
 bool fp8_supported_on(const torch::Device& device) {
@@ -117,6 +146,9 @@ TORCH_LIBRARY_FRAGMENT(kubetune, m) {
   m.def(
       "fp8_quantize_rows(Tensor[] parts, Tensor? column_scale) -> (Tensor values, Tensor scales)");
   m.def("fp8_transpose(Tensor values) -> Tensor");
+  m.def(
+      "fp8_mm_add_(Tensor(a!) out, Tensor a, Tensor a_scales, Tensor b, Tensor b_scales, bool "
+      "fast_accumulate) -> ()");
   m.def("fp8_transpose_into(Tensor values, Tensor(a!) out, int first_column) -> ()");
 }
 
@@ -124,6 +156,7 @@ TORCH_LIBRARY_IMPL(kubetune, CPU, m) {
   m.impl("fp8_quantize_rows", quantize_rows_cpu);
   m.impl("fp8_transpose", [](const torch::Tensor& v) { return v.t().contiguous(); });
   m.impl("fp8_transpose_into", transpose_into_cpu);
+  m.impl("fp8_mm_add_", mm_add_cpu);
 }
 
 }  // namespace kubetune::kernels

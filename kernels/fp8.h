@@ -78,6 +78,12 @@ torch::Tensor dequantize_rows_fp8(const Fp8Rows& q, torch::ScalarType dtype);
 torch::Tensor fp8_mm(const Fp8Rows& a, const Fp8Rows& b, torch::ScalarType out_dtype,
                      bool fast_accumulate);
 
+// out += a b^T for out [M, N] (contiguous, bf16 on CUDA), with one rounding of the sum. On CUDA one
+// cuBLASLt GEMM reading `out` in its epilogue (beta = 1): the sum costs no pass of its own over
+// out, where _scaled_mm's product then an addition read and wrote it once more. Registered as
+// kubetune::fp8_mm_add_.
+void fp8_mm_add_(torch::Tensor& out, const Fp8Rows& a, const Fp8Rows& b, bool fast_accumulate);
+
 // Whether a [rows, cols] weight can take part in fp8_mm on CUDA: cuBLASLt's FP8 GEMM needs both
 // of a weight's sizes to be multiples of 16.
 bool fp8_shape_supported(int64_t rows, int64_t cols);

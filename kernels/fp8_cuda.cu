@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "kernels/fp8.h"
+#include "kernels/fp8_rows.cuh"
 #include "kernels/transpose_tile.cuh"
 #include "kernels/vectorized.cuh"
 
@@ -19,79 +20,6 @@ namespace kubetune::kernels {
 namespace {
 
 constexpr int kRowThreads = 256;
-
-__device__ float block_max(float v) {
-  __shared__ float warp_max[kRowThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = threadIdx.x < kRowThreads / 32 ? warp_max[threadIdx.x] : 0.f;
-  if (threadIdx.x < 32)
-    for (int offset = 16; offset > 0; offset /= 2)
-      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  __shared__ float result;
-  if (threadIdx.x == 0) result = v;
-  __syncthreads();
-  return result;
-}
-
-__device__ __nv_fp8_storage_t to_e4m3(float v) {
-  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-
-// The row's elements [i * W, i * W + W) for pack i (W = 1 without 16-byte loads), in float32 and
-// times the column scales when there are any.
-template <typename T, int W>
-struct RowPack {
-  using Raw = std::conditional_t<(W > 1), typename Vec<T>::Pack, T>;
-  float v[W];
-  __device__ static Raw load(const T* row, int64_t i) {
-    if constexpr (W > 1) {
-      return Vec<T>::load(row + i * W);
-    } else {
-      return row[i];
-    }
-  }
-  __device__ RowPack(const Raw& raw, const float* column_scale, int64_t i) {
-    if constexpr (W > 1) {
-#pragma unroll
-      for (int j = 0; j < W; ++j) v[j] = static_cast<float>(raw.v[j]);
-    } else {
-      v[0] = static_cast<float>(raw);
-    }
-    if (!column_scale) return;
-    if constexpr (W % 4 == 0) {
-      // 16-byte loads: one float per thread at a stride of W floats touched W times the sectors.
-#pragma unroll
-      for (int q = 0; q < W / 4; ++q) {
-        const float4 s = reinterpret_cast<const float4*>(column_scale + i * W)[q];
-        v[4 * q] *= s.x;
-        v[4 * q + 1] *= s.y;
-        v[4 * q + 2] *= s.z;
-        v[4 * q + 3] *= s.w;
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < W; ++j) v[j] *= column_scale[i * W + j];
-    }
-  }
-  __device__ float amax() const {
-    float m = 0.f;
-#pragma unroll
-    for (int j = 0; j < W; ++j) m = fmaxf(m, fabsf(v[j]));
-    return m;
-  }
-  // The W values times `inv` in E4M3, stored with one W-byte access.
-  __device__ void store(__nv_fp8_storage_t* out, int64_t i, float inv) const {
-    struct alignas(W) Bytes {
-      __nv_fp8_storage_t b[W];
-    } bytes;
-#pragma unroll
-    for (int j = 0; j < W; ++j) bytes.b[j] = to_e4m3(v[j] * inv);
-    *reinterpret_cast<Bytes*>(out + i * W) = bytes;
-  }
-};
 
 // The matrix being quantized: up to kMaxParts matrices of the same rows side by side, so that
 // the gradients of several outputs of one input (q, k and v) are quantized as one, each read where
@@ -143,8 +71,8 @@ __global__ void quantize_rows_kernel(RowParts<T> x, const float* __restrict__ co
     for (int64_t i = threadIdx.x; i < packs; i += kRowThreads)
       amax = fmaxf(amax, Pack(x.template load<W>(row, i), column_scale, i).amax());
   }
-  amax = fmaxf(block_max(amax), kFp8MinAmax);
-  const float inv = kFp8Max / amax;
+  const RowScale scale(block_max<kRowThreads>(amax));
+  const float inv = scale.inverse();
   if constexpr (kCached) {
 #pragma unroll
     for (int c = 0; c < kCachedPacks; ++c) {
@@ -155,7 +83,7 @@ __global__ void quantize_rows_kernel(RowParts<T> x, const float* __restrict__ co
     for (int64_t i = threadIdx.x; i < packs; i += kRowThreads)
       Pack(x.template load<W>(row, i), column_scale, i).store(out, i, inv);
   }
-  if (threadIdx.x == 0) scales[row] = amax / kFp8Max;
+  if (threadIdx.x == 0) scales[row] = scale.scale();
 }
 
 std::tuple<at::Tensor, at::Tensor> quantize_rows_cuda(

@@ -7,19 +7,11 @@
 #include <torch/library.h>
 
 #include "kernels/launch.cuh"
+#include "kernels/swiglu_math.cuh"
 #include "kernels/vectorized.cuh"
 
 namespace kubetune::kernels {
 namespace {
-
-__device__ float silu_times(float g, float u) { return g / (1.f + __expf(-g)) * u; }
-
-// d/dgate and d/dup of silu(gate) * up, given the incoming gradient dy.
-__device__ void swiglu_grads(float dy, float g, float u, float& d_gate, float& d_up) {
-  const float s = 1.f / (1.f + __expf(-g));
-  d_up = dy * g * s;
-  d_gate = dy * u * s * (1.f + g * (1.f - s));
-}
 
 // kVectorized: `n` counts 16-byte packs, not elements.
 template <typename T, bool kVectorized>

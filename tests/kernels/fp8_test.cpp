@@ -142,6 +142,46 @@ TEST(Fp8, CudaProductMatchesCpuReference) {
   }
 }
 
+TEST(Fp8, ProductIsAddedToOutWithOneRounding) {
+  torch::manual_seed(6);
+  const auto a = quantize_rows_fp8(sample(8, 64, torch::kFloat32));
+  const auto b = quantize_rows_fp8(torch::randn({16, 64}));
+  const auto out0 = torch::randn({8, 16}).to(torch::kBFloat16);
+  auto out = out0.clone();
+  fp8_mm_add_(out, a, b, /*fast_accumulate=*/false);
+  const auto exact = out0.to(torch::kFloat32) + at::mm(dequantize_rows_fp8(a, torch::kFloat32),
+                                                       dequantize_rows_fp8(b, torch::kFloat32).t());
+  EXPECT_TRUE(torch::equal(out, exact.to(torch::kBFloat16)));
+  auto wrong = torch::zeros({8, 15}, torch::kBFloat16);
+  EXPECT_THROW(fp8_mm_add_(wrong, a, b, false), c10::Error);
+}
+
+TEST(Fp8, CudaProductAddedToOutMatchesCpuReference) {
+  if (!have_hopper()) GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";
+  torch::manual_seed(7);
+  const auto a = quantize_rows_fp8(torch::randn({300, 512}).to(torch::kBFloat16));
+  const auto b = quantize_rows_fp8(torch::randn({256, 512}).to(torch::kBFloat16));
+  // An output of the product's own size, so that both halves of the sum matter.
+  const auto out0 = (torch::randn({300, 256}) * 20).to(torch::kBFloat16);
+  auto cpu = out0.clone();
+  fp8_mm_add_(cpu, a, b, false);
+  const double reference = max_abs(cpu.to(torch::kFloat32));
+  for (bool fast : {false, true}) {
+    auto gpu = out0.cuda();
+    fp8_mm_add_(gpu, {a.values.cuda(), a.scales.cuda()}, {b.values.cuda(), b.scales.cuda()}, fast);
+    // One bf16 rounding of the sum (2^-8) on both sides, and fast accumulation's own.
+    EXPECT_LE(max_abs(gpu.cpu().to(torch::kFloat32) - cpu.to(torch::kFloat32)) / reference,
+              fast ? 1e-2 : 8e-3)
+        << "fast accumulation " << fast;
+    // The same as the product then an addition (_scaled_mm has no C input), to bf16 precision.
+    const auto separate = out0.cuda().to(torch::kFloat32) +
+                          fp8_mm({a.values.cuda(), a.scales.cuda()},
+                                 {b.values.cuda(), b.scales.cuda()}, torch::kBFloat16, fast)
+                              .to(torch::kFloat32);
+    EXPECT_LE(max_abs(gpu.to(torch::kFloat32) - separate) / reference, 8e-3);
+  }
+}
+
 TEST(Fp8, TransposeMovesEveryByte) {
   auto values = (torch::randn({48, 80}) * 100).to(torch::kFloat8_e4m3fn);
   auto t = transpose_fp8(values);

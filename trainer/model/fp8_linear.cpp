@@ -26,14 +26,30 @@ Tensor unit_scales(int64_t n, const torch::TensorOptions& options) {
   return ones.narrow(0, 0, n).view({n, 1});
 }
 
-// dx = [dy parts side by side] W for W^T given as `w`.
-Tensor input_gradient_of_parts(const std::vector<Tensor>& dy_parts, const kernels::Fp8Transposed& w,
-                               torch::ScalarType out_dtype) {
-  // dx[m, k] = sum_n dy[m, n] s[n] q[n, k]: the weight's row scales s lie along the sum, so they
-  // go into dy before it is quantized, and W^T's rows (the GEMM's second operand) have scale 1.
-  const kernels::Fp8Rows g = kernels::quantize_rows_fp8(dy_parts, w.row_scales.view({-1}));
-  const kernels::Fp8Rows wt{w.values, unit_scales(w.values.size(0), w.row_scales.options())};
-  return kernels::fp8_mm(g, wt, out_dtype, /*fast_accumulate=*/false);
+// W^T's values `wt` as the second operand of dx = g W, for g = dy quantized with W's row scales
+// folded in: dx[m, k] = sum_n dy[m, n] s[n] q[n, k], W's row scales s lie along the sum, so they
+// go into dy before it is quantized, and W^T's rows have scale 1.
+kernels::Fp8Rows unit_scaled(const Tensor& wt) {
+  return {wt, unit_scales(wt.size(0), wt.options().dtype(torch::kFloat32))};
+}
+
+Tensor input_gradient_of_quantized(const kernels::Fp8Rows& g, const Tensor& wt,
+                                   torch::ScalarType out_dtype) {
+  return kernels::fp8_mm(g, unit_scaled(wt), out_dtype, /*fast_accumulate=*/false);
+}
+
+// The layers' W^T side by side, [in, sum of out] float8.
+Tensor group_transposed_values(const std::vector<const LinearImpl*>& layers,
+                               const torch::TensorOptions& options) {
+  int64_t total = 0;
+  for (const auto* l : layers) total += l->out_features();
+  Tensor wt = at::empty({layers[0]->in_features(), total}, options.dtype(torch::kFloat8_e4m3fn));
+  int64_t column = 0;
+  for (const auto* l : layers) {
+    l->fp8_base_transposed_into(wt, column);
+    column += l->out_features();
+  }
+  return wt;
 }
 
 class Fp8FrozenFunction : public torch::autograd::Function<Fp8FrozenFunction> {
@@ -105,28 +121,48 @@ Tensor fp8_forward_product(const kernels::Fp8Rows& x, const kernels::Fp8Rows& w,
   return kernels::fp8_mm(x, w, out_dtype, /*fast_accumulate=*/true);
 }
 
+void fp8_forward_product_add_(Tensor& y, const kernels::Fp8Rows& x, const kernels::Fp8Rows& w) {
+  kernels::fp8_mm_add_(y, x, w, /*fast_accumulate=*/true);
+}
+
 Tensor fp8_input_gradient(const Tensor& dy, const kernels::Fp8Transposed& w,
                           torch::ScalarType out_dtype) {
-  return input_gradient_of_parts({dy}, w, out_dtype);
+  return input_gradient_of_quantized(kernels::quantize_rows_fp8(dy, w.row_scales.view({-1})),
+                                     w.values, out_dtype);
+}
+
+Tensor fp8_group_row_scales(const std::vector<const LinearImpl*>& layers) {
+  std::vector<Tensor> scales;
+  for (const auto* l : layers) scales.push_back(l->fp8_base_row_scales().view({-1}));
+  return scales.size() == 1 ? scales[0] : at::cat(scales, 0);
+}
+
+Tensor fp8_group_input_gradient(const kernels::Fp8Rows& dy,
+                                const std::vector<const LinearImpl*>& layers,
+                                torch::ScalarType out_dtype) {
+  TORCH_CHECK(!layers.empty(), "fp8_group_input_gradient: no layers");
+  return input_gradient_of_quantized(dy, group_transposed_values(layers, dy.values.options()),
+                                     out_dtype);
+}
+
+void fp8_group_input_gradient_add_(Tensor& dx, const kernels::Fp8Rows& dy,
+                                   const std::vector<const LinearImpl*>& layers) {
+  TORCH_CHECK(!layers.empty(), "fp8_group_input_gradient_add_: no layers");
+  kernels::fp8_mm_add_(dx, dy, unit_scaled(group_transposed_values(layers, dy.values.options())),
+                       /*fast_accumulate=*/false);
+}
+
+kernels::Fp8Rows fp8_group_output_gradients(const std::vector<Tensor>& dys,
+                                            const std::vector<const LinearImpl*>& layers) {
+  TORCH_CHECK(!layers.empty() && dys.size() == layers.size(),
+              "fp8_group_output_gradients: one output gradient per layer");
+  return kernels::quantize_rows_fp8(dys, fp8_group_row_scales(layers));
 }
 
 Tensor fp8_group_input_gradient(const std::vector<Tensor>& dys,
                                 const std::vector<const LinearImpl*>& layers,
                                 torch::ScalarType out_dtype) {
-  TORCH_CHECK(!layers.empty() && dys.size() == layers.size(),
-              "fp8_group_input_gradient: one output gradient per layer");
-  int64_t total = 0;
-  for (const auto* l : layers) total += l->out_features();
-  Tensor wt =
-      at::empty({layers[0]->in_features(), total}, dys[0].options().dtype(torch::kFloat8_e4m3fn));
-  std::vector<Tensor> scales;
-  int64_t column = 0;
-  for (const auto* l : layers) {
-    l->fp8_base_transposed_into(wt, column);
-    scales.push_back(l->fp8_base_row_scales());
-    column += l->out_features();
-  }
-  return input_gradient_of_parts(dys, {wt, at::cat(scales, 0)}, out_dtype);
+  return fp8_group_input_gradient(fp8_group_output_gradients(dys, layers), layers, out_dtype);
 }
 
 Tensor fp8_frozen_linear(const Tensor& x, const LinearImpl& layer, torch::ScalarType dtype) {

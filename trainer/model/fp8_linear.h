@@ -26,6 +26,9 @@ class LinearImpl;
 // y = x W^T for an input already quantized (layers reading the same input share it).
 torch::Tensor fp8_forward_product(const kernels::Fp8Rows& x, const kernels::Fp8Rows& w,
                                   torch::ScalarType out_dtype);
+// y += x W^T, in the GEMM's epilogue (a LoRA layer's adapter part is y).
+void fp8_forward_product_add_(torch::Tensor& y, const kernels::Fp8Rows& x,
+                              const kernels::Fp8Rows& w);
 
 // dx = dy W, dy [tokens, out] in the compute dtype.
 torch::Tensor fp8_input_gradient(const torch::Tensor& dy, const kernels::Fp8Transposed& w,
@@ -38,6 +41,21 @@ torch::Tensor fp8_input_gradient(const torch::Tensor& dy, const kernels::Fp8Tran
 torch::Tensor fp8_group_input_gradient(const std::vector<torch::Tensor>& dys,
                                        const std::vector<const LinearImpl*>& layers,
                                        torch::ScalarType out_dtype);
+// The same for [dy_1 dy_2 ...] already quantized as fp8_group_output_gradients does it (or by the
+// kernel that made the gradients: kernels/swiglu_fp8.h).
+torch::Tensor fp8_group_input_gradient(const kernels::Fp8Rows& dy,
+                                       const std::vector<const LinearImpl*>& layers,
+                                       torch::ScalarType out_dtype);
+// dx += that product, in the GEMM's epilogue (kernels::fp8_mm_add_): the adapters' parts of dx
+// are written first and cost no pass of their own over it.
+void fp8_group_input_gradient_add_(torch::Tensor& dx, const kernels::Fp8Rows& dy,
+                                   const std::vector<const LinearImpl*>& layers);
+// [dy_1 dy_2 ...] quantized per row as one matrix, times fp8_group_row_scales(layers).
+kernels::Fp8Rows fp8_group_output_gradients(const std::vector<torch::Tensor>& dys,
+                                            const std::vector<const LinearImpl*>& layers);
+// The layers' FP8 row scales one after another, [sum of out_features] float32: the column scales
+// their output gradients are quantized with.
+torch::Tensor fp8_group_row_scales(const std::vector<const LinearImpl*>& layers);
 
 // x [..., in] times `layer`'s frozen base weight in FP8 (LinearImpl::fp8_base), differentiable in
 // x, products in `dtype`. The layer must outlive the autograd graph.

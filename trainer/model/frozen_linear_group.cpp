@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "kernels/quant4.h"
 #include "kernels/swiglu.h"
+#include "kernels/swiglu_fp8.h"
 #include "trainer/model/fp8_linear.h"
 
 namespace kubetune::model {
@@ -72,6 +74,12 @@ std::vector<Member> members_of(const std::vector<LinearImpl*>& linears, torch::T
   return out;
 }
 
+std::vector<Member*> pointers_to(std::vector<Member>& members) {
+  std::vector<Member*> out;
+  for (auto& m : members) out.push_back(&m);
+  return out;
+}
+
 std::vector<Tensor> adapters_of(const std::vector<LinearImpl*>& linears) {
   std::vector<Tensor> out;
   for (auto* l : linears)
@@ -102,16 +110,6 @@ std::optional<kernels::Fp8Rows> shared_fp8_input(const Tensor& x2,
   return std::nullopt;
 }
 
-// y = x W^T + b + scaling (x A^T) B^T, the LoRA sum in the GEMM's epilogue.
-Tensor member_forward(const Tensor& x2, Member& m, const kernels::Fp8Rows* x2_fp8 = nullptr) {
-  Tensor y = base_product(x2, m, x2_fp8);
-  if (m.has_lora()) {
-    m.xa = at::mm(x2, m.a.t());
-    y.addmm_(m.xa, m.b.t(), /*beta=*/1, /*alpha=*/m.scaling);
-  }
-  return y;
-}
-
 // alpha a b in one GEMM, written in `dtype` (beta = 0: the output's initial contents are not
 // read). One kernel where a product, a scaling and a cast were three: a step runs this four times
 // per adapter, and on Llama-3.1-8B the step's ~5900 kernels cost about 1.7 us each between them.
@@ -121,18 +119,55 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, double alpha, at::ScalarType 
   return at::addmm(out, a, b, dtype, /*beta=*/0, alpha);  // fp32 out of bf16 inputs
 }
 
+// x A^T for each of `members` with an adapter, all reading x2, as one GEMM over their ranks side
+// by side (x2 [A_1; A_2; ...]^T): x2 is read once, not once per adapter. Each member's xa is its
+// columns of the product.
+void set_adapter_inputs(const Tensor& x2, const std::vector<Member*>& members) {
+  std::vector<Tensor> a;
+  for (const auto* m : members)
+    if (m->has_lora()) a.push_back(m->a);
+  if (a.empty()) return;
+  const Tensor xa = at::mm(x2, (a.size() == 1 ? a[0] : at::cat(a, 0)).t());
+  int64_t column = 0;
+  for (auto* m : members)
+    if (m->has_lora()) {
+      m->xa = xa.narrow(1, column, m->a.size(0));
+      column += m->a.size(0);
+    }
+}
+
+// y = x W^T + b + scaling (x A^T) B^T, the LoRA sum in the GEMM's epilogue; x A^T is m.xa
+// (set_adapter_inputs).
+Tensor member_forward(const Tensor& x2, const Member& m, const kernels::Fp8Rows* x2_fp8 = nullptr) {
+  if (m.fp8 && m.has_lora()) {
+    // The adapter's part first; the FP8 product is added to it in its GEMM's epilogue.
+    Tensor y = scaled_mm(m.xa, m.b.t(), m.scaling, x2.scalar_type());
+    fp8_forward_product_add_(y, x2_fp8 ? *x2_fp8 : kernels::quantize_rows_fp8(x2),
+                             m.fp8->fp8_base());
+    return m.bias.defined() ? y.add_(m.bias) : y;
+  }
+  Tensor y = base_product(x2, m, x2_fp8);
+  if (m.has_lora()) y.addmm_(m.xa, m.b.t(), /*beta=*/1, /*alpha=*/m.scaling);
+  return y;
+}
+
 // The adapters' parts of dX, t A for each adapter (t = scaling dY B), gathered over a group's
 // members and added as one GEMM over their ranks: [t1 t2 ...] [A1; A2; ...]. Each part added
 // alone was a pass reading and writing all of dX for a product of rank 16 (on Llama-3.1-8B, 45 us
 // of the q/k/v and gate/up backward's time each, three a layer).
 struct AdapterInputGradients {
   std::vector<Tensor> t, a;
+  bool empty() const { return t.empty(); }
   void add_to(Tensor& dx) const {
     if (t.empty()) return;
     if (t.size() == 1)
       dx.addmm_(t[0], a[0]);
     else
       dx.addmm_(at::cat(t, 1), at::cat(a, 0));
+  }
+  // Their sum alone, a new tensor.
+  Tensor sum() const {
+    return t.size() == 1 ? at::mm(t[0], a[0]) : at::mm(at::cat(t, 1), at::cat(a, 0));
   }
 };
 
@@ -172,6 +207,37 @@ Tensor bases_input_gradient(const std::vector<Tensor>& dys,
   return dx;
 }
 
+// The FP8 layers among `members` that have an output gradient, and those gradients; empty unless
+// every member with a gradient is FP8.
+std::pair<std::vector<const LinearImpl*>, std::vector<Tensor>> all_fp8_with_gradients(
+    const std::vector<Tensor>& dys, const std::vector<const Member*>& members) {
+  std::vector<const LinearImpl*> layers;
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (!dys[i].defined()) continue;
+    if (!members[i]->fp8) return {};
+    layers.push_back(members[i]->fp8);
+    grads.push_back(dys[i]);
+  }
+  return {layers, grads};
+}
+
+// dX = sum_i dY_i W_i + the adapters' parts. Where the bases are FP8, the adapters' parts are
+// written first and the bases' product is added to them in its GEMM's epilogue; otherwise the
+// bases' parts come first and the adapters' are added in theirs (cuBLAS, beta = 1).
+Tensor input_gradient(const std::vector<Tensor>& dys, const std::vector<const Member*>& members,
+                      const AdapterInputGradients& adapters) {
+  auto [fp8_layers, fp8_dys] = all_fp8_with_gradients(dys, members);
+  if (!fp8_layers.empty() && !adapters.empty()) {
+    Tensor dx = adapters.sum();
+    fp8_group_input_gradient_add_(dx, fp8_group_output_gradients(fp8_dys, fp8_layers), fp8_layers);
+    return dx;
+  }
+  Tensor dx = bases_input_gradient(dys, members);
+  adapters.add_to(dx);
+  return dx;
+}
+
 // For an adapter, t = scaling dY B: returned for the adapter's gradients and, when `need_x`,
 // kept in `pending` for dX += t A.
 Tensor adapter_input_gradient(const Tensor& dy, const Member& m, bool need_x,
@@ -185,12 +251,32 @@ Tensor adapter_input_gradient(const Tensor& dy, const Member& m, bool need_x,
   return t;
 }
 
-// d A = t^T x, d B = scaling dY^T (x A^T), written in the adapters' own dtype (fp32 out of the
-// bf16 products' accumulator, where PEFT under autocast rounds them to bf16 first).
-void add_adapter_gradients(const Tensor& dy, const Tensor& x2, const Tensor& t, const Member& m,
-                           at::ScalarType adapter_dtype, variable_list& out) {
-  out.push_back(scaled_mm(t.t(), x2, 1.0, adapter_dtype));
-  out.push_back(scaled_mm(dy.t(), m.xa, m.scaling, adapter_dtype));
+// The adapters' gradients are written in their own dtype (fp32 out of the bf16 products'
+// accumulator, where PEFT under autocast rounds them to bf16 first).
+//
+// d A_i = t_i^T x for adapters reading the same x (t_i undefined: none), as one GEMM over their
+// ranks ([t_1 t_2 ...]^T x): x is read once, not once per adapter. Each d A_i is its rows.
+std::vector<Tensor> adapter_a_gradients(const std::vector<Tensor>& ts, const Tensor& x,
+                                        at::ScalarType adapter_dtype) {
+  std::vector<Tensor> present;
+  for (const auto& t : ts)
+    if (t.defined()) present.push_back(t);
+  std::vector<Tensor> out(ts.size());
+  if (present.empty()) return out;
+  const Tensor all = scaled_mm((present.size() == 1 ? present[0] : at::cat(present, 1)).t(), x, 1.0,
+                               adapter_dtype);
+  int64_t row = 0;
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (ts[i].defined()) {
+      out[i] = all.narrow(0, row, ts[i].size(1));
+      row += ts[i].size(1);
+    }
+  return out;
+}
+
+// d B = scaling dY^T (x A^T).
+Tensor adapter_b_gradient(const Tensor& dy, const Member& m, at::ScalarType adapter_dtype) {
+  return scaled_mm(dy.t(), m.xa, m.scaling, adapter_dtype);
 }
 
 void save(AutogradContext* ctx, const Tensor& x2, const std::vector<Tensor>& extra,
@@ -258,6 +344,7 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
     const Tensor x2 = x.reshape({-1, x.size(-1)}).to(dtype);
     auto members = members_of(linears, adapters, dtype);
     const auto x2_fp8 = shared_fp8_input(x2, members);
+    set_adapter_inputs(x2, pointers_to(members));
     variable_list out;
     for (auto& m : members)
       out.push_back(member_forward(x2, m, x2_fp8 ? &*x2_fp8 : nullptr)
@@ -278,20 +365,20 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
                         ? grads[i].reshape({-1, s.members[i].out_features()}).to(s.x2.scalar_type())
                         : Tensor());
     }
-    Tensor dx = need_x ? bases_input_gradient(dys, members) : Tensor();
     AdapterInputGradients adapters_dx;
+    std::vector<Tensor> ts(s.members.size());
+    for (size_t i = 0; i < s.members.size(); ++i)
+      if (dys[i].defined())
+        ts[i] = adapter_input_gradient(dys[i], s.members[i], need_x, adapters_dx);
+    const Tensor dx = need_x ? input_gradient(dys, members, adapters_dx) : Tensor();
+    const auto d_as = adapter_a_gradients(ts, s.x2, s.adapter_dtype);
     variable_list adapter_grads;
     for (size_t i = 0; i < s.members.size(); ++i) {
-      const Member& m = s.members[i];
-      if (!m.has_lora()) continue;
-      if (!dys[i].defined()) {
-        adapter_grads.insert(adapter_grads.end(), {Tensor(), Tensor()});
-        continue;
-      }
-      const Tensor t = adapter_input_gradient(dys[i], m, need_x, adapters_dx);
-      add_adapter_gradients(dys[i], s.x2, t, m, s.adapter_dtype, adapter_grads);
+      if (!s.members[i].has_lora()) continue;
+      adapter_grads.push_back(d_as[i]);  // both undefined for an output without a gradient
+      adapter_grads.push_back(
+          ts[i].defined() ? adapter_b_gradient(dys[i], s.members[i], s.adapter_dtype) : Tensor());
     }
-    adapters_dx.add_to(dx);
     variable_list out{dx.defined() ? dx.view(s.x_sizes) : Tensor()};
     out.insert(out.end(), adapter_grads.begin(), adapter_grads.end());
     out.push_back(Tensor());  // linears
@@ -304,6 +391,7 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
 std::pair<Tensor, Tensor> gate_and_up(const Tensor& x2, std::vector<Member>& members) {
   const auto x2_fp8 = shared_fp8_input(x2, {members[0], members[1]});
   const kernels::Fp8Rows* shared = x2_fp8 ? &*x2_fp8 : nullptr;
+  set_adapter_inputs(x2, {&members[0], &members[1]});
   return {member_forward(x2, members[0], shared), member_forward(x2, members[1], shared)};
 }
 
@@ -311,9 +399,16 @@ std::pair<Tensor, Tensor> gate_and_up(const Tensor& x2, std::vector<Member>& mem
 // `gate_up` for backward (down's x A^T is set on members[2]).
 Tensor mlp_forward(const Tensor& x2, std::vector<Member>& members, std::vector<Tensor>& gate_up) {
   auto [gate, up] = gate_and_up(x2, members);
-  Tensor y = member_forward(kernels::swiglu_forward_op(gate, up), members[2]);
   gate_up = {gate, up};
-  return y;
+  if (!members[2].fp8) {
+    const Tensor hidden = kernels::swiglu_forward_op(gate, up);
+    set_adapter_inputs(hidden, {&members[2]});
+    return member_forward(hidden, members[2]);
+  }
+  // Down's FP8 input written by the SwiGLU kernel itself.
+  const auto [hidden, hidden_fp8] = kernels::swiglu_forward_fp8(gate, up);
+  set_adapter_inputs(hidden, {&members[2]});
+  return member_forward(hidden, members[2], &hidden_fp8);
 }
 
 // The same `rows` tokens at a time, keeping nothing: backward recomputes gate and up chunk by
@@ -339,24 +434,46 @@ MlpGradients mlp_backward(const Tensor& x2, const Tensor& gate_out, const Tensor
                           const Tensor& dy, std::vector<Member>& members, bool need_x,
                           at::ScalarType adapter_dtype) {
   Member &gate = members[0], &up = members[1], &down = members[2];
-  Tensor d_hidden;
-  add_base_input_gradient(dy, down, d_hidden);
   AdapterInputGradients down_dx;
   const Tensor t_down = adapter_input_gradient(dy, down, /*need_x=*/true, down_dx);
-  down_dx.add_to(d_hidden);
+  Tensor d_hidden = input_gradient({dy}, {&down}, down_dx);
   // SwiGLU's output is recomputed here instead of kept from forward.
-  auto [d_gate, d_up, hidden] = kernels::swiglu_backward_with_output(d_hidden, gate_out, up_out);
-  d_hidden = Tensor();
-  if (down.has_lora() && !down.xa.defined()) down.xa = at::mm(hidden, down.a.t());
   MlpGradients g;
-  if (need_x) g.dx = bases_input_gradient({d_gate, d_up}, {&gate, &up});
+  Tensor d_gate, d_up, hidden;
+  // Gate's and up's FP8 output gradients, quantized by the SwiGLU kernel itself.
+  std::optional<kernels::Fp8Rows> fp8_gradients;
+  const std::vector<const LinearImpl*> fp8_bases{gate.fp8, up.fp8};
+  if (need_x && gate.fp8 && up.fp8) {
+    auto s =
+        kernels::swiglu_backward_fp8(d_hidden, gate_out, up_out, fp8_group_row_scales(fp8_bases));
+    std::tie(d_gate, d_up, hidden) = std::tie(s.d_gate, s.d_up, s.output);
+    fp8_gradients = std::move(s.d_gate_up);
+  } else {
+    std::tie(d_gate, d_up, hidden) =
+        kernels::swiglu_backward_with_output(d_hidden, gate_out, up_out);
+  }
+  d_hidden = Tensor();
+  if (!down.xa.defined()) set_adapter_inputs(hidden, {&down});
   AdapterInputGradients adapters_dx;
   const Tensor t_gate = adapter_input_gradient(d_gate, gate, need_x, adapters_dx);
-  if (gate.has_lora()) add_adapter_gradients(d_gate, x2, t_gate, gate, adapter_dtype, g.adapters);
   const Tensor t_up = adapter_input_gradient(d_up, up, need_x, adapters_dx);
-  if (up.has_lora()) add_adapter_gradients(d_up, x2, t_up, up, adapter_dtype, g.adapters);
-  adapters_dx.add_to(g.dx);
-  if (down.has_lora()) add_adapter_gradients(dy, hidden, t_down, down, adapter_dtype, g.adapters);
+  if (fp8_gradients && !adapters_dx.empty()) {
+    g.dx = adapters_dx.sum();
+    fp8_group_input_gradient_add_(g.dx, *fp8_gradients, fp8_bases);
+  } else if (fp8_gradients) {
+    g.dx = fp8_group_input_gradient(*fp8_gradients, fp8_bases, dy.scalar_type());
+    adapters_dx.add_to(g.dx);
+  } else if (need_x) {
+    g.dx = input_gradient({d_gate, d_up}, {&gate, &up}, adapters_dx);
+  }
+  const auto d_as = adapter_a_gradients({t_gate, t_up}, x2, adapter_dtype);
+  if (gate.has_lora())
+    g.adapters.insert(g.adapters.end(), {d_as[0], adapter_b_gradient(d_gate, gate, adapter_dtype)});
+  if (up.has_lora())
+    g.adapters.insert(g.adapters.end(), {d_as[1], adapter_b_gradient(d_up, up, adapter_dtype)});
+  if (down.has_lora())
+    g.adapters.insert(g.adapters.end(), {adapter_a_gradients({t_down}, hidden, adapter_dtype)[0],
+                                         adapter_b_gradient(dy, down, adapter_dtype)});
   return g;
 }
 
