@@ -96,8 +96,9 @@ TEST(Fp8, CudaQuantizationMatchesCpuReference) {
   if (!have_hopper()) GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";
   torch::manual_seed(3);
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
-    // Rows kept in registers (4096, 1000), read twice (20000), and without 16-byte loads (37).
-    for (int64_t cols : {4096, 1000, 20000, 37}) {
+    // Rows kept in registers (1000, 4096, 6144, 16384: the widest that fits in bf16), read twice
+    // (20000), and without 16-byte loads (37).
+    for (int64_t cols : {1000, 4096, 6144, 16384, 20000, 37}) {
       auto x = sample(33, cols, dtype);
       auto cs = torch::rand({cols}) + 0.5;
       for (bool with_cs : {false, true}) {
