@@ -5,8 +5,10 @@
 // the sum), and backward adds up the input's gradient with separate kernels: about twelve passes
 // over [tokens, hidden] per decoder layer that only add. Here backward accumulates every part of
 // the input's gradient into one buffer inside the GEMMs (cuBLAS with beta = 1), as Unsloth's
-// fast_lora does. The MLP node keeps only its input and the gate and up products for backward,
-// and recomputes SwiGLU's output there (one [tokens, intermediate] activation less per layer).
+// fast_lora does; under model.precision fp8 the adapters' parts are written first and the FP8
+// product is added to them by cuBLASLt (kernels::fp8_mm_add_), and so is the forward's LoRA sum.
+// The MLP node keeps only its input and the gate and up products for backward, and recomputes
+// SwiGLU's output there (one [tokens, intermediate] activation less per layer).
 //
 // Used on CUDA when every layer of the group is frozen and without LoRA dropout, and a 4-bit
 // (QLoRA) layer's compute dtype is the products' (`can_group`); the CPU keeps the plain layers,
