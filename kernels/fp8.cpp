@@ -119,15 +119,20 @@ void fp8_mm_add_(torch::Tensor& out, const Fp8Rows& a, const Fp8Rows& b, bool fa
                   out.size(1) == b.rows() && out.is_contiguous(),
               "fp8_mm_add_: out ", out.sizes(), " cannot take ", a.values.sizes(), " times ",
               b.values.sizes(), " transposed (out must be contiguous)");
-  for (const auto* t : {&a.values, &a.scales, &b.values, &b.scales})
-    TORCH_CHECK(t->is_contiguous() && t->device() == out.device(),
-                "fp8_mm_add_: operands must be contiguous and on out's device ", out.device());
+  for (const auto& [name, t] : {std::pair{"a", &a.values}, std::pair{"a's scales", &a.scales},
+                                std::pair{"b", &b.values}, std::pair{"b's scales", &b.scales}})
+    TORCH_CHECK(t->is_contiguous() && t->device() == out.device(), "fp8_mm_add_: ", name,
+                " must be contiguous and on out's device ", out.device(), ", got ", t->sizes(),
+                " strides ", t->strides(), " on ", t->device());
   TORCH_CHECK(a.values.scalar_type() == torch::kFloat8_e4m3fn &&
                   b.values.scalar_type() == torch::kFloat8_e4m3fn &&
                   a.scales.scalar_type() == torch::kFloat32 &&
                   b.scales.scalar_type() == torch::kFloat32 && a.scales.numel() == a.rows() &&
                   b.scales.numel() == b.rows(),
-              "fp8_mm_add_: float8_e4m3fn values with one float32 scale per row");
+              "fp8_mm_add_: float8_e4m3fn values with one float32 scale per row, got a ",
+              a.values.scalar_type(), " ", a.values.sizes(), " with ", a.scales.scalar_type(), " ",
+              a.scales.sizes(), " scales and b ", b.values.scalar_type(), " ", b.values.sizes(),
+              " with ", b.scales.scalar_type(), " ", b.scales.sizes());
   op.call(out, a.values, a.scales, b.values, b.scales, fast_accumulate);
 }
 

@@ -5,7 +5,8 @@
 // row's scale (its amax / 448) is kept in float32. A product of two such matrices is then exact
 // up to the E4M3 rounding of the inputs: out[m, n] = sa[m] sb[n] sum_k qa[m, k] qb[n, k].
 //
-// On CUDA the product is at::_scaled_mm (cuBLASLt's FP8 GEMM; Hopper or newer) and quantization is
+// On CUDA the product is at::_scaled_mm (cuBLASLt's FP8 GEMM; Hopper or newer; fp8_mm_add_ calls
+// cuBLASLt itself to add a product to an existing matrix) and quantization is
 // one kernel (two passes over each row, one block per row). On the CPU both are the reference
 // formulas in float32, which the CUDA versions are tested against; _scaled_mm on the CPU takes
 // only one scale per tensor, so the CPU product dequantizes instead.
@@ -78,9 +79,9 @@ torch::Tensor dequantize_rows_fp8(const Fp8Rows& q, torch::ScalarType dtype);
 torch::Tensor fp8_mm(const Fp8Rows& a, const Fp8Rows& b, torch::ScalarType out_dtype,
                      bool fast_accumulate);
 
-// out += a b^T for out [M, N] (contiguous, bf16 on CUDA), with one rounding of the sum. On CUDA one
-// cuBLASLt GEMM reading `out` in its epilogue (beta = 1): the sum costs no pass of its own over
-// out, where _scaled_mm's product then an addition read and wrote it once more. Registered as
+// out += a b^T for out [M, N] (contiguous; bf16, fp16 or fp32), with one rounding of the sum. On
+// CUDA one cuBLASLt GEMM reading `out` in its epilogue (beta = 1): the sum costs no pass of its own
+// over out, where _scaled_mm's product then an addition read and wrote it once more. Registered as
 // kubetune::fp8_mm_add_.
 void fp8_mm_add_(torch::Tensor& out, const Fp8Rows& a, const Fp8Rows& b, bool fast_accumulate);
 

@@ -43,9 +43,10 @@ struct RowParts {
 
 // Packs a thread keeps in registers between the two passes over a row: rows up to
 // kRowThreads * kCachedPacks * W values (16,384 bf16, Llama-3.1-8B's widest is 14,336) are read
-// from memory once; wider ones (the gate and up gradients side by side) are read again in the
-// second pass. 16 packs, which would keep those too, made the 8B FP8 step 6% slower on an H100
-// (bench/README.md, session 19): registers the other rows' blocks needed.
+// from memory once; wider ones are read again in the second pass (the gate and up gradients side
+// by side were, before the SwiGLU kernel quantized them itself: kernels/swiglu_fp8.h). 16 packs,
+// which would keep those too, made the 8B FP8 step 6% slower on an H100 (bench/README.md, session
+// 19): registers the other rows' blocks needed.
 constexpr int kCachedPacks = 8;
 
 template <typename T, int W, bool kCached>

@@ -13,14 +13,14 @@
 #include <cublasLt.h>
 #include <torch/library.h>
 
-#include <memory>
+#include <cstdint>
 
 namespace kubetune::kernels {
 namespace {
 
 void check_cublas(cublasStatus_t status, const char* what) {
   TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "fp8_mm_add_: ", what,
-              " failed: ", cublasGetStatusString(status));
+              " failed: ", cublasLtGetStatusString(status));
 }
 
 // cuBLASLt's descriptors, destroyed with their owners.
@@ -48,12 +48,24 @@ struct Preference {
   cublasLtMatmulPreference_t d = nullptr;
   explicit Preference(size_t workspace) {
     check_cublas(cublasLtMatmulPreferenceCreate(&d), "preference");
-    check_cublas(cublasLtMatmulPreferenceSetAttribute(d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &workspace, sizeof(workspace)),
-                 "workspace");
+    set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
   }
   ~Preference() { cublasLtMatmulPreferenceDestroy(d); }
+  template <typename V>
+  void set(cublasLtMatmulPreferenceAttributes_t attribute, const V& value) {
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(d, attribute, &value, sizeof(value)),
+                 "preference");
+  }
 };
+
+// The alignment `p` has, in bytes, up to 256: cuBLASLt assumes 256 unless told, and a tensor that
+// is a view at an offset (a chunk of rows) has less.
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  uint32_t alignment = 1;
+  while (alignment < 256 && address % (2 * alignment) == 0) alignment *= 2;
+  return alignment;
+}
 
 cudaDataType_t cuda_type_of(at::ScalarType t) {
   switch (t) {
@@ -72,6 +84,7 @@ void fp8_mm_add_cuda(const at::Tensor& out, const at::Tensor& a, const at::Tenso
                      const at::Tensor& b, const at::Tensor& b_scales, bool fast_accumulate) {
   c10::cuda::CUDAGuard guard(out.device());
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  if (m == 0 || n == 0 || k == 0) return;  // nothing to add
   MatmulDesc desc;
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
@@ -85,7 +98,11 @@ void fp8_mm_add_cuda(const at::Tensor& out, const at::Tensor& a, const at::Tenso
   const Layout a_layout(CUDA_R_8F_E4M3, k, n, k), b_layout(CUDA_R_8F_E4M3, k, m, k),
       out_layout(cuda_type_of(out.scalar_type()), n, m, n);
   const size_t workspace_size = at::cuda::getCUDABlasLtWorkspaceSize();
-  const Preference preference(workspace_size);
+  Preference preference(workspace_size);
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(b.data_ptr()));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(a.data_ptr()));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(out.data_ptr()));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(out.data_ptr()));
   cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
   cublasLtMatmulHeuristicResult_t heuristic = {};
   int found = 0;
@@ -93,7 +110,7 @@ void fp8_mm_add_cuda(const at::Tensor& out, const at::Tensor& a, const at::Tenso
                                               out_layout.d, preference.d, 1, &heuristic, &found),
                "heuristic");
   TORCH_CHECK(found > 0, "fp8_mm_add_: cuBLASLt has no FP8 GEMM for ", m, "x", k, " times ", k, "x",
-              n, " with a C matrix");
+              n, " added to a ", out.scalar_type(), " matrix");
   const float alpha = 1.f, beta = 1.f;
   check_cublas(cublasLtMatmul(handle, desc.d, &alpha, b.data_ptr(), a_layout.d, a.data_ptr(),
                               b_layout.d, &beta, out.data_ptr(), out_layout.d, out.data_ptr(),

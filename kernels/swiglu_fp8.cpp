@@ -32,7 +32,8 @@ void check_swiglu_fp8_inputs(const char* op, const torch::Tensor& gate, const to
         !t->defined() || (gate.dim() == 2 && t->sizes() == gate.sizes() &&
                           t->scalar_type() == gate.scalar_type() && t->device() == gate.device()),
         op, ": inputs must be 2-D of one shape, dtype and device, got ", gate.sizes(), " ",
-        gate.scalar_type(), " and ", t->sizes(), " ", t->scalar_type());
+        gate.scalar_type(), " on ", gate.device(), " and ", t->sizes(), " ", t->scalar_type(),
+        " on ", t->device());
 }
 
 }  // namespace

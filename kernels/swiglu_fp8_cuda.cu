@@ -1,7 +1,8 @@
 // CUDA implementation of kubetune::swiglu_forward_fp8 / swiglu_backward_fp8 (kernels/swiglu_fp8.h):
 // one block per row, two passes. The first computes the row's SwiGLU values (or gradients), stores
 // them in the storage dtype and finds the row's largest magnitude; the second writes the row in
-// FP8 from registers (rows up to 16,384 wide) or from what the first pass stored. Rows whose width
+// FP8 from registers (rows up to 16,384 wide in bf16 or fp16, 8,192 in fp32) or from what the first
+// pass stored. Rows whose width
 // or tensors do not allow 16-byte accesses take the separate ops instead.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -167,12 +168,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const at::Tensor& ga
   c10::cuda::CUDAGuard guard(gate.device());
   const auto g = gate.contiguous(), u = up.contiguous();
   const int64_t rows = g.size(0), cols = g.size(1);
-  auto out = at::empty_like(g);
   if (rows == 0 || cols == 0 || !rows_take_packs(cols, {&g, &u})) {
-    out = swiglu_forward_op(g, u);
+    const auto out = swiglu_forward_op(g, u);
     const Fp8Rows q = quantize_rows_fp8(out);
     return {out, q.values, q.scales};
   }
+  auto out = at::empty_like(g);
   auto values = at::empty({rows, cols}, g.options().dtype(at::kFloat8_e4m3fn));
   auto scales = at::empty({rows, 1}, g.options().dtype(at::kFloat));
   const auto stream = at::cuda::getCurrentCUDAStream();

@@ -181,6 +181,20 @@ TEST(Fp8, CudaProductAddedToOutMatchesCpuReference) {
                               .to(torch::kFloat32);
     EXPECT_LE(max_abs(gpu.to(torch::kFloat32) - separate) / reference, 8e-3);
   }
+  // An output that starts 32 bytes past an alignment of 256 (a chunk of rows of a 48-wide matrix):
+  // cuBLASLt is told the alignment it has.
+  const auto narrow_b = quantize_rows_fp8(torch::randn({48, 512}).to(torch::kBFloat16));
+  const auto whole = torch::randn({301, 48}).to(torch::kBFloat16);
+  auto cpu_part = whole.narrow(0, 1, 300).clone();
+  fp8_mm_add_(cpu_part, a, narrow_b, false);
+  auto gpu_whole = whole.cuda();
+  auto gpu_part = gpu_whole.narrow(0, 1, 300);
+  fp8_mm_add_(gpu_part, {a.values.cuda(), a.scales.cuda()},
+              {narrow_b.values.cuda(), narrow_b.scales.cuda()}, false);
+  EXPECT_LE(max_abs(gpu_part.cpu().to(torch::kFloat32) - cpu_part.to(torch::kFloat32)) /
+                max_abs(cpu_part.to(torch::kFloat32)),
+            8e-3);
+  EXPECT_TRUE(torch::equal(gpu_whole[0].cpu(), whole[0]));  // the row before is untouched
 }
 
 TEST(Fp8, TransposeMovesEveryByte) {

@@ -54,7 +54,7 @@ TEST(SwigluFp8, CudaKernelsWriteTheSeparateOpsBytes) {
   if (!have_hopper()) GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";
   torch::manual_seed(1);
   // Rows kept in registers (14336, Llama-3.1-8B's width; 1000), read back (20480), and (36, not
-  // a whole number of 16-byte packs in bf16) the separate ops' own path.
+  // a whole number of 16-byte packs in bf16 and fp16) the separate ops' own path.
   for (auto dtype : {torch::kBFloat16, torch::kFloat16, torch::kFloat32})
     for (int64_t cols : {14336, 1000, 20480, 36}) {
       const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);

@@ -174,9 +174,11 @@ struct AdapterInputGradients {
 // dX += dY W (the first layer writes dX).
 void add_base_input_gradient(const Tensor& dy, const Member& m, Tensor& dx) {
   if (m.fp8) {
-    // _scaled_mm has no beta: the FP8 product is added, one pass over dX.
-    Tensor part = fp8_input_gradient(dy, m.fp8->fp8_base_transposed(), dy.scalar_type());
-    dx = dx.defined() ? dx.add_(part) : part;
+    const std::vector<const LinearImpl*> base{m.fp8};
+    if (dx.defined())
+      fp8_group_input_gradient_add_(dx, fp8_group_output_gradients({dy}, base), base);
+    else
+      dx = fp8_input_gradient(dy, m.fp8->fp8_base_transposed(), dy.scalar_type());
   } else {
     const Tensor w = m.dense_weight(dy.scalar_type());
     dx = dx.defined() ? dx.addmm_(dy, w) : at::mm(dy, w);
