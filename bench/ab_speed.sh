@@ -6,19 +6,20 @@
 #   bench/ab_speed.sh A_DIR B_DIR [--shape llama-3.2-1b] [--methods "lora full"] [--micro-batch 4]
 #                     [--seq 2048] [--steps 20] [--warmup 5] [--rounds 2] [--out DIR]
 #                     [--distributed-a JSON] [--distributed-b JSON] [--recompute true|false|offload]
+#                     [--precision default|fp8]
 # A_DIR and B_DIR may be the same build with different `distributed` sections, e.g.
 #   bench/ab_speed.sh .bench-pkg .bench-pkg --distributed-b '{"sharding": "full"}' 
 set -euo pipefail
 A=$1 B=$2; shift 2
 SHAPE=llama-3.2-1b METHODS="lora full" MB=4 SEQ=2048 STEPS=20 WARMUP=5 ROUNDS=2
-OUT=/tmp/kubetune-ab DIST_A="{}" DIST_B="{}" RECOMPUTE=false
+OUT=/tmp/kubetune-ab DIST_A="{}" DIST_B="{}" RECOMPUTE=false PRECISION=default
 while [[ $# -gt 0 ]]; do
   case $1 in
     --shape) SHAPE=$2; shift 2 ;; --methods) METHODS=$2; shift 2 ;; --micro-batch) MB=$2; shift 2 ;;
     --seq) SEQ=$2; shift 2 ;; --steps) STEPS=$2; shift 2 ;; --warmup) WARMUP=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;; --out) OUT=$2; shift 2 ;;
     --distributed-a) DIST_A=$2; shift 2 ;; --distributed-b) DIST_B=$2; shift 2 ;;
-    --recompute) RECOMPUTE=$2; shift 2 ;;
+    --recompute) RECOMPUTE=$2; shift 2 ;; --precision) PRECISION=$2; shift 2 ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
 done
@@ -32,19 +33,19 @@ for method in $METHODS; do
       dir=$A dist=$DIST_A; [[ $side == B ]] && dir=$B dist=$DIST_B
       run=$OUT/$method-$side-$round
       rm -rf "$run"; mkdir -p "$run"
-      "$HERE/trainer_config.sh" "$INPUTS" "$run/out" "$method" $((STEPS + WARMUP)) "$MB" "$SEQ" "$dist" "$RECOMPUTE" \
+      "$HERE/trainer_config.sh" "$INPUTS" "$run/out" "$method" $((STEPS + WARMUP)) "$MB" "$SEQ" "$dist" "$RECOMPUTE" "$PRECISION" \
         >"$run/config.json"
       (. "$dir/env.sh"; "$dir/kubetune-trainer" train --config "$run/config.json") >"$run/log.txt" 2>&1 ||
         { tail -20 "$run/log.txt"; exit 1; }
-      python3 - "$run/out/metrics_history.jsonl" "$side" "$method" "$WARMUP" "$run/log.txt" <<'PY'
+      python3 - "$run/out/metrics_history.jsonl" "$side" "$method" "$WARMUP" "$run/log.txt" "$PRECISION" <<'PY'
 import json, re, sys
-path, side, method, warmup = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+path, side, method, warmup, precision = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[6]
 estimate = re.search(r"estimated peak GPU memory=([0-9.]+) GiB", open(sys.argv[5]).read())
 steps = [json.loads(l) for l in open(path) if '"loss"' in l]
 timed = [s for s in steps if s["step"] > warmup]
 tps = sum(s["global_tokens"] for s in timed) / sum(s["step_seconds"] for s in timed)
 peak = max(s.get("gpu_memory_peak_bytes", 0) for s in steps) / 2**30
-print(json.dumps({"side": side, "method": method, "tokens_per_s": round(tps), "peak_gib": round(peak, 2),
+print(json.dumps({"side": side, "method": method, "precision": precision, "tokens_per_s": round(tps), "peak_gib": round(peak, 2),
                   "estimated_gib": float(estimate.group(1)) if estimate else None,
                   "first_loss": steps[0]["loss"]}))
 PY

@@ -1,7 +1,7 @@
-// CUDA implementation of kubetune::fp8_quantize_rows: one block per row, two passes over it (the
-// row's largest magnitude, then the scaled and rounded values; the second from registers where the
-// row fits them), 16-byte loads and W-byte stores where the row allows, float32 arithmetic (no
-// fast math) so the result is the CPU reference's to the bit.
+// CUDA implementation of kubetune::fp8_quantize_rows: a block of threads per row, two passes over
+// it (the row's largest magnitude, then the scaled and rounded values; the second from registers
+// where the row fits them), 16-byte loads and W-byte stores where the row allows, float32
+// arithmetic (no fast math) so the result is the CPU reference's to the bit.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -9,6 +9,7 @@
 #include <cuda_fp8.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/fp8.h"
@@ -41,50 +42,97 @@ struct RowParts {
   }
 };
 
-// Packs a thread keeps in registers between the two passes over a row: rows up to
-// kRowThreads * kCachedPacks * W values (16,384 bf16, Llama-3.1-8B's widest is 14,336) are read
-// from memory once; wider ones are read again in the second pass (the gate and up gradients side
-// by side were, before the SwiGLU kernel quantized them itself: kernels/swiglu_fp8.h). 16 packs,
-// which would keep those too, made the 8B FP8 step 6% slower on an H100 (bench/README.md, session
-// 19): registers the other rows' blocks needed.
-constexpr int kCachedPacks = 8;
+// Rows up to kRowThreads * kMaxCachedPacks * W values (16,384 bf16, Llama-3.1-8B's widest is
+// 14,336) are read from memory once: each thread keeps its packs of the row in registers between
+// the two passes. The grid is persistent (kBlocksPerSm blocks per SM, each taking rows
+// gridDim.x apart), and a thread loads its packs of the block's next row before reducing this
+// one: a block per row, as before, kept the memory busy only while its row's loads were in
+// flight and reached a third of the bandwidth (bench/README.md, session 21).
+constexpr int kMaxCachedPacks = 8;
+constexpr int kBlocksPerSm = 4;
 
-template <typename T, int W, bool kCached>
-__global__ void quantize_rows_kernel(RowParts<T> x, const float* __restrict__ column_scale,
-                                     __nv_fp8_storage_t* __restrict__ values,
-                                     float* __restrict__ scales, int64_t cols) {
+template <typename T, int W, int kPacks>
+__global__ void __launch_bounds__(kRowThreads)
+    quantize_rows_kernel(RowParts<T> x, const float* __restrict__ column_scale,
+                         __nv_fp8_storage_t* __restrict__ values, float* __restrict__ scales,
+                         int64_t rows, int64_t cols) {
   using Pack = RowPack<T, W>;
-  const int64_t row = blockIdx.x;
-  __nv_fp8_storage_t* out = values + row * cols;
+  using Raw = typename Pack::Raw;
   const int64_t packs = cols / W;
+  auto load = [&](Raw(&row_packs)[kPacks], int64_t row) {
+#pragma unroll
+    for (int c = 0; c < kPacks; ++c) {
+      const int64_t i = threadIdx.x + int64_t(c) * kRowThreads;
+      if (row < rows && i < packs) row_packs[c] = x.template load<W>(row, i);
+    }
+  };
+  Raw current[kPacks], next[kPacks];
+  int64_t row = blockIdx.x;
+  load(current, row);
+  for (int parity = 0; row < rows; row += gridDim.x, parity ^= 1) {
+    load(next, row + gridDim.x);
+    float amax = 0.f;
+#pragma unroll
+    for (int c = 0; c < kPacks; ++c) {
+      const int64_t i = threadIdx.x + int64_t(c) * kRowThreads;
+      if (i < packs) amax = fmaxf(amax, Pack(current[c], column_scale, i).amax());
+    }
+    const RowScale scale(block_max<kRowThreads>(amax, parity));
+    __nv_fp8_storage_t* out = values + row * cols;
+#pragma unroll
+    for (int c = 0; c < kPacks; ++c) {
+      const int64_t i = threadIdx.x + int64_t(c) * kRowThreads;
+      if (i < packs) Pack(current[c], column_scale, i).store(out, i, scale.inverse());
+    }
+    if (threadIdx.x == 0) scales[row] = scale.scale();
+#pragma unroll
+    for (int c = 0; c < kPacks; ++c) current[c] = next[c];
+  }
+}
+
+// Wider rows (and rows without 16-byte loads, W = 1): a block per row, read twice.
+template <typename T, int W>
+__global__ void __launch_bounds__(kRowThreads)
+    quantize_wide_rows_kernel(RowParts<T> x, const float* __restrict__ column_scale,
+                              __nv_fp8_storage_t* __restrict__ values, float* __restrict__ scales,
+                              int64_t cols) {
+  using Pack = RowPack<T, W>;
+  const int64_t row = blockIdx.x, packs = cols / W;
   float amax = 0.f;
-  typename Pack::Raw cache[kCached ? kCachedPacks : 1];
-  if constexpr (kCached) {
-#pragma unroll
-    for (int c = 0; c < kCachedPacks; ++c) {
-      const int64_t i = threadIdx.x + int64_t(c) * kRowThreads;
-      if (i < packs) {
-        cache[c] = x.template load<W>(row, i);
-        amax = fmaxf(amax, Pack(cache[c], column_scale, i).amax());
-      }
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < packs; i += kRowThreads)
-      amax = fmaxf(amax, Pack(x.template load<W>(row, i), column_scale, i).amax());
-  }
+  for (int64_t i = threadIdx.x; i < packs; i += kRowThreads)
+    amax = fmaxf(amax, Pack(x.template load<W>(row, i), column_scale, i).amax());
   const RowScale scale(block_max<kRowThreads>(amax));
-  const float inv = scale.inverse();
-  if constexpr (kCached) {
-#pragma unroll
-    for (int c = 0; c < kCachedPacks; ++c) {
-      const int64_t i = threadIdx.x + int64_t(c) * kRowThreads;
-      if (i < packs) Pack(cache[c], column_scale, i).store(out, i, inv);
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < packs; i += kRowThreads)
-      Pack(x.template load<W>(row, i), column_scale, i).store(out, i, inv);
-  }
+  __nv_fp8_storage_t* out = values + row * cols;
+  for (int64_t i = threadIdx.x; i < packs; i += kRowThreads)
+    Pack(x.template load<W>(row, i), column_scale, i).store(out, i, scale.inverse());
   if (threadIdx.x == 0) scales[row] = scale.scale();
+}
+
+// Launches the kernel that keeps a row's packs in registers, with the fewest packs per thread
+// that hold `cols` (registers a thread does not need are occupancy lost); false where none does.
+template <typename T, int W>
+bool launch_cached(const RowParts<T>& x, const float* column_scale, __nv_fp8_storage_t* values,
+                   float* scales, int64_t rows, int64_t cols, cudaStream_t stream) {
+  const int64_t packs_per_thread = (cols / W + kRowThreads - 1) / kRowThreads;
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(rows, sms * kBlocksPerSm));
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, kRowThreads, 0, stream>>>(x, column_scale, values, scales, rows, cols);
+    return true;
+  };
+  switch (packs_per_thread) {
+    case 1:
+      return launch(quantize_rows_kernel<T, W, 1>);
+    case 2:
+      return launch(quantize_rows_kernel<T, W, 2>);
+    case 3:
+      return launch(quantize_rows_kernel<T, W, 3>);
+    case 4:
+      return launch(quantize_rows_kernel<T, W, 4>);
+    default:
+      return packs_per_thread <= kMaxCachedPacks &&
+             launch(quantize_rows_kernel<T, W, kMaxCachedPacks>);
+  }
 }
 
 std::tuple<at::Tensor, at::Tensor> quantize_rows_cuda(
@@ -129,13 +177,10 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows_cuda(
         constexpr int kW = Vec<scalar_t>::kWidth;
         float* sp = scales.data_ptr<float>();
         if (!vectorized)
-          quantize_rows_kernel<scalar_t, 1, false>
+          quantize_wide_rows_kernel<scalar_t, 1>
               <<<rows, kRowThreads, 0, stream>>>(x, csp, vp, sp, cols);
-        else if (cols <= int64_t(kRowThreads) * kCachedPacks * kW)
-          quantize_rows_kernel<scalar_t, kW, true>
-              <<<rows, kRowThreads, 0, stream>>>(x, csp, vp, sp, cols);
-        else
-          quantize_rows_kernel<scalar_t, kW, false>
+        else if (!launch_cached<scalar_t, kW>(x, csp, vp, sp, rows, cols, stream))
+          quantize_wide_rows_kernel<scalar_t, kW>
               <<<rows, kRowThreads, 0, stream>>>(x, csp, vp, sp, cols);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -14,23 +14,22 @@
 
 namespace kubetune::kernels {
 
-// The largest of `v` over a block of kThreads threads (a multiple of 32), returned to all of them.
+// The largest of `v` over a block of kThreads threads (a multiple of 32), returned to all of them,
+// with one barrier. A kernel that reduces once per row in a loop alternates `parity` (0, 1, 0,
+// ...): an iteration's writes then go to the slots the last one did not read, and the barrier of
+// the iteration in between keeps the one before from being overwritten while still read.
 template <int kThreads>
-__device__ float block_max(float v) {
+__device__ float block_max(float v, int parity = 0) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
-  __shared__ float warp_max[kThreads / 32];
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float warp_max[2][kWarps];
   for (int offset = 16; offset > 0; offset /= 2)
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = v;
+  if (threadIdx.x % 32 == 0) warp_max[parity][threadIdx.x / 32] = v;
   __syncthreads();
-  v = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0.f;
-  if (threadIdx.x < 32)
-    for (int offset = 16; offset > 0; offset /= 2)
-      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  __shared__ float result;
-  if (threadIdx.x == 0) result = v;
-  __syncthreads();
-  return result;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) v = fmaxf(v, warp_max[parity][w]);
+  return v;
 }
 
 __device__ inline __nv_fp8_storage_t to_e4m3(float v) {

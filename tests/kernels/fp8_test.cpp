@@ -96,21 +96,26 @@ TEST(Fp8, CudaQuantizationMatchesCpuReference) {
   if (!have_hopper()) GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";
   torch::manual_seed(3);
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
-    // Rows kept in registers (1000, 4096, 6144, 16384: the widest that fits in bf16), read twice
-    // (20000), and without 16-byte loads (37).
-    for (int64_t cols : {1000, 4096, 6144, 16384, 20000, 37}) {
-      auto x = sample(33, cols, dtype);
-      auto cs = torch::rand({cols}) + 0.5;
-      for (bool with_cs : {false, true}) {
-        auto cpu = quantize_rows_fp8(x, with_cs ? cs : torch::Tensor());
-        auto gpu = quantize_rows_fp8(x.cuda(), with_cs ? cs.cuda() : torch::Tensor());
-        // The same IEEE float32 arithmetic and round-to-nearest-even: the same bytes.
-        EXPECT_TRUE(
-            torch::equal(gpu.values.cpu().view(torch::kUInt8), cpu.values.view(torch::kUInt8)))
-            << "cols " << cols << " dtype " << dtype << " column scale " << with_cs;
-        EXPECT_TRUE(torch::equal(gpu.scales.cpu(), cpu.scales));
+    // Rows kept in registers (1000, 2048, 4096, 6144, 16384: 1 to 8 packs a thread in bf16; 16384
+    // is the widest that fits), read twice (20000), and without 16-byte loads (37). 33 rows take a
+    // block each; 3001 are more than the GPU's blocks, which then take several rows each, the
+    // last round ragged.
+    for (int64_t rows : {33, 3001})
+      for (int64_t cols : {1000, 2048, 4096, 6144, 16384, 20000, 37}) {
+        if (rows > 33 && cols > 6144) continue;  // the loop over rows is the same for every width
+        auto x = sample(rows, cols, dtype);
+        auto cs = torch::rand({cols}) + 0.5;
+        for (bool with_cs : {false, true}) {
+          auto cpu = quantize_rows_fp8(x, with_cs ? cs : torch::Tensor());
+          auto gpu = quantize_rows_fp8(x.cuda(), with_cs ? cs.cuda() : torch::Tensor());
+          // The same IEEE float32 arithmetic and round-to-nearest-even: the same bytes.
+          EXPECT_TRUE(
+              torch::equal(gpu.values.cpu().view(torch::kUInt8), cpu.values.view(torch::kUInt8)))
+              << rows << " rows, cols " << cols << " dtype " << dtype << " column scale "
+              << with_cs;
+          EXPECT_TRUE(torch::equal(gpu.scales.cpu(), cpu.scales));
+        }
       }
-    }
   // Parts side by side (a group's output gradients), read where they are: kept in registers,
   // read twice, and (a part 36 wide, not a whole number of 16-byte packs) one value at a time.
   for (int64_t cols : {1024, 20000, 36}) {

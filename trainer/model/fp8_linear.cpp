@@ -12,6 +12,9 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
+// Every FP8 product of the step accumulates in the tensor cores' own precision (fp8_linear.h).
+constexpr bool kFastAccumulate = true;
+
 std::vector<int64_t> with_last(std::vector<int64_t> sizes, int64_t last) {
   sizes.back() = last;
   return sizes;
@@ -35,7 +38,7 @@ kernels::Fp8Rows unit_scaled(const Tensor& wt) {
 
 Tensor input_gradient_of_quantized(const kernels::Fp8Rows& g, const Tensor& wt,
                                    torch::ScalarType out_dtype) {
-  return kernels::fp8_mm(g, unit_scaled(wt), out_dtype, /*fast_accumulate=*/false);
+  return kernels::fp8_mm(g, unit_scaled(wt), out_dtype, kFastAccumulate);
 }
 
 // The layers' W^T side by side, [in, sum of out] float8.
@@ -118,11 +121,11 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
 
 Tensor fp8_forward_product(const kernels::Fp8Rows& x, const kernels::Fp8Rows& w,
                            torch::ScalarType out_dtype) {
-  return kernels::fp8_mm(x, w, out_dtype, /*fast_accumulate=*/true);
+  return kernels::fp8_mm(x, w, out_dtype, kFastAccumulate);
 }
 
 void fp8_forward_product_add_(Tensor& y, const kernels::Fp8Rows& x, const kernels::Fp8Rows& w) {
-  kernels::fp8_mm_add_(y, x, w, /*fast_accumulate=*/true);
+  kernels::fp8_mm_add_(y, x, w, kFastAccumulate);
 }
 
 Tensor fp8_input_gradient(const Tensor& dy, const kernels::Fp8Transposed& w,
@@ -149,7 +152,7 @@ void fp8_group_input_gradient_add_(Tensor& dx, const kernels::Fp8Rows& dy,
                                    const std::vector<const LinearImpl*>& layers) {
   TORCH_CHECK(!layers.empty(), "fp8_group_input_gradient_add_: no layers");
   kernels::fp8_mm_add_(dx, dy, unit_scaled(group_transposed_values(layers, dy.values.options())),
-                       /*fast_accumulate=*/false);
+                       kFastAccumulate);
 }
 
 kernels::Fp8Rows fp8_group_output_gradients(const std::vector<Tensor>& dys,

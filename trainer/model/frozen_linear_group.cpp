@@ -185,30 +185,6 @@ void add_base_input_gradient(const Tensor& dy, const Member& m, Tensor& dx) {
   }
 }
 
-// dX = sum_i dY_i W_i for layers whose bases are all FP8 (two or more, each with a gradient), as
-// one product (fp8_group_input_gradient); undefined for any other group.
-Tensor fp8_bases_input_gradient(const std::vector<Tensor>& dys,
-                                const std::vector<const Member*>& members) {
-  if (members.size() < 2) return {};
-  std::vector<const LinearImpl*> layers;
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (!members[i]->fp8 || !dys[i].defined()) return {};
-    layers.push_back(members[i]->fp8);
-  }
-  return fp8_group_input_gradient(dys, layers, dys[0].scalar_type());
-}
-
-// dX's base parts for the layers that have a gradient: together in FP8 where they can be, else
-// one by one.
-Tensor bases_input_gradient(const std::vector<Tensor>& dys,
-                            const std::vector<const Member*>& members) {
-  Tensor dx = fp8_bases_input_gradient(dys, members);
-  if (dx.defined()) return dx;
-  for (size_t i = 0; i < members.size(); ++i)
-    if (dys[i].defined()) add_base_input_gradient(dys[i], *members[i], dx);
-  return dx;
-}
-
 // The FP8 layers among `members` that have an output gradient, and those gradients; empty unless
 // every member with a gradient is FP8.
 std::pair<std::vector<const LinearImpl*>, std::vector<Tensor>> all_fp8_with_gradients(
@@ -224,18 +200,27 @@ std::pair<std::vector<const LinearImpl*>, std::vector<Tensor>> all_fp8_with_grad
   return {layers, grads};
 }
 
-// dX = sum_i dY_i W_i + the adapters' parts. Where the bases are FP8, the adapters' parts are
-// written first and the bases' product is added to them in its GEMM's epilogue; otherwise the
-// bases' parts come first and the adapters' are added in theirs (cuBLAS, beta = 1).
+// dX = sum_i dY_i W_i + the adapters' parts. Where every layer with a gradient has an FP8 base and
+// there is a sum to make (several layers, or adapters), the bases' parts are one FP8 GEMM of the
+// gradients side by side (`quantized`, where the kernel that made them already quantized them as
+// fp8_group_output_gradients does), added in its epilogue to the adapters' parts written first.
+// Otherwise the bases' parts come one by one and the adapters' are added in theirs (cuBLAS,
+// beta = 1).
 Tensor input_gradient(const std::vector<Tensor>& dys, const std::vector<const Member*>& members,
-                      const AdapterInputGradients& adapters) {
+                      const AdapterInputGradients& adapters,
+                      const kernels::Fp8Rows* quantized = nullptr) {
   auto [fp8_layers, fp8_dys] = all_fp8_with_gradients(dys, members);
-  if (!fp8_layers.empty() && !adapters.empty()) {
+  if (!fp8_layers.empty() && (fp8_layers.size() > 1 || !adapters.empty() || quantized)) {
+    const kernels::Fp8Rows dy =
+        quantized ? *quantized : fp8_group_output_gradients(fp8_dys, fp8_layers);
+    if (adapters.empty()) return fp8_group_input_gradient(dy, fp8_layers, fp8_dys[0].scalar_type());
     Tensor dx = adapters.sum();
-    fp8_group_input_gradient_add_(dx, fp8_group_output_gradients(fp8_dys, fp8_layers), fp8_layers);
+    fp8_group_input_gradient_add_(dx, dy, fp8_layers);
     return dx;
   }
-  Tensor dx = bases_input_gradient(dys, members);
+  Tensor dx;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (dys[i].defined()) add_base_input_gradient(dys[i], *members[i], dx);
   adapters.add_to(dx);
   return dx;
 }
@@ -459,15 +444,9 @@ MlpGradients mlp_backward(const Tensor& x2, const Tensor& gate_out, const Tensor
   AdapterInputGradients adapters_dx;
   const Tensor t_gate = adapter_input_gradient(d_gate, gate, need_x, adapters_dx);
   const Tensor t_up = adapter_input_gradient(d_up, up, need_x, adapters_dx);
-  if (fp8_gradients && !adapters_dx.empty()) {
-    g.dx = adapters_dx.sum();
-    fp8_group_input_gradient_add_(g.dx, *fp8_gradients, fp8_bases);
-  } else if (fp8_gradients) {
-    g.dx = fp8_group_input_gradient(*fp8_gradients, fp8_bases, dy.scalar_type());
-    adapters_dx.add_to(g.dx);
-  } else if (need_x) {
-    g.dx = input_gradient({d_gate, d_up}, {&gate, &up}, adapters_dx);
-  }
+  if (need_x)
+    g.dx = input_gradient({d_gate, d_up}, {&gate, &up}, adapters_dx,
+                          fp8_gradients ? &*fp8_gradients : nullptr);
   const auto d_as = adapter_a_gradients({t_gate, t_up}, x2, adapter_dtype);
   if (gate.has_lora())
     g.adapters.insert(g.adapters.end(), {d_as[0], adapter_b_gradient(d_gate, gate, adapter_dtype)});
