@@ -7,9 +7,9 @@
 //
 // On CUDA the product is at::_scaled_mm (cuBLASLt's FP8 GEMM; Hopper or newer; fp8_mm_add_ calls
 // cuBLASLt itself to add a product to an existing matrix) and quantization is
-// one kernel (two passes over each row, one block per row). On the CPU both are the reference
-// formulas in float32, which the CUDA versions are tested against; _scaled_mm on the CPU takes
-// only one scale per tensor, so the CPU product dequantizes instead.
+// one kernel (two passes over each row, a block of threads per row, kernels/fp8_cuda.cu). On the
+// CPU both are the reference formulas in float32, which the CUDA versions are tested against;
+// _scaled_mm on the CPU takes only one scale per tensor, so the CPU product dequantizes instead.
 //
 // Registered as kubetune::fp8_quantize_rows (TORCH_LIBRARY) so Python tests can call it.
 #pragma once

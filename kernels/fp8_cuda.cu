@@ -108,8 +108,10 @@ __global__ void __launch_bounds__(kRowThreads)
   if (threadIdx.x == 0) scales[row] = scale.scale();
 }
 
-// Launches the kernel that keeps a row's packs in registers, with the fewest packs per thread
-// that hold `cols` (registers a thread does not need are occupancy lost); false where none does.
+// Launches the kernel that keeps a row's packs in registers, with packs per thread enough for
+// `cols` (1 to 4, else 8: registers a thread does not need are occupancy lost); false where none
+// holds them. With 8 packs (the current row's and the next's) fewer than kBlocksPerSm blocks fit on
+// a multiprocessor; the others start as those finish: the same rows per multiprocessor, in rounds.
 template <typename T, int W>
 bool launch_cached(const RowParts<T>& x, const float* column_scale, __nv_fp8_storage_t* values,
                    float* scales, int64_t rows, int64_t cols, cudaStream_t stream) {

@@ -96,10 +96,10 @@ TEST(Fp8, CudaQuantizationMatchesCpuReference) {
   if (!have_hopper()) GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";
   torch::manual_seed(3);
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
-    // Rows kept in registers (1000, 2048, 4096, 6144, 16384: 1 to 8 packs a thread in bf16; 16384
-    // is the widest that fits), read twice (20000), and without 16-byte loads (37). 33 rows take a
-    // block each; 3001 are more than the GPU's blocks, which then take several rows each, the
-    // last round ragged.
+    // Rows kept in registers (1000, 2048, 4096, 6144, 16384: 1, 1, 2, 3 and 8 packs a thread in
+    // bf16; in fp32 1, 2, 4 and 8 packs, 16384 read twice), read twice (20000), and without
+    // 16-byte loads (37). 33 rows take a block each; 3001 are more than the GPU's blocks, which
+    // then take several rows each, the last round ragged.
     for (int64_t rows : {33, 3001})
       for (int64_t cols : {1000, 2048, 4096, 6144, 16384, 20000, 37}) {
         if (rows > 33 && cols > 6144) continue;  // the loop over rows is the same for every width
