@@ -26,8 +26,8 @@ namespace {
 // (16,384 bf16; Llama-3.1-8B's intermediate width is 14,336) are read once. Backward keeps two
 // packs (d_gate's and d_up's) per column pack, so it runs twice the threads to keep as many.
 // More threads with fewer packs each measured faster on an H100 at the 8B shape (4096 rows of
-// 14,336): forward 158 us with 512 x 4 against 188 with 256 x 8, backward 292 us with 1024 x 2
-// against 349 with 512 x 4 (bench/README.md, session 21).
+// 14,336): forward 163 us with 512 x 4 against 193 with 256 x 8, backward 334 us with 1024 x 2
+// against 385 with 512 x 4 (bench/fp8_rows_probe.py; bench/README.md, session 21).
 constexpr int kForwardThreads = 512, kForwardPacks = 4;
 constexpr int kBackwardThreads = 1024, kBackwardPacks = 2;
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""What the FP8 step's memory-bound kernels cost at Llama-3.1-8B's shapes for a micro-batch of
+2 x 2048 tokens: our row quantization (an activation; an output gradient with column scales; q/k/v's
+three gradients side by side) and the SwiGLU kernels that write their FP8 form, as CUDA-event
+medians of 20 runs, with the bytes each moves per microsecond against a device-to-device copy's.
+Run it with two builds' kernels to compare them:
+
+  python3 bench/fp8_rows_probe.py --kernels PACK/lib/libkubetune_kernels.so
+"""
+import argparse
+
+import torch
+
+TOKENS, HIDDEN, KV, INTERMEDIATE = 4096, 4096, 1024, 14336
+
+
+def timed(fn, runs=20):
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(runs):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2] * 1000  # us
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernels", required=True)
+    args = ap.parse_args()
+    torch.ops.load_library(args.kernels)
+    ops = torch.ops.kubetune
+    print(torch.cuda.get_device_name(0), torch.__version__, args.kernels)
+    bf16 = dict(device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(TOKENS, HIDDEN, **bf16)
+    scales = torch.rand(HIDDEN, device="cuda") + 0.5
+    qkv = [torch.randn(TOKENS, n, **bf16) for n in (HIDDEN, KV, KV)]
+    qkv_scales = torch.rand(HIDDEN + 2 * KV, device="cuda") + 0.5
+    gate, up, dy = (torch.randn(TOKENS, INTERMEDIATE, **bf16) for _ in range(3))
+    gate_up_scales = torch.rand(2 * INTERMEDIATE, device="cuda") + 0.5
+    n, m = TOKENS * HIDDEN, TOKENS * INTERMEDIATE
+    rows = {  # label: (function, bytes read and written)
+        "quantize x [4096, 4096]": (lambda: ops.fp8_quantize_rows([x], None), 3 * n),
+        "quantize dy, column scales": (lambda: ops.fp8_quantize_rows([x], scales), 3 * n),
+        "quantize dq|dk|dv [4096, 6144]": (lambda: ops.fp8_quantize_rows(qkv, qkv_scales),
+                                           3 * TOKENS * (HIDDEN + 2 * KV)),
+        "swiglu forward + fp8 [4096, 14336]": (lambda: ops.swiglu_forward_fp8(gate, up), 7 * m),
+        "swiglu backward + fp8": (lambda: ops.swiglu_backward_fp8(dy, gate, up, gate_up_scales),
+                                  14 * m),
+    }
+    copy_src, copy_dst = torch.empty(4 * n, dtype=torch.uint8, device="cuda"), torch.empty(
+        4 * n, dtype=torch.uint8, device="cuda")
+    copy_us = timed(lambda: copy_dst.copy_(copy_src))
+    print(f"{'device-to-device copy 64 MiB':36} {copy_us:8.1f} us {2 * 4 * n / copy_us / 1e3:6.0f} GB/s")
+    for label, (fn, moved) in rows.items():
+        us = timed(fn)
+        print(f"{label:36} {us:8.1f} us {moved / us / 1e3:6.0f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
