@@ -7,7 +7,7 @@
 //   weight gradient dW = dy^T x   in the compute dtype (bf16), not FP8
 //
 // Both FP8 products use the tensor cores' fast accumulation, as torchao's row-wise recipes do for
-// every product: 8-9% faster GEMMs on an H100 (bench/README.md), and
+// every product: 6-9% faster GEMMs on an H100 (bench/README.md, fp8_gemm_probe.py), and
 // tests/gpu/fp8_convergence_test.py holds the held-out loss to bf16's with it.
 //
 // A frozen weight (LoRA's base) is quantized once and kept in FP8: half of bf16's memory, and
