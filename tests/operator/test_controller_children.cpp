@@ -44,7 +44,8 @@ TEST_F(OperatorTest, PodsOfAnEarlierJobWithTheSameNameAreNotItsOwn) {
     const json c = condition("again", "Created");
     return !c.is_null() && c["reason"] == "NameConflict";
   }));
-  EXPECT_TRUE(has_event("again", "NameConflict"));
+  // The event is posted apart from the status write, and may land just after it.
+  EXPECT_TRUE(eventually([&] { return has_event("again", "NameConflict"); }));
   EXPECT_NE(phase("again"), "Succeeded");
   EXPECT_NE(phase("again"), "Restarting");
   // The orphaned ConfigMap was adopted (it only holds what the spec says); pods never are.

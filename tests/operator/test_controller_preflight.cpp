@@ -106,7 +106,7 @@ TEST_F(PreflightTest, RunsOnACpuPodBeforeAnyWorkerThenTheGangStarts) {
   EXPECT_EQ(status["preflight"]["summary"],
             "12 steps, 24 records, 480 tokens, est. 30.5 GiB per GPU: OK");
   EXPECT_EQ(condition("pf", "PreflightPassed")["status"], "True");
-  EXPECT_TRUE(has_event("pf", "PreflightPassed"));
+  EXPECT_TRUE(eventually([&] { return has_event("pf", "PreflightPassed"); }));
   expect_status_matches_schema("pf");
 
   // A gang restart does not run the preflight again: the spec it checked is the same.
@@ -136,7 +136,7 @@ TEST_F(PreflightTest, BadLineFailsTheJobWithItsNumberBeforeAnyGpuPod) {
       << failed.dump();
   EXPECT_EQ(condition("bad", "PreflightPassed")["reason"], "DatasetInvalid");
   EXPECT_EQ(preflight_status("bad")["verdict"], "DatasetInvalid");
-  EXPECT_TRUE(has_event("bad", "DatasetInvalid"));
+  EXPECT_TRUE(eventually([&] { return has_event("bad", "DatasetInvalid"); }));
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_TRUE(workers("bad").empty());
   EXPECT_EQ(pods("bad").size(), 1u) << "the finished preflight pod stays for its logs";
@@ -186,7 +186,7 @@ TEST_F(PreflightTest, EndedWithoutAVerdictIsTriedAgainUpToTheBackoffLimit) {
            p["metadata"]["labels"]["kubetune.io/attempt"] == "1";
   }));
   EXPECT_EQ(preflight_status("oom")["failures"], 1);
-  EXPECT_TRUE(has_event("oom", "PreflightRetry"));
+  EXPECT_TRUE(eventually([&] { return has_event("oom", "PreflightRetry"); }));
   EXPECT_TRUE(workers("oom").empty());
 
   // The trainer died before its report: its last log lines are the message (FallbackToLogs).
