@@ -181,9 +181,12 @@ TEST_F(PreflightTest, EndedWithoutAVerdictIsTriedAgainUpToTheBackoffLimit) {
   const json first_uid = preflight_pod("oom")["metadata"]["uid"];
   end_preflight("oom", 137, "", "OOMKilled");
   ASSERT_TRUE(eventually([&] {
+    // Between the old pod's deletion and the new one's creation this is a 404 Status, whose
+    // metadata has no uid: read with value(), not a const operator[] of a key that is not there.
     const json p = preflight_pod("oom");
-    return p.contains("metadata") && p["metadata"]["uid"] != first_uid &&
-           p["metadata"]["labels"]["kubetune.io/attempt"] == "1";
+    const json meta = p.value("metadata", json::object());
+    return meta.value("uid", json()) != first_uid &&
+           meta.value("labels", json::object()).value("kubetune.io/attempt", "") == "1";
   }));
   EXPECT_EQ(preflight_status("oom")["failures"], 1);
   EXPECT_TRUE(eventually([&] { return has_event("oom", "PreflightRetry"); }));
