@@ -9,22 +9,12 @@ and a weight's transpose cost. Times are CUDA-event medians of 20 runs.
 import argparse
 
 import torch
+from cuda_timing import timed_median
 
 SHAPES = {  # name: (tokens, out, in)
     "q_proj / o_proj": (4096, 4096, 4096), "k/v_proj": (4096, 1024, 4096),
     "gate/up_proj": (4096, 14336, 4096), "down_proj": (4096, 4096, 14336),
 }
-
-
-def timed(fn, runs=20):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def main():
@@ -42,16 +32,16 @@ def main():
         sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")
         one = torch.ones((), device="cuda")
         flops = 2 * m * n * k
-        rows = {"bf16 mm": timed(lambda: x @ w.t())}
+        rows = {"bf16 mm": timed_median(lambda: x @ w.t())}
         for fast in (False, True):
-            rows[f"fp8 row-wise fast={fast}"] = timed(
+            rows[f"fp8 row-wise fast={fast}"] = timed_median(
                 lambda: torch._scaled_mm(xq, wq.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast))
-        rows["fp8 tensor-wise fast"] = timed(
+        rows["fp8 tensor-wise fast"] = timed_median(
             lambda: torch._scaled_mm(xq, wq.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True))
-        rows["weight transpose (fp8)"] = timed(lambda: wq.t().contiguous())
+        rows["weight transpose (fp8)"] = timed_median(lambda: wq.t().contiguous())
         if args.kernels:
-            rows["weight transpose (ours)"] = timed(lambda: torch.ops.kubetune.fp8_transpose(wq))
-            rows["quantize x rows"] = timed(lambda: torch.ops.kubetune.fp8_quantize_rows([x], None))
+            rows["weight transpose (ours)"] = timed_median(lambda: torch.ops.kubetune.fp8_transpose(wq))
+            rows["quantize x rows"] = timed_median(lambda: torch.ops.kubetune.fp8_quantize_rows([x], None))
         for label, ms in rows.items():
             tf = f"{flops / ms / 1e9:7.0f} TFLOP/s" if "mm" in label or "fp8 " in label[:4] else ""
             print(f"{name:16} {label:26} {ms:8.3f} ms {tf}")

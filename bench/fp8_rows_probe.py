@@ -10,19 +10,9 @@ Run it with two builds' kernels to compare them:
 import argparse
 
 import torch
+from cuda_timing import timed_median
 
 TOKENS, HIDDEN, KV, INTERMEDIATE = 4096, 4096, 1024, 14336
-
-
-def timed(fn, runs=20):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2] * 1000  # us
 
 
 def main():
@@ -51,10 +41,10 @@ def main():
     }
     copy_src, copy_dst = torch.empty(4 * n, dtype=torch.uint8, device="cuda"), torch.empty(
         4 * n, dtype=torch.uint8, device="cuda")
-    copy_us = timed(lambda: copy_dst.copy_(copy_src))
+    copy_us = timed_median(lambda: copy_dst.copy_(copy_src)) * 1000
     print(f"{'device-to-device copy 64 MiB':36} {copy_us:8.1f} us {2 * 4 * n / copy_us / 1e3:6.0f} GB/s")
     for label, (fn, moved) in rows.items():
-        us = timed(fn)
+        us = timed_median(fn) * 1000
         print(f"{label:36} {us:8.1f} us {moved / us / 1e3:6.0f} GB/s")
 
 
