@@ -162,12 +162,6 @@ kernels::Fp8Rows fp8_group_output_gradients(const std::vector<Tensor>& dys,
   return kernels::quantize_rows_fp8(dys, fp8_group_row_scales(layers));
 }
 
-Tensor fp8_group_input_gradient(const std::vector<Tensor>& dys,
-                                const std::vector<const LinearImpl*>& layers,
-                                torch::ScalarType out_dtype) {
-  return fp8_group_input_gradient(fp8_group_output_gradients(dys, layers), layers, out_dtype);
-}
-
 Tensor fp8_frozen_linear(const Tensor& x, const LinearImpl& layer, torch::ScalarType dtype) {
   return Fp8FrozenFunction::apply(x, &layer, static_cast<int64_t>(dtype));
 }

@@ -40,13 +40,9 @@ torch::Tensor fp8_input_gradient(const torch::Tensor& dy, const kernels::Fp8Tran
 
 // dx = sum_i dy_i W_i for frozen layers reading the same input (q, k, v; gate, up), as one product
 // of [dy_1 dy_2 ...] and [W_1; W_2; ...]: the output gradients quantized as one matrix (one scale
-// per token across them), the weights transposed side by side. One quantization, one GEMM and no
+// per token across them: fp8_group_output_gradients, or the kernel that made the gradients,
+// kernels/swiglu_fp8.h), the weights transposed side by side. One quantization, one GEMM and no
 // additions, where each layer's part took its own three kernels and an addition.
-torch::Tensor fp8_group_input_gradient(const std::vector<torch::Tensor>& dys,
-                                       const std::vector<const LinearImpl*>& layers,
-                                       torch::ScalarType out_dtype);
-// The same for [dy_1 dy_2 ...] already quantized as fp8_group_output_gradients does it (or by the
-// kernel that made the gradients: kernels/swiglu_fp8.h).
 torch::Tensor fp8_group_input_gradient(const kernels::Fp8Rows& dy,
                                        const std::vector<const LinearImpl*>& layers,
                                        torch::ScalarType out_dtype);
