@@ -177,8 +177,14 @@ TEST(Fp8Linear, GroupInputGradientIsOneProductOfTheLayersSideBySide) {
   if (torch::cuda::is_available() && kernels::fp8_supported_on(torch::Device(torch::kCUDA, 0)))
     devices.emplace_back(torch::kCUDA);
   for (const auto& device : devices)
-    for (bool qlora : {false, true}) {
+    for (auto [qlora, kept] :
+         {std::pair{false, false}, {false, true}, {true, false}, {true, true}}) {
       auto layers = fp8_attention_layers_on(device, qlora);
+      if (kept) {
+        // The bases kept transposed side by side (LoRA's; a 4-bit base is never kept).
+        keep_fp8_transposed({layers[0].get(), layers[1].get(), layers[2].get()});
+        for (auto& l : layers) EXPECT_EQ(l->fp8_transposed_group() != nullptr, !qlora) << device;
+      }
       const auto dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
       std::vector<const LinearImpl*> ptrs;
       std::vector<torch::Tensor> dys, values, scales;
@@ -191,9 +197,20 @@ TEST(Fp8Linear, GroupInputGradientIsOneProductOfTheLayersSideBySide) {
       }
       const kernels::Fp8Transposed stacked{kernels::transpose_fp8(torch::cat(values, 0)),
                                            torch::cat(scales, 0)};
+      if (kept && !qlora) {  // what is kept is that product's operand
+        EXPECT_TRUE(torch::equal(layers[0]->fp8_transposed_group()->values, stacked.values));
+        EXPECT_TRUE(torch::equal(layers[0]->fp8_transposed_group()->row_scales,
+                                 stacked.row_scales.view(-1)));
+      }
       const auto want = fp8_input_gradient(torch::cat(dys, 1), stacked, dtype);
       const auto got = fp8_group_input_gradient(fp8_group_output_gradients(dys, ptrs), ptrs, dtype);
-      EXPECT_TRUE(torch::equal(got, want)) << device << ", 4-bit bases " << qlora;
+      EXPECT_TRUE(torch::equal(got, want))
+          << device << ", 4-bit bases " << qlora << ", kept " << kept;
+      // Each layer alone (a group whose other members have no gradient) reads its own columns.
+      for (auto& l : layers)
+        EXPECT_TRUE(torch::equal(l->fp8_base_transposed().values,
+                                 kernels::transpose_fp8(l->fp8_base().values)))
+            << device << ", 4-bit bases " << qlora << ", kept " << kept;
       // And it is dY W within E4M3's rounding (and the bf16 output's, on the GPU).
       torch::Tensor exact = torch::zeros(want.sizes());
       for (size_t i = 0; i < layers.size(); ++i)
@@ -202,7 +219,7 @@ TEST(Fp8Linear, GroupInputGradientIsOneProductOfTheLayersSideBySide) {
       EXPECT_LE((got.cpu().to(torch::kFloat32) - exact).abs().max().item<double>() /
                     exact.abs().max().item<double>(),
                 0.08)
-          << device << ", 4-bit bases " << qlora;
+          << device << ", 4-bit bases " << qlora << ", kept " << kept;
     }
 }
 

@@ -659,7 +659,8 @@ def preflight_memory_matches_measured_peaks():
     process: issue 29's check) within 5%. Session 17's H100 runs: 8B LoRA and QLoRA in bf16 and with
     model.precision fp8 (its FP8 base), and 8B QLoRA at 294912 tokens (issue 30's longest context),
     within 6%. Session 18's H100 runs with the MLP over chunks of tokens: 8B LoRA at 65536 and
-    131072 tokens, 8B QLoRA r32 at 131072 and 393216, within 6%."""
+    131072 tokens, 8B QLoRA r32 at 131072 and 393216, within 6%. Session 22's H100 runs of 8B LoRA
+    and QLoRA in bf16 and fp8 (LoRA's FP8 base now kept transposed too, fp8_linear.h), within 6%."""
     w = h.workdir("preflight-memory")
     rows = []
     for name in ["h200-session11.jsonl", "h200-session12-long-context.jsonl", "h100-full-sharding-1gpu.jsonl",
@@ -673,8 +674,14 @@ def preflight_memory_matches_measured_peaks():
     rows = [dict(r, before_chunking=True) for r in rows]
     results = h.REPO / "bench" / "results" / "h100-session18-long-context.jsonl"
     rows += [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    # Before session 22 LoRA's FP8 base was kept in one layout only: those peaks are another
+    # build's, and session 22's rows take their place.
+    rows = [dict(r, one_fp8_layout=True) for r in rows]
+    results = h.REPO / "bench" / "results" / "h100-session22-vs-unsloth.jsonl"
+    rows += [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("impl") == "ours" and r.get("gpus") == 1 and "shape" in r
-            and not (r.get("before_chunking") and r["seq"] * r["micro_batch"] > 32768)]
+            and not (r.get("before_chunking") and r["seq"] * r["micro_batch"] > 32768)
+            and not (r.get("one_fp8_layout") and r.get("precision") == "fp8" and r["method"] == "lora")]
     assert len(rows) >= 14, len(rows)
     checkpointing = {"off": "false", "on": "true", "offload": "offload"}
     worst = 0.0

@@ -41,9 +41,23 @@ Tensor input_gradient_of_quantized(const kernels::Fp8Rows& g, const Tensor& wt,
   return kernels::fp8_mm(g, unit_scaled(wt), out_dtype, kFastAccumulate);
 }
 
-// The layers' W^T side by side, [in, sum of out] float8.
+// The group `layers` were kept transposed as (keep_fp8_transposed), when they are all of it in
+// its order; null otherwise.
+const Fp8TransposedGroup* kept_group(const std::vector<const LinearImpl*>& layers) {
+  const Fp8TransposedGroup* group = layers.front()->fp8_transposed_group();
+  if (!group) return nullptr;
+  int64_t column = 0;
+  for (const auto* l : layers) {
+    if (l->fp8_transposed_group() != group || l->fp8_transposed_column() != column) return nullptr;
+    column += l->out_features();
+  }
+  return column == group->values.size(1) ? group : nullptr;
+}
+
+// The layers' W^T side by side, [in, sum of out] float8: the kept group, or made now.
 Tensor group_transposed_values(const std::vector<const LinearImpl*>& layers,
                                const torch::TensorOptions& options) {
+  if (const auto* kept = kept_group(layers)) return kept->values;
   int64_t total = 0;
   for (const auto* l : layers) total += l->out_features();
   Tensor wt = at::empty({layers[0]->in_features(), total}, options.dtype(torch::kFloat8_e4m3fn));
@@ -135,6 +149,7 @@ Tensor fp8_input_gradient(const Tensor& dy, const kernels::Fp8Transposed& w,
 }
 
 Tensor fp8_group_row_scales(const std::vector<const LinearImpl*>& layers) {
+  if (const auto* kept = kept_group(layers)) return kept->row_scales;
   std::vector<Tensor> scales;
   for (const auto* l : layers) scales.push_back(l->fp8_base_row_scales().view({-1}));
   return scales.size() == 1 ? scales[0] : at::cat(scales, 0);
@@ -160,6 +175,23 @@ kernels::Fp8Rows fp8_group_output_gradients(const std::vector<Tensor>& dys,
   TORCH_CHECK(!layers.empty() && dys.size() == layers.size(),
               "fp8_group_output_gradients: one output gradient per layer");
   return kernels::quantize_rows_fp8(dys, fp8_group_row_scales(layers));
+}
+
+void keep_fp8_transposed(const std::vector<LinearImpl*>& layers) {
+  std::vector<const LinearImpl*> members;
+  for (const auto* l : layers) {
+    if (!l->keeps_fp8_base()) return;
+    members.push_back(l);
+  }
+  if (members.empty() || kept_group(members)) return;
+  const auto options = members.front()->fp8_base().values.options();
+  auto group = std::make_shared<const Fp8TransposedGroup>(
+      Fp8TransposedGroup{group_transposed_values(members, options), fp8_group_row_scales(members)});
+  int64_t column = 0;
+  for (auto* l : layers) {
+    l->keep_fp8_base_transposed(group, column);
+    column += l->out_features();
+  }
 }
 
 Tensor fp8_frozen_linear(const Tensor& x, const LinearImpl& layer, torch::ScalarType dtype) {

@@ -10,8 +10,10 @@
 // every product: 6-9% faster GEMMs on an H100 (bench/README.md, fp8_gemm_probe.py), and
 // tests/gpu/fp8_convergence_test.py holds the held-out loss to bf16's with it.
 //
-// A frozen weight (LoRA's base) is quantized once and kept in FP8: half of bf16's memory, and
-// transposed for each input gradient. A 4-bit (QLoRA) one is converted to FP8 for each product,
+// A frozen weight (LoRA's base) is quantized once and kept in FP8, in both layouts: W for the
+// forward, and W^T beside the other layers of its input gradient's product (keep_fp8_transposed),
+// as bf16's memory. Transposing it in each step instead took 6.3 ms of an 8B LoRA step of 188 on
+// an H100 (bench/README.md, session 22). A 4-bit (QLoRA) one is converted to FP8 for each product,
 // straight from its codes and already transposed for backward (kernels/fp8_from_4bit.h). A
 // trainable weight (full fine-tuning) is quantized in each forward; its FP8 form is what backward
 // keeps of it.
@@ -56,6 +58,11 @@ kernels::Fp8Rows fp8_group_output_gradients(const std::vector<torch::Tensor>& dy
 // The layers' FP8 row scales one after another, [sum of out_features] float32: the column scales
 // their output gradients are quantized with.
 torch::Tensor fp8_group_row_scales(const std::vector<const LinearImpl*>& layers);
+
+// Keeps the FP8 bases of `layers` (those whose input gradients are one product, in its order)
+// transposed side by side, with their row scales, for every input gradient from now on. Does
+// nothing unless each is a frozen base kept in FP8 (not 4-bit, not trainable).
+void keep_fp8_transposed(const std::vector<LinearImpl*>& layers);
 
 // x [..., in] times `layer`'s frozen base weight in FP8 (LinearImpl::fp8_base), differentiable in
 // x, products in `dtype`. The layer must outlive the autograd graph.

@@ -107,6 +107,14 @@ kernels::Fp8Rows LinearImpl::fp8_base() const {
 }
 
 kernels::Fp8Transposed LinearImpl::fp8_base_transposed() const {
+  if (fp8_transposed_group_) {
+    const torch::Tensor& all = fp8_transposed_group_->values;
+    // This layer alone of a group (one whose other members have no gradient): its columns copied.
+    return {all.size(1) == out_features()
+                ? all
+                : all.narrow(1, fp8_transposed_column_, out_features()).contiguous(),
+            fp8_weight_.scales};
+  }
   if (fp8_weight_.values.defined()) return kernels::transposed(fp8_weight_);
   check_frozen_fp8_base();
   return {kernels::fp8_from_4bit(quantized_, fp8_row_amax_, compute_dtype_, /*transposed=*/true),
@@ -119,6 +127,13 @@ void LinearImpl::fp8_base_transposed_into(torch::Tensor& out, int64_t first_colu
   check_frozen_fp8_base();
   kernels::fp8_from_4bit_transposed_into(quantized_, fp8_row_amax_, compute_dtype_, out,
                                          first_column);
+}
+
+void LinearImpl::keep_fp8_base_transposed(std::shared_ptr<const Fp8TransposedGroup> group,
+                                          int64_t column) {
+  TORCH_CHECK(keeps_fp8_base(), "only a frozen base kept in FP8 is kept transposed");
+  fp8_transposed_group_ = std::move(group);
+  fp8_transposed_column_ = column;
 }
 
 torch::Tensor LinearImpl::fp8_base_row_scales() const {
@@ -312,11 +327,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   return o_proj->forward(out.transpose(1, 2).reshape({B, T, -1}));
 }
 
+std::vector<std::vector<LinearImpl*>> AttentionImpl::input_gradient_groups() {
+  return {{q_proj.get(), k_proj.get(), v_proj.get()}, {o_proj.get()}};
+}
+
 MLPImpl::MLPImpl(const ModelConfig& c, const torch::TensorOptions& opts) {
   const int64_t h = c.hidden_size, i = c.intermediate_size;
   gate_proj = register_module("gate_proj", Linear(h, i, c.mlp_bias, opts));
   up_proj = register_module("up_proj", Linear(h, i, c.mlp_bias, opts));
   down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, opts));
+}
+
+std::vector<std::vector<LinearImpl*>> MLPImpl::input_gradient_groups() {
+  return {{gate_proj.get(), up_proj.get()}, {down_proj.get()}};
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {

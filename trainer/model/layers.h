@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kernels/fp8.h"
 #include "kernels/quant4.h"
@@ -36,6 +37,14 @@ class LoraWeightImpl : public torch::nn::Module {
   torch::Tensor weight;
 };
 TORCH_MODULE(LoraWeight);
+
+// LoRA's FP8 bases of the layers whose input gradients backward takes as one product (q, k and v;
+// gate and up; o or down alone: frozen_linear_group.h), transposed side by side once
+// (fp8_linear.h: keep_fp8_transposed) instead of in every step.
+struct Fp8TransposedGroup {
+  torch::Tensor values;      // [in_features, sum of out_features] float8_e4m3fn
+  torch::Tensor row_scales;  // [sum of out_features] float32: the layers' row scales in order
+};
 
 // y = x W^T + b, plus PEFT's LoRA branch B(A(dropout(x))) * scaling once add_lora was called.
 class LinearImpl : public torch::nn::Module {
@@ -77,6 +86,14 @@ class LinearImpl : public torch::nn::Module {
   void fp8_base_transposed_into(torch::Tensor& out, int64_t first_column) const;
   // The FP8 base's row scales, [out_features, 1] float32.
   torch::Tensor fp8_base_row_scales() const;
+  // A frozen bf16 base kept in FP8 (LoRA under fp8), which keep_fp8_transposed can also keep
+  // transposed.
+  bool keeps_fp8_base() const { return fp8_weight_.values.defined(); }
+  // From now on this layer's W^T is columns [column, column + out_features()) of `group`.
+  void keep_fp8_base_transposed(std::shared_ptr<const Fp8TransposedGroup> group, int64_t column);
+  // That group (null when none is kept) and this layer's first column in it.
+  const Fp8TransposedGroup* fp8_transposed_group() const { return fp8_transposed_group_.get(); }
+  int64_t fp8_transposed_column() const { return fp8_transposed_column_; }
 
   int64_t out_features() const { return shape_of_weight()[0]; }
   int64_t in_features() const { return shape_of_weight()[1]; }
@@ -102,6 +119,8 @@ class LinearImpl : public torch::nn::Module {
   // A 4-bit base under fp8: its rows' largest magnitudes ([out] float32, computed once) and the
   // row scales made of them ([out, 1]); undefined otherwise.
   torch::Tensor fp8_row_amax_, fp8_row_scales_;
+  std::shared_ptr<const Fp8TransposedGroup> fp8_transposed_group_;  // null unless kept
+  int64_t fp8_transposed_column_ = 0;
   bool fp8_products_ = false;
 };
 TORCH_MODULE(Linear);
@@ -154,6 +173,8 @@ class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& c, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& in);
+  // The linears whose input gradients backward takes as one product, in its order: q, k, v; o.
+  std::vector<std::vector<LinearImpl*>> input_gradient_groups();
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
@@ -166,6 +187,8 @@ class MLPImpl : public torch::nn::Module {
  public:
   MLPImpl(const ModelConfig& c, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
+  // As AttentionImpl's: gate, up; down.
+  std::vector<std::vector<LinearImpl*>> input_gradient_groups();
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(MLP);

@@ -7,6 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
+
+#include "trainer/model/fp8_linear.h"
+#include "trainer/model/layers.h"
 
 namespace kubetune::model {
 namespace {
@@ -103,6 +107,14 @@ int64_t use_fp8_products(torch::nn::Module& part) {
   for (const auto& module : part.modules()) {
     auto linear = std::dynamic_pointer_cast<LinearImpl>(module);
     if (linear && linear->use_fp8()) ++count;
+  }
+  for (const auto& module : part.modules()) {
+    std::vector<std::vector<LinearImpl*>> groups;
+    if (auto attention = std::dynamic_pointer_cast<AttentionImpl>(module))
+      groups = attention->input_gradient_groups();
+    else if (auto mlp = std::dynamic_pointer_cast<MLPImpl>(module))
+      groups = mlp->input_gradient_groups();
+    for (const auto& group : groups) keep_fp8_transposed(group);
   }
   return count;
 }

@@ -46,7 +46,8 @@ int64_t quantize_linears(torch::nn::Module& part, const std::string& type, int64
                          bool double_quant, torch::ScalarType compute_dtype);
 
 // model.precision fp8: every linear layer inside `part` (a decoder layer) takes its base product
-// in FP8 (LinearImpl::use_fp8). Returns how many do; a shape FP8 cannot take stays as it is.
+// in FP8 (LinearImpl::use_fp8), frozen bases kept transposed too, by input-gradient group
+// (keep_fp8_transposed). Returns how many do; a shape FP8 cannot take stays as it is.
 int64_t use_fp8_products(torch::nn::Module& part);
 
 }  // namespace kubetune::model
