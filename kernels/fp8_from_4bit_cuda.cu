@@ -2,7 +2,7 @@
 // dtype, scaled by 448 / its row's maximum and rounded to E4M3, in the float32 arithmetic of
 // dequantize_4bit's and fp8_quantize_rows's kernels, so the bytes are the composition's. Two
 // kernels: rows as they are (16 values a thread: an 8-byte load, a 16-byte store), and transposed
-// through a shared-memory tile (kernels/transpose_tile.cuh).
+// through a shared-memory tile.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -53,45 +53,99 @@ __global__ void fp8_from_4bit_rows_kernel(const uint2* __restrict__ packed, Bloc
   }
 }
 
-// The transposed form, a 64 x 64 tile at a time: each thread decodes 8 values of a tile row from
-// one 4-byte load (8 threads a row, 32 rows a pass) into the shared tile, which
-// tile::store_transposed writes out transposed. 2-byte loads (4 values) took twice the time of the
-// rows kernel.
-constexpr int kValuesPerThread = 8, kThreadsPerTileRow = tile::kTile / kValuesPerThread,
-              kTileRowsPerPass = tile::kThreads / kThreadsPerTileRow;
+// The transposed form, a 128 x 128 tile at a time. Each thread decodes 16 values (one 8-byte
+// load) of a tile row in each of 4 passes, all four loads issued before any decoding; then each
+// thread transposes 4 x 4 bytes of the tile in registers and a warp writes 32 consecutive words
+// (128 bytes) of an output row. On an H100 (bench/fp8_rows_probe.py, a [14336, 4096] weight)
+// this takes 72-76 us where the 64 x 64 tile with a byte read per value took 79-85; the rows
+// kernel takes 52-59. Why the transpose stays slower than the rows is not known.
+constexpr int kTile = 128, kTileThreads = 256, kValuesPerThread = 16;
+constexpr int kThreadsPerTileRow = kTile / kValuesPerThread;         // 8
+constexpr int kTileRowsPerPass = kTileThreads / kThreadsPerTileRow;  // 32
+constexpr int kPasses = kTile / kTileRowsPerPass;                    // 4
+constexpr int kTileWords = kTile / 4;
+
+// Where word `word` of tile row `row` is kept: XOR-swizzled so that neither side meets a bank
+// conflict, the 4 rows x 8 threads of a warp writing 32 words, nor the 32 lanes reading word q of
+// rows 4l + j.
+__device__ inline int swizzled(int row, int word) { return word ^ (row >> 2) ^ (row & 3); }
+
+// The 4 x 4 bytes of rows w0..w3 transposed: word b holds byte b of w0, w1, w2 and w3, in order.
+__device__ inline void transpose_4x4(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3,
+                                     uint32_t (&out)[4]) {
+  const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), lo23 = __byte_perm(w2, w3, 0x5140);
+  const uint32_t hi01 = __byte_perm(w0, w1, 0x7362), hi23 = __byte_perm(w2, w3, 0x7362);
+  out[0] = __byte_perm(lo01, lo23, 0x5410);
+  out[1] = __byte_perm(lo01, lo23, 0x7632);
+  out[2] = __byte_perm(hi01, hi23, 0x5410);
+  out[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
+// 8 values of packed bits (4 bytes, little-endian, high nibble first) as two words of E4M3 bytes.
+template <typename T>
+__device__ inline uint2 fp8_words(uint32_t bits, const float* code, float scale, float inv) {
+  uint32_t v[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t byte = (bits >> (8 * j)) & 0xFF;
+    v[2 * j] = fp8_value<T>(code[byte >> 4], scale, inv);
+    v[2 * j + 1] = fp8_value<T>(code[byte & 0xF], scale, inv);
+  }
+  return {v[0] | v[1] << 8 | v[2] << 16 | v[3] << 24, v[4] | v[5] << 8 | v[6] << 16 | v[7] << 24};
+}
 
 template <typename T, bool kNested>
-__global__ void fp8_from_4bit_transposed_kernel(const uint32_t* __restrict__ packed,
-                                                BlockScales scales,
-                                                const float* __restrict__ row_amax,
-                                                uint8_t* __restrict__ out, int64_t ld, int64_t rows,
-                                                int64_t cols, CodeBook book) {
+__global__ void __launch_bounds__(kTileThreads)
+    fp8_from_4bit_transposed_kernel(const uint2* __restrict__ packed, BlockScales scales,
+                                    const float* __restrict__ row_amax, uint8_t* __restrict__ out,
+                                    int64_t ld, int64_t rows, int64_t cols, CodeBook book) {
   __shared__ float code[16];
-  __shared__ tile::Tile t;
+  __shared__ uint32_t shared_tile[kTile][kTileWords];
   load_code_book(book, code);
-  const int64_t r0 = int64_t(blockIdx.y) * tile::kTile, c0 = int64_t(blockIdx.x) * tile::kTile;
-  const int part = threadIdx.x % kThreadsPerTileRow;
-  for (int i = threadIdx.x / kThreadsPerTileRow; i < tile::kTile; i += kTileRowsPerPass) {
-    const int64_t r = r0 + i, c = c0 + part * kValuesPerThread;
-    if (r < rows && c < cols) {
-      const int64_t first = r * cols + c;  // a multiple of 8: packed bytes first/2 .. first/2 + 3
-      const uint32_t bits = packed[first / kValuesPerThread];
-      const float scale = scales.template of<kNested>(first), inv = kFp8Max / row_amax[r];
-      uint8_t v[kValuesPerThread];
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  const int part = threadIdx.x % kThreadsPerTileRow, first_row = threadIdx.x / kThreadsPerTileRow;
+  const int64_t c = c0 + part * kValuesPerThread;  // cols is a multiple of 16: all 16 or none
+  uint2 bits[kPasses];
+  float scale[kPasses], inv[kPasses];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t byte = (bits >> (8 * j)) & 0xFF;  // little-endian: byte first/2 + j
-        v[2 * j] = fp8_value<T>(code[byte >> 4], scale, inv);
-        v[2 * j + 1] = fp8_value<T>(code[byte & 0xF], scale, inv);
-      }
-      // A tile row is 68 bytes: 4-byte aligned, not 8.
-      auto* dst = reinterpret_cast<uint32_t*>(&t.bytes[i][part * kValuesPerThread]);
-      dst[0] = uint32_t(v[0]) | uint32_t(v[1]) << 8 | uint32_t(v[2]) << 16 | uint32_t(v[3]) << 24;
-      dst[1] = uint32_t(v[4]) | uint32_t(v[5]) << 8 | uint32_t(v[6]) << 16 | uint32_t(v[7]) << 24;
+  for (int p = 0; p < kPasses; ++p) {
+    const int64_t r = r0 + first_row + p * kTileRowsPerPass;
+    if (r < rows && c < cols) {
+      const int64_t first = r * cols + c;  // a multiple of 16: within one block's scale
+      bits[p] = packed[first / kValuesPerThread];
+      scale[p] = scales.template of<kNested>(first);
+      inv[p] = kFp8Max / row_amax[r];
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int i = first_row + p * kTileRowsPerPass;
+    if (r0 + i < rows && c < cols) {
+      const uint2 lo = fp8_words<T>(bits[p].x, code, scale[p], inv[p]),
+                  hi = fp8_words<T>(bits[p].y, code, scale[p], inv[p]);
+      const uint32_t words[4] = {lo.x, lo.y, hi.x, hi.y};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) shared_tile[i][swizzled(i, part * 4 + k)] = words[k];
     }
   }
   __syncthreads();
-  tile::store_transposed(t, out, ld, r0, c0, rows, cols);
+  // Lane l holds tile rows 4l..4l+3 (output columns r0 + 4l..), word q their columns 4q..4q+3
+  // (output rows c0 + 4q..); rows is a multiple of 16, so a word's 4 rows are all in or all out.
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t out_col = r0 + 4 * lane;
+  for (int q = warp; q < kTile / 4; q += kTileThreads / 32) {
+    uint32_t t[4];
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = shared_tile[4 * lane + j][swizzled(4 * lane + j, q)];
+    transpose_4x4(w[0], w[1], w[2], w[3], t);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int64_t out_row = c0 + 4 * q + b;
+      if (out_row < cols && out_col < rows)
+        *reinterpret_cast<uint32_t*>(out + out_row * ld + out_col) = t[b];
+    }
+  }
 }
 
 // The weight's FP8 rows written at `out`: as they are, or transposed into the first `rows` columns
@@ -120,11 +174,10 @@ void convert(const at::Tensor& packed, const at::Tensor& absmax,
     auto launch = [&](auto nested_tag) {
       constexpr bool kNested = decltype(nested_tag)::value;
       if (transposed) {
-        const dim3 grid(cols / tile::kTile + (cols % tile::kTile != 0),
-                        rows / tile::kTile + (rows % tile::kTile != 0));
-        fp8_from_4bit_transposed_kernel<scalar_t, kNested><<<grid, tile::kThreads, 0, stream>>>(
-            static_cast<const uint32_t*>(bytes.data_ptr()), scales, amax.data_ptr<float>(), out, ld,
-            rows, cols, book);
+        const dim3 grid(cols / kTile + (cols % kTile != 0), rows / kTile + (rows % kTile != 0));
+        fp8_from_4bit_transposed_kernel<scalar_t, kNested>
+            <<<grid, kTileThreads, 0, stream>>>(static_cast<const uint2*>(bytes.data_ptr()), scales,
+                                                amax.data_ptr<float>(), out, ld, rows, cols, book);
       } else {
         const int64_t groups = rows * cols / 16;
         fp8_from_4bit_rows_kernel<scalar_t, kNested><<<blocks_for(groups), kThreads, 0, stream>>>(

@@ -1,8 +1,9 @@
-// A 64 x 64 tile of one-byte values transposed through shared memory, shared by the kernels that
-// write an FP8 matrix's transpose (kernels/fp8_cuda.cu, kernels/fp8_from_4bit_cuda.cu). A kernel
-// fills the tile its own way (word() and first_row() give the 4-bytes-a-thread mapping: 16 threads
-// a row, 16 rows a pass); store_transposed writes 4 consecutive bytes of an output row a thread.
-// A byte per thread ran at a tenth of the memory bandwidth.
+// A 64 x 64 tile of one-byte values transposed through shared memory, for the kernel that writes
+// an FP8 matrix's transpose (kernels/fp8_cuda.cu); its checks of the output serve
+// kernels/fp8_from_4bit_cuda.cu's 128 x 128 tiles too. The kernel fills the tile (word() and
+// first_row() give the 4-bytes-a-thread mapping: 16 threads a row, 16 rows a pass);
+// store_transposed writes 4 consecutive bytes of an output row a thread. A byte per thread ran at
+// a tenth of the memory bandwidth.
 #pragma once
 
 #include <ATen/core/Tensor.h>
