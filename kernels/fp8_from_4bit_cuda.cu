@@ -57,8 +57,8 @@ __global__ void fp8_from_4bit_rows_kernel(const uint2* __restrict__ packed, Bloc
 // load) of a tile row in each of 4 passes, all four loads issued before any decoding; then each
 // thread transposes 4 x 4 bytes of the tile in registers and a warp writes 32 consecutive words
 // (128 bytes) of an output row. On an H100 (bench/fp8_rows_probe.py, a [14336, 4096] weight)
-// this takes 72-76 us where the 64 x 64 tile with a byte read per value took 79-85; the rows
-// kernel takes 52-59. Why the transpose stays slower than the rows is not known.
+// this takes 72-76 us where a 64 x 64 tile read from shared memory a byte per value took 79-85; the
+// rows kernel takes 52-59. Why the transpose stays slower than the rows is not known.
 constexpr int kTile = 128, kTileThreads = 256, kValuesPerThread = 16;
 constexpr int kThreadsPerTileRow = kTile / kValuesPerThread;         // 8
 constexpr int kTileRowsPerPass = kTileThreads / kThreadsPerTileRow;  // 32

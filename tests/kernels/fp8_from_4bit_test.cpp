@@ -65,8 +65,9 @@ TEST(Fp8From4bit, CudaMatchesCpu) {
   if (!torch::cuda::is_available() || !fp8_supported_on(torch::Device(torch::kCUDA, 0)))
     GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";
   torch::manual_seed(1);
-  // Whole 64 x 64 tiles, partial ones, and an 8B layer's width.
-  for (auto shape : {std::vector<int64_t>{256, 4096}, {208, 336}, {48, 1024}})
+  // Whole 128 x 128 tiles (the transposed kernel's), partial ones (a last tile 16 wide, where one
+  // thread of each tile row has values), and an 8B layer's width.
+  for (auto shape : {std::vector<int64_t>{256, 4096}, {208, 336}, {144, 272}, {48, 1024}})
     for (const std::string type : {"nf4", "fp4"})
       for (bool double_quant : {false, true})
         for (auto dtype : {torch::kBFloat16, torch::kHalf}) {

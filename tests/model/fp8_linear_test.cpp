@@ -12,6 +12,7 @@
 #include "kernels/swiglu.h"
 #include "trainer/model/frozen_linear_group.h"
 #include "trainer/model/layers.h"
+#include "trainer/model/lora.h"
 
 namespace kubetune::model {
 namespace {
@@ -223,6 +224,55 @@ TEST(Fp8Linear, GroupInputGradientIsOneProductOfTheLayersSideBySide) {
     }
 }
 
+// The kept group serves only the layers it was made of, all of them in its order: a subset or
+// another order gets its W^T made as before, the same product as from layers never kept.
+TEST(Fp8Linear, KeptGroupServesOnlyItsOwnLayersInOrder) {
+  auto kept = fp8_attention_layers_on(torch::kCPU, false);
+  auto plain = fp8_attention_layers_on(torch::kCPU, false);
+  keep_fp8_transposed({kept[0].get(), kept[1].get(), kept[2].get()});
+  for (const std::vector<int>& order : {std::vector<int>{0, 2}, {1, 0, 2}, {2}, {0, 1, 2}}) {
+    std::vector<const LinearImpl*> with_kept, without;
+    std::vector<torch::Tensor> dys;
+    torch::manual_seed(9);
+    for (int i : order) {
+      with_kept.push_back(kept[i].get());
+      without.push_back(plain[i].get());
+      dys.push_back(torch::randn({6, kept[i]->out_features()}));
+    }
+    const auto got = fp8_group_input_gradient(fp8_group_output_gradients(dys, with_kept), with_kept,
+                                              torch::kFloat32);
+    const auto want = fp8_group_input_gradient(fp8_group_output_gradients(dys, without), without,
+                                               torch::kFloat32);
+    EXPECT_TRUE(torch::equal(got, want)) << "layers " << order.size() << ", first " << order[0];
+  }
+}
+
+// use_fp8_products keeps each decoder layer's bases transposed by the groups its backward takes
+// as one product: were input_gradient_groups() out of step with backward's order, the step would
+// quietly transpose again in every step.
+TEST(Fp8Linear, DecoderLayerKeepsItsInputGradientGroups) {
+  ModelConfig c;
+  c.hidden_size = kHidden, c.intermediate_size = kInter, c.num_attention_heads = 4;
+  c.num_key_value_heads = 1, c.head_dim = kKv, c.vocab_size = 32, c.num_hidden_layers = 1;
+  DecoderLayer layer(c, torch::TensorOptions());
+  init_like_hf(*layer, 0.02);
+  for (auto& p : layer->parameters()) p.set_requires_grad(false);  // frozen bases, as LoRA's
+  EXPECT_EQ(use_fp8_products(*layer), 7);
+  auto groups = layer->self_attn->input_gradient_groups();
+  for (auto& group : layer->mlp->input_gradient_groups()) groups.push_back(group);
+  ASSERT_EQ(groups.size(), 4u);
+  for (const auto& group : groups) {
+    int64_t column = 0;
+    for (const auto* l : group) {
+      ASSERT_NE(l->fp8_transposed_group(), nullptr);
+      EXPECT_EQ(l->fp8_transposed_group(), group[0]->fp8_transposed_group());
+      EXPECT_EQ(l->fp8_transposed_column(), column);
+      column += l->out_features();
+    }
+    EXPECT_EQ(group[0]->fp8_transposed_group()->values.size(1), column);
+  }
+}
+
 TEST(Fp8Linear, CpuStaysWithinE4m3RoundingOfExactProducts) {
   auto exact = attention_layers(false), fp8 = attention_layers(true);
   // Outputs: two E4M3 roundings (2^-4 relative) per term, independent across the sum; the
@@ -257,10 +307,13 @@ TEST(Fp8Linear, TrainableWeightGradientIsExact) {
 TEST(Fp8Linear, MergeLoraDequantizesTheFp8Base) {
   Linear l = make_linear(kHidden, kKv, true, 1);
   ASSERT_TRUE(l->use_fp8());
+  keep_fp8_transposed({l.get()});
+  ASSERT_NE(l->fp8_transposed_group(), nullptr);
   auto base = kernels::dequantize_rows_fp8(l->fp8_base(), torch::kFloat32);
   auto delta = at::mm(l->lora_B().detach(), l->lora_A().detach()) * l->lora_scaling();
   l->merge_lora();
   EXPECT_FALSE(l->uses_fp8());
+  EXPECT_EQ(l->fp8_transposed_group(), nullptr);  // the kept W^T goes with the FP8 base
   EXPECT_TRUE(torch::allclose(l->weight, base + delta, 1e-5, 1e-5));
 }
 

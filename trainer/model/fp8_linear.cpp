@@ -44,6 +44,7 @@ Tensor input_gradient_of_quantized(const kernels::Fp8Rows& g, const Tensor& wt,
 // The group `layers` were kept transposed as (keep_fp8_transposed), when they are all of it in
 // its order; null otherwise.
 const Fp8TransposedGroup* kept_group(const std::vector<const LinearImpl*>& layers) {
+  if (layers.empty()) return nullptr;
   const Fp8TransposedGroup* group = layers.front()->fp8_transposed_group();
   if (!group) return nullptr;
   int64_t column = 0;

@@ -109,7 +109,8 @@ kernels::Fp8Rows LinearImpl::fp8_base() const {
 kernels::Fp8Transposed LinearImpl::fp8_base_transposed() const {
   if (fp8_transposed_group_) {
     const torch::Tensor& all = fp8_transposed_group_->values;
-    // This layer alone of a group (one whose other members have no gradient): its columns copied.
+    // This layer's product alone (layers not grouped, e.g. under LoRA dropout, or a group's
+    // other members without gradients): its columns copied.
     return {all.size(1) == out_features()
                 ? all
                 : all.narrow(1, fp8_transposed_column_, out_features()).contiguous(),
@@ -209,6 +210,7 @@ void LinearImpl::merge_lora() {
   if (fp8_weight_.values.defined()) {
     weight.set_data(kernels::dequantize_rows_fp8(fp8_weight_, weight.scalar_type()));
     fp8_weight_ = kernels::Fp8Rows();
+    fp8_transposed_group_.reset();  // freed with the group's last member
     fp8_products_ = false;
   }
   torch::Tensor delta = at::matmul(lora_B_->weight.to(at::kFloat), lora_A_->weight.to(at::kFloat));

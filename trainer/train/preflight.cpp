@@ -225,13 +225,9 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   for (const auto& l : decoder_linears(m)) linear += l.in * l.out;
   linear *= m.num_hidden_layers;
   const bool fp8 = c.model.precision == api::ModelPrecision::kFp8;
-  // model.precision fp8: lora's frozen decoder linears in one byte each, kept twice (W, and W^T
-  // for the input gradients: fp8_linear.h); their row scales are 4 bytes per few thousand
-  // weights: left out.
-  if (fp8 && c.method.type == api::MethodType::kLora && !weights_sharded) {
-    const int64_t fp8_copies = 2;
-    e.frozen_weights = (all - linear) * 2 + linear * fp8_copies;
-  }
+  // model.precision fp8 changes nothing here: lora's frozen decoder linears take one byte each,
+  // kept twice (W, and W^T for the input gradients: fp8_linear.h), as bf16's two (their row
+  // scales, 4 bytes per few thousand weights, are left out).
   if (c.method.type == api::MethodType::kQlora) {
     // The decoder's linear weights in 4 bits plus one scale per block (a float32, or a byte and
     // 1/256 of a float32 with double quantization); the rest stays in the compute dtype.
