@@ -649,6 +649,12 @@ def kubetune_plan_and_run_stop_at_a_bad_line():
     print(run.stdout.strip().splitlines()[-2:])
 
 
+def bench_rows(name):
+    """The JSON rows of bench/results/NAME."""
+    results = h.REPO / "bench" / "results" / name
+    return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+
+
 def preflight_memory_matches_measured_peaks():
     """The preflight's memory estimate against the peaks measured on an H200 with this trainer
     (bench/results: session 11's 1B and 8B LoRA, QLoRA and full fine-tuning at 2048 tokens,
@@ -666,19 +672,16 @@ def preflight_memory_matches_measured_peaks():
     for name in ["h200-session11.jsonl", "h200-session12-long-context.jsonl", "h100-full-sharding-1gpu.jsonl",
                  "h100-session17-fp8-8b-lora.jsonl", "h100-session17-fp8-8b-qlora.jsonl",
                  "h100-session17-long-context.jsonl"]:
-        results = h.REPO / "bench" / "results" / name
-        rows += [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+        rows += bench_rows(name)
     # Session 18 runs the MLP of long sequences over chunks of tokens (trainer/model/
     # frozen_linear_group.h): the long rows measured before (over 32768 tokens) are another build's
     # peaks, and session 18's long rows take their place.
     rows = [dict(r, before_chunking=True) for r in rows]
-    results = h.REPO / "bench" / "results" / "h100-session18-long-context.jsonl"
-    rows += [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    rows += bench_rows("h100-session18-long-context.jsonl")
     # Before session 22 LoRA's FP8 base was kept in one layout only: those peaks are another
     # build's, and session 22's rows take their place.
     rows = [dict(r, one_fp8_layout=True) for r in rows]
-    results = h.REPO / "bench" / "results" / "h100-session22-vs-unsloth.jsonl"
-    rows += [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    rows += bench_rows("h100-session22-vs-unsloth.jsonl")
     rows = [r for r in rows if r.get("impl") == "ours" and r.get("gpus") == 1 and "shape" in r
             and not (r.get("before_chunking") and r["seq"] * r["micro_batch"] > 32768)
             and not (r.get("one_fp8_layout") and r.get("precision") == "fp8" and r["method"] == "lora")]
@@ -754,8 +757,7 @@ def kubetune_plan_picks_the_measured_micro_batch():
     there, or the one below it (bench/results/micro-batch-sweep-h100-h200.jsonl, bench/README.md:
     the margin), and never one that ran out of memory; accumulation keeps the global batch."""
     w = h.workdir("plan-auto")
-    results = h.REPO / "bench" / "results" / "micro-batch-sweep-h100-h200.jsonl"
-    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    rows = bench_rows("micro-batch-sweep-h100-h200.jsonl")
     assert len(rows) == 4, len(rows)
     env = {**os.environ, "KUBETUNE_TRAINER": h.TRAINER}
     for r in rows:

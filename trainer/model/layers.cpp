@@ -295,7 +295,7 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& in) {
   const int64_t B = x.size(0), T = x.size(1);
   torch::Tensor q, k, v;
-  const std::vector<LinearImpl*> qkv{q_proj.get(), k_proj.get(), v_proj.get()};
+  const std::vector<LinearImpl*> qkv = input_gradient_groups().front();
   if (can_group(x, qkv)) {
     auto out = frozen_linear_group(x, qkv);
     q = out[0], k = out[1], v = out[2];
