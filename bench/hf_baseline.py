@@ -124,7 +124,8 @@ def main() -> None:
     for step in range(args.warmup_steps + args.steps):
         if args.profile and rank == 0 and step == args.warmup_steps - 2:
             profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                          torch.profiler.ProfilerActivity.CUDA])
+                                                          torch.profiler.ProfilerActivity.CUDA],
+                                              record_shapes=True)  # GEMM FLOPs in trace_summary.py
             profiler.__enter__()
         first = (step * world + rank) * args.micro_batch
         batch = [ids[(first + i) % len(ids)] for i in range(args.micro_batch)]

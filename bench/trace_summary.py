@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Where a step's GPU time goes, from a Chrome/Kineto trace (ours: KUBETUNE_PROFILE=FIRST:COUNT;
 the HF baseline: hf_baseline.py --profile FILE). Prints GPU busy time per step, idle time, time
-per kernel category, and the top kernels.
+per kernel category, the top kernels, and, where the trace has input shapes (ours, and
+hf_baseline.py's), the GEMMs split by shape: wide products (every dimension above --narrow) with
+their FLOPs and achieved TFLOP/s, narrow ones (LoRA's rank-r products), and those without a shape.
 
 Usage: trace_summary.py TRACE.json --steps N [--top 25]
 """
@@ -30,6 +32,77 @@ def category(name: str) -> str:
     return "other"
 
 
+def prod(dims) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
+def gemm_mkn(op: str, dims):
+    """(M, K, N) of the product that a CPU op with these input shapes computes, or None."""
+    mats = [d for d in dims if isinstance(d, list) and len(d) >= 2]
+    try:
+        if op in ("aten::mm", "aten::_scaled_mm", "aten::mm.out"):
+            (m, k), (_, n) = mats[0][-2:], mats[1][-2:]
+            return m, k, n
+        if op in ("aten::addmm", "aten::addmm_", "aten::addmm.out"):
+            # addmm(self, mat1, mat2): self is a bias (1-D) or the [M, N] it adds to.
+            a, b = (mats[1], mats[2]) if len(mats) >= 3 else (mats[0], mats[1])
+            return a[0], a[1], b[1]
+        if op in ("aten::bmm", "aten::baddbmm"):
+            a, b = mats[-2], mats[-1]
+            return a[0] * a[1], a[2], b[2]
+        if op in ("aten::linear", "aten::matmul"):
+            x, w = mats[0], mats[1]
+            if op == "aten::linear":  # weight [N, K]
+                return prod(x[:-1]), x[-1], w[0]
+            return prod(x[:-1]), x[-1], w[-1]
+    except (IndexError, TypeError):
+        return None
+    return None
+
+
+def gemm_split(events, kernels, narrow: int, per: float) -> None:
+    """Prints the matmul kernels' time by the shape of the op that launched them."""
+    ops = {}
+    for e in events:
+        args = e.get("args") or {}
+        if e.get("cat") == "cpu_op" and "External id" in args and args.get("Input Dims"):
+            ops[args["External id"]] = (e["name"], args["Input Dims"])
+    if not ops:
+        print("  GEMMs by shape: the trace has no input shapes")
+        return
+    time_by_op, wide, thin, unknown = collections.Counter(), collections.Counter(), 0.0, 0.0
+    shape_of = {}
+    for e in kernels:
+        if category(e["name"]) != "matmul":
+            continue
+        ext = (e.get("args") or {}).get("External id")
+        op = ops.get(ext)
+        mkn = gemm_mkn(*op) if op else None
+        if mkn is None:
+            unknown += e["dur"]
+            continue
+        time_by_op[ext] += e["dur"]
+        shape_of[ext] = mkn
+    flops = 0.0
+    for ext, dur in time_by_op.items():
+        m, k, n = shape_of[ext]
+        if min(m, k, n) <= narrow:
+            thin += dur
+        else:
+            wide[(m, k, n)] += dur
+            flops += 2.0 * m * k * n
+    wide_us = sum(wide.values())
+    rate = flops / (wide_us * 1e-6) / 1e12 if wide_us else 0.0
+    print(f"  GEMMs by shape (ms/step): wide {wide_us / per:.2f} ({flops / 1e12 / (per / 1000):.1f} "
+          f"TFLOP/step at {rate:.0f} TFLOP/s), narrow (a dimension <= {narrow}) {thin / per:.2f}, "
+          f"no shape {unknown / per:.2f}")
+    for (m, k, n), dur in wide.most_common(8):
+        print(f"    {dur / per:8.2f}  M={m} K={k} N={n}")
+
+
 def short(name: str, width: int = 110) -> str:
     name = re.sub(r"\s+", " ", name)
     return name if len(name) <= width else name[: width - 3] + "..."
@@ -41,6 +114,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, required=True, help="steps covered by the trace")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--gaps", type=int, default=10, help="list the longest idle gaps")
+    ap.add_argument("--narrow", type=int, default=128,
+                    help="a GEMM with a dimension at most this is narrow (LoRA's rank-r products)")
     args = ap.parse_args()
     events = json.load(open(args.trace))
     events = events["traceEvents"] if isinstance(events, dict) else events
@@ -74,6 +149,7 @@ def main() -> None:
     print("  by category (ms/step, summed over streams):")
     for label, dur in by_cat.most_common():
         print(f"    {label:14s} {dur / per:8.2f}")
+    gemm_split(events, gpu, args.narrow, per)
     print(f"  top {args.top} kernels (ms/step, calls/step):")
     calls = collections.Counter(e["name"] for e in gpu)
     for name, dur in by_name.most_common(args.top):

@@ -649,6 +649,39 @@ def kubetune_plan_and_run_stop_at_a_bad_line():
     print(run.stdout.strip().splitlines()[-2:])
 
 
+def profile_trace_counts_gemms_like_torch():
+    """KUBETUNE_PROFILE's trace records each op's input shapes, and bench/trace_summary.py reads
+    every GEMM of a LoRA step from them with the FLOPs that torch's own counter (the profiler's
+    with_flops, replaying the op at those shapes) gives it."""
+    sys.path.insert(0, str(h.REPO / "bench"))
+    import trace_summary
+
+    w = h.workdir("profile")
+    model = h.tiny_model(w / "model")
+    data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 8)
+    cfg = h.config(model, data, w / "out", method="lora", maxSteps=3)
+    h.run(["train", "--config", h.write_config(w / "cfg.json", cfg)],
+          env={**os.environ, "KUBETUNE_PROFILE": "2:1"})
+    events = json.loads((w / "out" / "trace_rank0.json").read_text())["traceEvents"]
+    gemms = [(e["name"], e["args"].get("Input Dims")) for e in events
+             if e.get("cat") == "cpu_op" and e["name"] in ("aten::mm", "aten::addmm")]
+    assert len(gemms) >= 20 and all(dims for _, dims in gemms), gemms[:3]
+    shapes = {(name, json.dumps(dims)) for name, dims in gemms}
+    narrow = 0
+    for name, dims_json in sorted(shapes):
+        dims = json.loads(dims_json)
+        args = [torch.randn(d) for d in dims if isinstance(d, list) and d]
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as p:
+            getattr(torch, name.split("::")[1])(*args)
+        reference = sum(e.flops for e in p.key_averages() if e.key == name)
+        m, k, n = trace_summary.gemm_mkn(name, dims)
+        assert 2 * m * k * n == reference > 0, (name, dims, 2 * m * k * n, reference)
+        narrow += min(m, k, n) <= 4  # the adapters' rank
+    print(f"{len(gemms)} GEMM ops in the traced step, {len(shapes)} distinct shapes counted as torch "
+          f"counts them, {narrow} of them of rank 4 (LoRA)")
+    assert narrow >= 4, narrow
+
+
 def bench_rows(name):
     """The JSON rows of bench/results/NAME."""
     results = h.REPO / "bench" / "results" / name
@@ -798,6 +831,7 @@ if __name__ == "__main__":
                                      bad_inputs_are_named, quickstart_events_read_by_tensorboard,
                                      quickstart_learns_visibly,
                                      logs_are_structured_and_options_checked,
+                                     profile_trace_counts_gemms_like_torch,
                                      preempted_worker_resumes_under_kubetune_run,
                                      stalled_gang_is_restarted_by_kubetune_run,
                                      ctrl_c_stops_kubetune_run_with_a_checkpoint,

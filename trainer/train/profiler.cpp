@@ -18,7 +18,11 @@ std::set<prof::ActivityType> activities() {
   return {prof::ActivityType::CPU, prof::ActivityType::CUDA};
 }
 
-prof::ProfilerConfig config() { return prof::ProfilerConfig(prof::ProfilerState::KINETO); }
+// Input shapes let bench/trace_summary.py count each GEMM's FLOPs (its achieved TFLOP/s, and the
+// wide products apart from LoRA's narrow ones); they cost host time in the profiled steps only.
+prof::ProfilerConfig config() {
+  return prof::ProfilerConfig(prof::ProfilerState::KINETO, /*report_input_shapes=*/true);
+}
 
 }  // namespace
 
