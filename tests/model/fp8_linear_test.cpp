@@ -247,6 +247,40 @@ TEST(Fp8Linear, KeptGroupServesOnlyItsOwnLayersInOrder) {
   }
 }
 
+// Under LoRA dropout q/k/v run one by one: each is kept transposed alone, so its input gradient
+// reads its own W^T instead of copying its columns out of a group in every step.
+TEST(Fp8Linear, LoraDropoutKeepsEachLayerAlone) {
+  // q, k, v's frozen bases; dropout on q's adapter alone already keeps them from running as one.
+  std::vector<Linear> layers, plain;
+  for (auto [out, seed] : {std::pair<int64_t, uint64_t>{kHidden, 1}, {kKv, 2}, {kKv, 3}}) {
+    layers.push_back(make_linear(kHidden, out, false, seed));
+    plain.push_back(make_linear(kHidden, out, false, seed));
+  }
+  layers[0]->add_lora(torch::randn({8, kHidden}), torch::randn({kHidden, 8}), 2.0,
+                      /*dropout=*/0.1);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    ASSERT_TRUE(layers[i]->use_fp8());
+    ASSERT_TRUE(plain[i]->use_fp8());
+  }
+  keep_fp8_transposed({layers[0].get(), layers[1].get(), layers[2].get()});
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Fp8TransposedGroup* group = layers[i]->fp8_transposed_group();
+    ASSERT_NE(group, nullptr);
+    EXPECT_EQ(group->values.size(1), layers[i]->out_features()) << "layer " << i;
+    EXPECT_EQ(layers[i]->fp8_transposed_column(), 0);
+    if (i > 0) {
+      EXPECT_NE(group, layers[i - 1]->fp8_transposed_group());
+    }
+    torch::manual_seed(4);
+    const std::vector<torch::Tensor> dys{torch::randn({6, layers[i]->out_features()})};
+    const std::vector<const LinearImpl*> alone{layers[i].get()}, unkept{plain[i].get()};
+    EXPECT_TRUE(torch::equal(
+        fp8_group_input_gradient(fp8_group_output_gradients(dys, alone), alone, torch::kFloat32),
+        fp8_group_input_gradient(fp8_group_output_gradients(dys, unkept), unkept,
+                                 torch::kFloat32)));
+  }
+}
+
 // use_fp8_products keeps each decoder layer's bases transposed by the groups its backward takes
 // as one product: were input_gradient_groups() out of step with backward's order, the step would
 // quietly transpose again in every step.
