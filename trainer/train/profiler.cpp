@@ -46,11 +46,12 @@ void StepProfiler::before_step(int64_t step) {
   active_ = true;
 }
 
-void StepProfiler::after_step(int64_t step) {
-  if (!active_ || step != last_) return;
+bool StepProfiler::after_step(int64_t step) {
+  if (!active_ || step != last_) return false;
   active_ = false;
   torch::autograd::profiler::disableProfiler()->save(path_);
   log::info() << "profile of steps " << first_ << "-" << last_ << " written to " << path_;
+  return true;
 }
 
 }  // namespace kubetune::train

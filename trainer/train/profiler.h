@@ -13,7 +13,8 @@ class StepProfiler {
  public:
   StepProfiler(std::string output_dir, int rank);
   void before_step(int64_t step);  // `step` is the number of the step about to run
-  void after_step(int64_t step);
+  // Writes the trace after the last profiled step; returns whether it did (the run paused there).
+  bool after_step(int64_t step);
   // Whether `step` must be read back before the next one is queued: steps overlap (the next is
   // queued while one finishes), so without this the trace would also hold the GPU work of the
   // steps on either side of the profiled ones.

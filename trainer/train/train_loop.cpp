@@ -858,7 +858,7 @@ StepStats train_steps(Run& run, int64_t total_steps) {
         previous.reset();
         continue;
       }
-      profiler.after_step(last.step);
+      const bool trace_written = profiler.after_step(last.step);
       // The pace steps complete at on the device: with steps overlapping, host clocks around a
       // read-back would mostly measure when the host got round to it.
       // After a pause (start, evaluation, checkpoint) it is the step's own span.
@@ -869,6 +869,9 @@ StepStats train_steps(Run& run, int64_t total_steps) {
       report_step(run, last, start, first_step, total_steps, flops_per_token, smoothed_tps);
       stop_if_diverged(run, last);
       stopping = stopping || last.stop_requested;
+      // Writing a trace (about half a second) pauses the run as an evaluation does: the next
+      // step's time is its own span, not the pause.
+      if (trace_written) previous.reset();
       if (evaluates_after(last.step)) {
         double eval_loss = run_validation(run);
         for (auto& o : run.observers) o->on_eval(last.step, eval_loss);
