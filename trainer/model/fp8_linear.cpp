@@ -3,8 +3,7 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
-#include <algorithm>
-
+#include "trainer/model/frozen_linear_group.h"
 #include "trainer/model/layers.h"
 
 namespace kubetune::model {
@@ -181,11 +180,9 @@ kernels::Fp8Rows fp8_group_output_gradients(const std::vector<Tensor>& dys,
 }
 
 void keep_fp8_transposed(const std::vector<LinearImpl*>& layers) {
-  // Under LoRA dropout the layers run one by one (can_group), each its own input-gradient
-  // product: kept side by side, each would copy its columns out of the group in every step.
-  const bool run_alone = std::any_of(layers.begin(), layers.end(),
-                                     [](const LinearImpl* l) { return l->lora_dropout() > 0; });
-  if (run_alone && layers.size() > 1) {
+  // Layers that never run as one group (under LoRA dropout, say) take their input gradients one
+  // by one: kept side by side, each would copy its columns out of the group in every step.
+  if (layers.size() > 1 && !layers_can_group(layers)) {
     for (auto* l : layers) keep_fp8_transposed({l});
     return;
   }

@@ -61,8 +61,8 @@ torch::Tensor fp8_group_row_scales(const std::vector<const LinearImpl*>& layers)
 
 // Keeps the FP8 bases of `layers` (those whose input gradients are one product, in its order)
 // transposed side by side, with their row scales, for every input gradient from now on. Does
-// nothing unless each is a frozen base kept in FP8 (not 4-bit, not trainable). Layers with LoRA
-// dropout, which never run as one product, are each kept alone.
+// nothing unless each is a frozen base kept in FP8 (not 4-bit, not trainable). Layers that never
+// run as one group (layers_can_group: under LoRA dropout, say) are each kept alone.
 void keep_fp8_transposed(const std::vector<LinearImpl*>& layers);
 
 // x [..., in] times `layer`'s frozen base weight in FP8 (LinearImpl::fp8_base), differentiable in

@@ -528,15 +528,20 @@ struct SwigluMlpFunction : public torch::autograd::Function<SwigluMlpFunction> {
 
 }  // namespace
 
+bool layers_can_group(const std::vector<LinearImpl*>& linears) {
+  return std::none_of(linears.begin(), linears.end(), [](const LinearImpl* l) {
+    return l->weight.requires_grad() || l->lora_dropout() > 0 ||
+           (l->bias.defined() && l->bias.requires_grad());
+  });
+}
+
 bool can_group(const Tensor& x, const std::vector<LinearImpl*>& linears, bool require_cuda) {
   if (require_cuda && !x.is_cuda()) return false;
-  for (auto* l : linears) {
-    if (l->weight.requires_grad() || l->lora_dropout() > 0) return false;
-    // A 4-bit layer whose compute dtype is not the products' keeps its own path.
-    if (l->is_quantized() && l->quantized_compute_dtype() != product_dtype(x)) return false;
-    if (l->bias.defined() && l->bias.requires_grad()) return false;
-  }
-  return true;
+  if (!layers_can_group(linears)) return false;
+  // A 4-bit layer whose compute dtype is not the products' keeps its own path.
+  return std::none_of(linears.begin(), linears.end(), [&](const LinearImpl* l) {
+    return l->is_quantized() && l->quantized_compute_dtype() != product_dtype(x);
+  });
 }
 
 std::vector<Tensor> frozen_linear_group(const Tensor& x, const std::vector<LinearImpl*>& linears) {

@@ -25,6 +25,10 @@
 
 namespace kubetune::model {
 
+// Whether the layers' own settings let them run as one group, whatever the input: frozen weights
+// and biases, no LoRA dropout. can_group adds the input's side.
+bool layers_can_group(const std::vector<LinearImpl*>& linears);
+
 // Whether these layers can run as one group on `x`'s device (callers pass `require_cuda = false`
 // only in tests, to hold the group against the plain layers on the CPU).
 bool can_group(const torch::Tensor& x, const std::vector<LinearImpl*>& linears,
