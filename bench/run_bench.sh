@@ -84,6 +84,14 @@ echo "competitors: $IMPLS; recompute: $RECOMPUTE"
   echo "note: --recompute unsloth without the unsloth competitor runs the others with recompute on"
 
 port=29600
+# Our trainer under the launcher on the next port: ours CONFIG LOG [VAR=VALUE ...]; stops the bench
+# with the log's tail if it fails.
+ours() {
+  local config=$1 log=$2; shift 2
+  port=$((port + 1))
+  env "$@" "$BIN/kubetune-trainer" launch --nproc-per-node "$g" --master-port $port -- train --config "$config" \
+    >"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+}
 for method in $METHODS; do
   for rc in $RECOMPUTE; do
     for g in $GPUS; do
@@ -98,13 +106,11 @@ for method in $METHODS; do
       for precision in $PRECISIONS; do
       rm -rf "$run/out"
       if [[ $run_others == 1 || $rc == unsloth ]]; then
-        port=$((port + 1))
         ckpt=false ours_rc=$others_rc
         if [[ $others_rc == on ]]; then ckpt=true; fi
         if [[ $rc == unsloth ]]; then ckpt=offload ours_rc=offload; fi
         "$HERE/trainer_config.sh" "$OUT/inputs" "$run/out" "$method" $((STEPS + WARMUP)) "$MB" "$SEQ" "{}" "$ckpt" "$precision" >"$run/config.json"
-        "$BIN/kubetune-trainer" launch --nproc-per-node "$g" --master-port $port -- train --config "$run/config.json" >"$run/log.txt" 2>&1 ||
-          { tail -30 "$run/log.txt"; exit 1; }
+        ours "$run/config.json" "$run/log.txt"
         # The preflight's memory estimate of the same config, to compare with the measured peak.
         "$BIN/kubetune-trainer" preflight --config "$run/config.json" --world-size "$g" >"$run/preflight.json" 2>/dev/null || true
         python3 - "$run/out/metrics_history.jsonl" "$method" "$g" "$WARMUP" "$ours_rc" "$run/preflight.json" "$precision" >>"$RESULTS" <<'PY'
@@ -128,10 +134,9 @@ print(json.dumps({"impl": "ours", "method": method, "gpus": gpus, "recompute": r
 PY
         tail -1 "$RESULTS"
         if [[ $PROFILE == 1 ]]; then
-          port=$((port + 1)); rm -rf "$run/trace"
+          rm -rf "$run/trace"
           "$HERE/trainer_config.sh" "$OUT/inputs" "$run/trace" "$method" $((WARMUP + 2)) "$MB" "$SEQ" "{}" "$ckpt" "$precision" >"$run/trace-config.json"
-          KUBETUNE_PROFILE=$((WARMUP + 1)):2 "$BIN/kubetune-trainer" launch --nproc-per-node "$g" --master-port $port -- \
-            train --config "$run/trace-config.json" >"$run/trace-log.txt" 2>&1 || { tail -30 "$run/trace-log.txt"; exit 1; }
+          ours "$run/trace-config.json" "$run/trace-log.txt" KUBETUNE_PROFILE=$((WARMUP + 1)):2
           python3 "$HERE/trace_summary.py" "$run/trace/trace_rank0.json" --steps 2
         fi
       fi

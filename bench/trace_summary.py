@@ -32,32 +32,22 @@ def category(name: str) -> str:
     return "other"
 
 
-def prod(dims) -> int:
-    out = 1
-    for d in dims:
-        out *= d
-    return out
-
-
 def gemm_mkn(op: str, dims):
-    """(M, K, N) of the product that a CPU op with these input shapes computes, or None."""
+    """(M, K, N) of the product that a CPU op with these input shapes computes, or None. Only the
+    ops that launch GEMM kernels themselves: aten::linear and aten::matmul reach them through these,
+    and a kernel belongs to the innermost op."""
     mats = [d for d in dims if isinstance(d, list) and len(d) >= 2]
     try:
-        if op in ("aten::mm", "aten::_scaled_mm", "aten::mm.out"):
+        if op in ("aten::mm", "aten::_scaled_mm"):
             (m, k), (_, n) = mats[0][-2:], mats[1][-2:]
             return m, k, n
-        if op in ("aten::addmm", "aten::addmm_", "aten::addmm.out"):
+        if op in ("aten::addmm", "aten::addmm_"):
             # addmm(self, mat1, mat2): self is a bias (1-D) or the [M, N] it adds to.
             a, b = (mats[1], mats[2]) if len(mats) >= 3 else (mats[0], mats[1])
             return a[0], a[1], b[1]
         if op in ("aten::bmm", "aten::baddbmm"):
             a, b = mats[-2], mats[-1]
             return a[0] * a[1], a[2], b[2]
-        if op in ("aten::linear", "aten::matmul"):
-            x, w = mats[0], mats[1]
-            if op == "aten::linear":  # weight [N, K]
-                return prod(x[:-1]), x[-1], w[0]
-            return prod(x[:-1]), x[-1], w[-1]
     except (IndexError, TypeError):
         return None
     return None
@@ -73,8 +63,8 @@ def gemm_split(events, kernels, narrow: int, per: float) -> None:
     if not ops:
         print("  GEMMs by shape: the trace has no input shapes")
         return
-    time_by_op, wide, thin, unknown = collections.Counter(), collections.Counter(), 0.0, 0.0
-    shape_of = {}
+    # One op's kernels (a split-K GEMM and its reduction) share its FLOPs: summed per op first.
+    time_by_op, shape_of, unknown = collections.Counter(), {}, 0.0
     for e in kernels:
         if category(e["name"]) != "matmul":
             continue
@@ -86,7 +76,7 @@ def gemm_split(events, kernels, narrow: int, per: float) -> None:
             continue
         time_by_op[ext] += e["dur"]
         shape_of[ext] = mkn
-    flops = 0.0
+    wide, thin, flops = collections.Counter(), 0.0, 0.0
     for ext, dur in time_by_op.items():
         m, k, n = shape_of[ext]
         if min(m, k, n) <= narrow:
