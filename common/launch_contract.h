@@ -2,7 +2,7 @@
 // The operator's pods and `kubetune run` write it as environment (to_environment);
 // `kubetune-trainer launch` reads it (from_environment, its flags override) and starts the node's
 // processes, each with the same variables plus its own rank (process_environment), which
-// dist::DistEnv reads. So NNODES, NODE_RANK, NPROC_PER_NODE, MASTER_ADDR and MASTER_PORT are
+// parallel::DistEnv reads. So NNODES, NODE_RANK, NPROC_PER_NODE, MASTER_ADDR and MASTER_PORT are
 // spelled here only.
 #pragma once
 
@@ -21,7 +21,7 @@ inline constexpr const char* kGroupRank = "GROUP_RANK";  // torchrun's other nam
 inline constexpr const char* kNprocPerNode = "NPROC_PER_NODE";
 inline constexpr const char* kMasterAddr = "MASTER_ADDR";
 inline constexpr const char* kMasterPort = "MASTER_PORT";
-// Per process (written by launch, read by dist::DistEnv).
+// Per process (written by launch, read by parallel::DistEnv).
 inline constexpr const char* kRank = "RANK";
 inline constexpr const char* kLocalRank = "LOCAL_RANK";
 inline constexpr const char* kWorldSize = "WORLD_SIZE";

@@ -60,7 +60,7 @@ inline bool recomputes_layers(const TrainConfig& c) {
 }
 
 // training.microBatchSize is a number of examples, or "auto" until the trainer chooses one from
-// the GPU's memory (trainer/train/micro_batch.h); auto needs training.globalBatchSize, which
+// the GPU's memory (trainer/plan/micro_batch.h); auto needs training.globalBatchSize, which
 // parse_train_config checks.
 bool micro_batch_is_auto(const TrainConfig& c);
 // The refusal of auto without a global batch, by the trainer and by the CRD's rule.

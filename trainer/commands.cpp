@@ -15,15 +15,15 @@
 #include "common/strict_json.h"
 #include "common/train_config.h"
 #include "trainer/data/dataset.h"
-#include "trainer/dist/communicator.h"
-#include "trainer/dist/launcher.h"
+#include "trainer/device/device.h"
+#include "trainer/inputs/run_inputs.h"
 #include "trainer/io/hf_checkpoint.h"
 #include "trainer/io/peft_adapter.h"
-#include "trainer/train/device.h"
-#include "trainer/train/evaluate.h"
-#include "trainer/train/model_setup.h"
-#include "trainer/train/preflight.h"
-#include "trainer/train/train_loop.h"
+#include "trainer/loop/evaluate.h"
+#include "trainer/loop/train_loop.h"
+#include "trainer/parallel/communicator.h"
+#include "trainer/parallel/launcher.h"
+#include "trainer/plan/preflight.h"
 
 namespace kubetune {
 namespace {
@@ -195,7 +195,7 @@ int dispatch(int argc, char** argv) {
   // `launch` passes everything after `--` to the children untouched; it parses the rest itself.
   if (argc >= 2 && std::string(argv[1]) == "launch") {
     log::setup(log::format_from_env(), "launcher");
-    return dist::launch_main(std::vector<std::string>(argv + 2, argv + argc));
+    return parallel::launch_main(std::vector<std::string>(argv + 2, argv + argc));
   }
 
   CLI::App app{"kubetune-trainer: fine-tune Hugging Face models (LoRA or full) on CPUs and GPUs"};
@@ -295,7 +295,7 @@ int run_cli(int argc, char** argv) {
   } catch (const train::UserInputError& e) {
     log::error() << e.what();
     return kExitUserError;
-  } catch (const dist::CollectiveError& e) {
+  } catch (const parallel::CollectiveError& e) {
     log::error() << e.what();
     return kExitRetryable;
   } catch (const c10::DistError& e) {

@@ -80,7 +80,7 @@ TEST_P(FamilyParity, LossAndGradients) {
 
 TEST_P(FamilyParity, GradientCheckpointingGivesTheSameGradients) {
   CausalLM m = load_model(fixture(GetParam()));
-  m->set_gradient_checkpointing(true);
+  m->set_recompute_layers(true);
   check_loss_and_grads(m, Ref(GetParam()), "checkpointed");
 }
 
@@ -119,7 +119,7 @@ TEST_P(LoraParity, PeftAdapterLogitsLossAndGradients) {
     EXPECT_LT(rel_err(m->forward(ref["input_ids"], ref["position_ids"]), ref["logits"]), kTol);
   }
   check_loss_and_grads(m, ref, "LoRA");
-  m->set_gradient_checkpointing(true);
+  m->set_recompute_layers(true);
   check_loss_and_grads(m, ref, "LoRA checkpointed");
 }
 
@@ -413,7 +413,7 @@ AutocastStep autocast_step(CausalLM& m, const Ref& ref) {
 void expect_checkpointing_changes_nothing(CausalLM& m, const Ref& ref, const std::string& what) {
   m->to(torch::kCUDA, torch::kFloat32);
   const AutocastStep kept = autocast_step(m, ref);
-  m->set_gradient_checkpointing(true);
+  m->set_recompute_layers(true);
   const AutocastStep recomputed = autocast_step(m, ref);
   EXPECT_NEAR(recomputed.loss, kept.loss, 1e-5 * kept.loss) << what;
   ASSERT_EQ(recomputed.grads.size(), kept.grads.size()) << what;
@@ -421,9 +421,9 @@ void expect_checkpointing_changes_nothing(CausalLM& m, const Ref& ref, const std
     EXPECT_LT(rel_err(recomputed.grads.at(name), grad), 1e-3) << what << ": " << name;
   // The saved inputs through host memory and back (HostOffload's copy stream): the same values
   // (the gradients up to the order of atomic sums in attention's backward).
-  m->set_checkpoint_offload(true);
+  m->set_recompute_offload(true);
   const AutocastStep offloaded = autocast_step(m, ref);
-  m->set_checkpoint_offload(false);
+  m->set_recompute_offload(false);
   EXPECT_EQ(offloaded.loss, recomputed.loss) << what;
   for (const auto& [name, grad] : recomputed.grads)
     EXPECT_LT(rel_err(offloaded.grads.at(name), grad), 1e-5) << what << " offloaded: " << name;

@@ -1,6 +1,6 @@
 // Compares kubetune::text::ChatTemplate with transformers' apply_chat_template on the real
 // templates of each family (reference renderings written by make_fixtures.py).
-#include "trainer/text/chat_template.h"
+#include "text/chat_template.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "tests/text/fixtures.h"
-#include "trainer/text/jinja/errors.h"
+#include "text/jinja/errors.h"
 
 namespace kubetune::text {
 namespace {

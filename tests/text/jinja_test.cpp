@@ -6,8 +6,8 @@
 #include <string>
 
 #include "tests/text/fixtures.h"
-#include "trainer/text/chat_template.h"
-#include "trainer/text/jinja/errors.h"
+#include "text/chat_template.h"
+#include "text/jinja/errors.h"
 
 namespace kubetune::text {
 namespace {
@@ -109,7 +109,7 @@ TEST(Jinja, VariablesAndDefaults) {
   EXPECT_EQ(render("{{ strftime_now is defined }}|{{ raise_exception is defined }}"), "True|True");
 }
 
-// ---- the sandbox (trainer/text/jinja/sandbox.h): hostile templates end in an error, never in a
+// ---- the sandbox (text/jinja/sandbox.h): hostile templates end in an error, never in a
 // crash or a hang. Without the limits, each of these overflowed the stack or ran for hours.
 
 std::string repeated(const std::string& piece, int times) {

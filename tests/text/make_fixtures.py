@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fixtures for trainer/text (kubetune_text).
+"""Reference fixtures for text/ (kubetune_text).
 
 Trains small BPE tokenizers with the `tokenizers` library that replicate the tokenizer.json layout
 of real model families (Llama 3, Qwen2, GPT-2/SmolLM, Llama-2/Mistral SentencePiece-BPE), saves

@@ -1,5 +1,5 @@
 // Compares kubetune::text::Tokenizer with Hugging Face `tokenizers` on the reference fixtures.
-#include "trainer/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
-// The host-memory check of offloaded checkpoints (trainer/train/host_memory.h): the bytes they pin,
+// The host-memory check of offloaded checkpoints (trainer/plan/host_memory.h): the bytes they pin,
 // the kernel's texts read as the kernel writes them, and the error that names what to change.
-#include "trainer/train/host_memory.h"
+#include "trainer/plan/host_memory.h"
 
 #include <gtest/gtest.h>
 
@@ -18,13 +18,13 @@ TEST(HostMemory, OffloadedCheckpointsPinAllLayerInputsButTheLast) {
   TrainConfig c;
   c.data.max_length = 393216;
   c.training.micro_batch_size = 1;
-  EXPECT_EQ(offloaded_checkpoint_bytes(llama_8b_layout(), c), 0);  // not offloading
+  EXPECT_EQ(offloaded_recompute_input_bytes(llama_8b_layout(), c), 0);  // not offloading
   c.model.offload_checkpoints = true;
   c.model.gradient_checkpointing = true;
   // Session 18's longest run: 31 bf16 inputs of 393216 x 4096, 100 GB.
-  EXPECT_EQ(offloaded_checkpoint_bytes(llama_8b_layout(), c), 31LL * 393216 * 4096 * 2);
+  EXPECT_EQ(offloaded_recompute_input_bytes(llama_8b_layout(), c), 31LL * 393216 * 4096 * 2);
   c.method.type = api::MethodType::kFull;  // fp32 weights: fp32 layer inputs
-  EXPECT_EQ(offloaded_checkpoint_bytes(llama_8b_layout(), c), 31LL * 393216 * 4096 * 4);
+  EXPECT_EQ(offloaded_recompute_input_bytes(llama_8b_layout(), c), 31LL * 393216 * 4096 * 4);
 }
 
 TEST(HostMemory, ReadsMeminfoAndTheCgroupLimit) {

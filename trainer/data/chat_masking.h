@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/text/chat_template.h"
-#include "trainer/text/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace kubetune::data {
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "common/finetunejob_types.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "trainer/data/example.h"
-#include "trainer/text/chat_template.h"
-#include "trainer/text/tokenizer.h"
 
 namespace kubetune::data {
 

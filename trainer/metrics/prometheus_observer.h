@@ -17,7 +17,7 @@
 #include <string>
 
 #include "common/metrics/http_endpoint.h"
-#include "trainer/train/step_stats.h"
+#include "trainer/metrics/step_stats.h"
 
 namespace kubetune::train {
 

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainer/train/step_stats.h"
+#include "trainer/metrics/step_stats.h"
 
 namespace kubetune::metrics {
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "trainer/train/step_stats.h"
+#include "trainer/metrics/step_stats.h"
 
 namespace kubetune::metrics {
 

@@ -29,7 +29,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config, const torch::TensorOptions
   if (!opts.device().is_meta()) init_like_hf(*this, config.initializer_range);
 }
 
-void CausalLMImpl::set_checkpoint_offload(bool on) {
+void CausalLMImpl::set_recompute_offload(bool on) {
   offload_ = on ? std::make_shared<HostOffload>(config_.num_hidden_layers) : nullptr;
 }
 
@@ -104,7 +104,7 @@ class ReplayedAutocast {
 // when `x` itself needs none (LoRA on a frozen embedding). The RNG state is replayed so that
 // dropout draws the same mask twice. With `offload`, the input waits in host memory instead
 // (HostOffload, slot `index`), and backward brings back the input of the layer below early.
-struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                torch::TensorList params, DecoderLayerImpl* layer,
                                const AttentionInputs& in, HostOffload* offload, int64_t index) {
@@ -197,7 +197,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
   auto [cos, sin] = rope_cos_sin(inv_freq, position_ids, h.scalar_type());
 
   std::map<int64_t, torch::Tensor> masks;  // one per distinct window (0 = full attention)
-  const bool checkpoint = checkpointing_ && torch::GradMode::is_enabled();
+  const bool checkpoint = recompute_ && torch::GradMode::is_enabled();
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const int64_t window = config_.window_for_layer(l);
     if (!masks.count(window))
@@ -213,7 +213,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
         if (p.requires_grad()) trainable.push_back(p);
       // The last layer's input is needed first in backward: it stays on the GPU.
       const bool offload_this = offload_ && h.is_cuda() && l + 1 < config_.num_hidden_layers;
-      h = CheckpointedLayer::apply(h, torch::TensorList(trainable), layer, in,
+      h = RecomputedLayer::apply(h, torch::TensorList(trainable), layer, in,
                                    offload_this ? offload_.get() : nullptr, l);
     }
     if (after_layer) after_layer(l, h);

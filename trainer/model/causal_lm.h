@@ -54,11 +54,11 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor& output_weight();
   const ModelConfig& config() const { return config_; }
   // Recompute each decoder layer during backward instead of keeping its activations.
-  void set_gradient_checkpointing(bool on) { checkpointing_ = on; }
-  bool gradient_checkpointing() const { return checkpointing_; }
-  // With checkpointing on a GPU: the layer inputs kept for backward wait in pinned host memory
+  void set_recompute_layers(bool on) { recompute_ = on; }
+  bool recomputes_layers() const { return recompute_; }
+  // With recompute on a GPU: the layer inputs kept for backward wait in pinned host memory
   // (HostOffload) instead of GPU memory.
-  void set_checkpoint_offload(bool on);
+  void set_recompute_offload(bool on);
 
   DecoderStack model{nullptr};
   Linear lm_head{nullptr};  // null when tie_word_embeddings
@@ -74,8 +74,8 @@ class CausalLMImpl : public torch::nn::Module {
  private:
   ModelConfig config_;
   torch::Tensor inv_freq_;  // fp32, CPU; moved next to the inputs per call
-  bool checkpointing_ = false;
-  std::shared_ptr<HostOffload> offload_;  // null unless set_checkpoint_offload(true)
+  bool recompute_ = false;
+  std::shared_ptr<HostOffload> offload_;  // null unless set_recompute_offload(true)
 };
 TORCH_MODULE(CausalLM);
 

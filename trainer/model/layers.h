@@ -140,7 +140,7 @@ TORCH_MODULE(RMSNorm);
 // The gradient of an embedding lookup, kept as rows of a small dense matrix instead of the
 // [vocab, hidden] gradient autograd would make. Across processes only the rows some rank looked
 // up need summing, a few percent of the vocabulary for a step's batch (see
-// train/embedding_gradient_sync.h).
+// trainer/parallel/embedding_gradient_sync.h).
 struct EmbeddingRowGradients {
   torch::Tensor row_ids;  // [R] int64, sorted: every id that may be looked up until the next reset
   torch::Tensor rows;     // [R, hidden]: rows[i] is the summed gradient of row row_ids[i]

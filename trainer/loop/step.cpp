@@ -1,0 +1,345 @@
+// One optimizer step, top to bottom (queue_step):
+//   1. the rank's micro-batches for this step; their target-token count is all-reduced once, so
+//      the loss of every micro-batch on every rank is divided by the same global count
+//   2. forward + backward per micro-batch; only the last one synchronises gradients, inside its
+//      backward (weight_sync.h says how: the step does not know which scheme it has)
+//   3. the loss and the out-of-memory vote, summed over ranks in one small all-reduce
+//   4. clip, AdamW, learning-rate schedule (no update where some rank ran out of memory)
+//   5. the results queued for the host, read back by finish_step while the next step runs
+// A rank that runs out of GPU memory in a micro-batch drops what the step computed and still
+// takes part in its collectives with zero gradients; every rank then re-runs the step at a smaller
+// micro-batch (recover_from_out_of_memory).
+#include "trainer/loop/step.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "common/log.h"
+#include "trainer/data/batch.h"
+#include "trainer/device/out_of_memory.h"
+#include "trainer/inputs/user_input_error.h"
+#include "trainer/loop/stop_signal.h"
+#include "trainer/model/device_copy.h"
+#include "trainer/model/loss.h"
+#include "trainer/optim/grad_clip.h"
+#include "trainer/parallel/embedding_gradient_sync.h"
+#include "trainer/plan/micro_batch.h"
+
+namespace kubetune::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// c10's errors append a backtrace after the first line.
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+data::MicroBatch collate(const std::vector<data::Example>& examples,
+                         const std::vector<size_t>& indices, const TrainConfig& c, int32_t pad_id) {
+  std::vector<const data::Example*> picked;
+  for (size_t i : indices) picked.push_back(&examples[i]);
+  if (picked.empty()) return {};
+  return c.data.packing ? data::pack_batch(picked, c.data.max_length, pad_id)
+                        : data::pad_batch(picked, pad_id);
+}
+
+// With gradient checkpointing, memory comes first: the loss's chunk of logits is then the largest
+// allocation of the step after the weights (1 GiB for 4096 rows of Llama 3's vocabulary), so it
+// is kept to a quarter of that (a few percent slower).
+int64_t loss_chunk_rows(const Run& run) {
+  const int64_t budget = recomputes_layers(run.config) ? (256LL << 20) : (1LL << 30);
+  return model::loss_chunk_rows(run.model->config().vocab_size, budget);
+}
+
+// Gradients are dropped, not zeroed (torch's set_to_none): the next backward then hands its
+// gradient tensors over instead of adding them to zeros. All of them, also those of tensors this
+// rank's sharded optimizer does not update: their gradients still feed the next reduction.
+void drop_gradients(Run& run) {
+  for (auto& t : run.trainable.tensors) t.mutable_grad() = torch::Tensor();
+  run.weight_sync->drop_gradients();
+}
+
+// The gradients AdamW reads, clipped to the global norm. Split between ranks, slices are counted
+// by their owners and whole tensors (the same on every rank) by rank 0 alone.
+torch::Tensor clip_gradients(Run& run) {
+  const bool split = run.weight_sync->splits_optimizer();
+  std::vector<torch::Tensor> gradients, counted;
+  for (const auto& p : run.optimizer.params()) {
+    if (!p.param.grad().defined()) continue;
+    gradients.push_back(p.values(p.param.grad()));
+    if (!split || !p.whole() || run.comm.rank() == 0) counted.push_back(gradients.back());
+  }
+  std::function<void(torch::Tensor&)> sum;
+  if (split) sum = [&](torch::Tensor& t) { run.comm.all_reduce_sum(t, "gradient norm"); };
+  return optim::clip_grad_norm(gradients, counted, run.config.training.max_grad_norm, sum);
+}
+
+// This step's micro-batches and the global counts that normalise its loss.
+struct StepBatch {
+  std::vector<data::MicroBatch> micro;
+  // On the device, summed over ranks: target tokens, tokens, ranks asked to stop.
+  torch::Tensor counts;
+};
+
+StepBatch step_batch(Run& run, int64_t epoch, int64_t step_in_epoch, StepStats& s) {
+  StepBatch b;
+  int64_t local_targets = 0;
+  for (const auto& indices : run.sampler.micro_batches(epoch, step_in_epoch)) {
+    b.micro.push_back(collate(run.train, indices, run.config, run.text.pad_id));
+    local_targets += b.micro.back().n_targets;
+    s.local_tokens += b.micro.back().n_tokens;
+    s.local_samples += static_cast<int64_t>(indices.size());
+  }
+  // The third count is how many ranks were asked to stop (stop_signal.h): every rank learns it
+  // with this step's results, so all of them stop after the same step.
+  const int64_t stop_vote = stop_requested() ? 1 : 0;
+  b.counts = model::to_device_async(
+      torch::tensor({local_targets, s.local_tokens, stop_vote}, torch::kInt64), run.device);
+  run.comm.all_reduce_sum(b.counts, "target-token count");
+  return b;
+}
+
+// One micro-batch's forward; its loss scaled by 1/global_targets (gradients are summed over
+// ranks, so the result is the sum over all targets / global_targets). A micro-batch with no
+// examples, or after this rank ran out of memory, contributes zero gradients.
+torch::Tensor micro_batch_loss(Run& run, const data::MicroBatch& micro, const torch::Tensor& scale,
+                               torch::Tensor& loss_sum) {
+  // Autocast for the forward only: backward runs outside it (autograd's threads inherit it).
+  AutocastScope autocast(run.device, run.dtype);
+  if (micro.batch == 0 || run.out_of_memory_pending)
+    return run.weight_sync->empty_batch_loss(run.text.pad_id);
+  inject_test_out_of_memory(micro.batch, run.comm.rank());
+  auto t = to_tensors(micro, run.device);
+  auto hidden = run.model->hidden_states(t.input_ids, t.position_ids, t.segment_ids);
+  auto [sum, n] = model::next_token_loss_sum(*run.model, hidden, t.labels, loss_chunk_rows(run));
+  loss_sum += sum.detach().to(torch::kFloat64);
+  return sum * scale;
+}
+
+// This rank ran out of GPU memory in micro-batch `m`: it drops what the step computed and votes
+// to skip the update; it still takes part in the step's collectives, with zero gradients. Where
+// the weight sync cannot let it rejoin, the run stops here and names what to change.
+void drop_step_after_out_of_memory(Run& run, const c10::OutOfMemoryError& e, size_t m,
+                                   const StepBatch& b, torch::Tensor& loss_sum) {
+  if (const auto why = run.weight_sync->why_out_of_memory_is_final(); !why.empty())
+    throw UserInputError(
+        "rank " + std::to_string(run.comm.rank()) + " ran out of GPU memory in step " +
+        std::to_string(run.state.step + 1) + " (micro-batch " +
+        std::to_string(micro_batch_size(run.config)) + ") with " + why +
+        ", so the step cannot be re-run in place: set a smaller training.microBatchSize, "
+        "model.gradientCheckpointing, or more processes (" +
+        first_line(e.what()) + ")");
+  log::warn() << "rank " << run.comm.rank() << " ran out of GPU memory in step "
+              << run.state.step + 1 << " (micro-batch " << m + 1 << " of " << b.micro.size() << ", "
+              << b.micro[m].batch << " examples): " << first_line(e.what());
+  run.out_of_memory_pending = true;
+  loss_sum.zero_();
+  drop_gradients(run);
+  release_cached_memory(run.device);
+}
+
+// With peers, a backward that runs out of memory may already have sent some gradient buckets, and
+// the other ranks wait for the rest: the rank cannot rejoin the step, so the run stops here (the
+// peers' collectives fail with it) and names what to change. An accumulation of two or more
+// micro-batches meets the peak in a micro-batch that does not synchronise, where it recovers.
+UserInputError out_of_memory_in_synced_backward(const Run& run, const c10::OutOfMemoryError& e) {
+  return UserInputError(
+      "rank " + std::to_string(run.comm.rank()) + " ran out of GPU memory in step " +
+      std::to_string(run.state.step + 1) +
+      " during the backward that reduces gradients across processes (micro-batch " +
+      std::to_string(micro_batch_size(run.config)) +
+      "), which cannot be re-run in place: set a smaller training.microBatchSize, or a "
+      "training.globalBatchSize that gives two or more micro-batches per step (" +
+      first_line(e.what()) + ")");
+}
+
+// The last micro-batch's backward, which synchronises gradients across ranks. The timeline's
+// kLastGradient moves with every gradient that arrives: its last position is when this rank's
+// own backward ended and waiting for the others began.
+void synced_backward(Run& run, torch::Tensor& loss, size_t m, const StepBatch& b,
+                     torch::Tensor& loss_sum, DeviceTimeline& timeline) {
+  parallel::Communicator::Watch watch(run.comm, "gradient all-reduce (backward)");
+  timeline.record(kLastGradient);
+  *run.on_gradient = [&] { timeline.record(kLastGradient); };
+  try {
+    loss.backward();
+    run.weight_sync->after_backward();
+  } catch (const c10::OutOfMemoryError& e) {
+    *run.on_gradient = nullptr;
+    if (run.comm.world_size() > 1) throw out_of_memory_in_synced_backward(run, e);
+    drop_step_after_out_of_memory(run, e, m, b, loss_sum);  // alone, nothing was reduced yet
+  } catch (const std::exception& e) {
+    *run.on_gradient = nullptr;
+    if (run.comm.world_size() > 1 && parallel::is_collective_failure(e))
+      throw parallel::collective_failure(run.comm.rank(), "gradient all-reduce (backward)", e);
+    throw;
+  }
+  *run.on_gradient = nullptr;
+}
+
+// Forward and backward over the step's micro-batches; returns this rank's summed loss (fp64, on
+// the device). Only the last backward synchronises gradients.
+torch::Tensor forward_backward(Run& run, const StepBatch& b, const torch::Tensor& scale,
+                               DeviceTimeline& timeline) {
+  auto loss_sum =
+      torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
+  TORCH_CHECK(!b.micro.empty(), "a step without micro-batches");
+  const size_t last = b.micro.size() - 1;
+  for (size_t m = 0; m < last; ++m) {
+    if (run.out_of_memory_pending) continue;  // the step is dropped: only its collectives remain
+    try {
+      micro_batch_loss(run, b.micro[m], scale, loss_sum).backward();
+      run.weight_sync->after_backward();
+    } catch (const c10::OutOfMemoryError& e) {
+      drop_step_after_out_of_memory(run, e, m, b, loss_sum);
+    }
+  }
+  run.comm.begin_synced_micro_step();
+  torch::Tensor loss;
+  try {
+    loss = micro_batch_loss(run, b.micro[last], scale, loss_sum);
+  } catch (const c10::OutOfMemoryError& e) {
+    drop_step_after_out_of_memory(run, e, last, b, loss_sum);
+    loss = micro_batch_loss(run, b.micro[last], scale, loss_sum);  // now the empty batch's
+  }
+  synced_backward(run, loss, last, b, loss_sum, timeline);
+  return loss_sum;
+}
+
+}  // namespace
+
+PendingStep queue_step(Run& run) {
+  PendingStep p{{}, {}, DeviceTimeline(run.device)};
+  StepStats& s = p.stats;
+  const auto step_start = Clock::now();
+  const int64_t steps_per_epoch = run.sampler.steps_per_epoch();
+  const int64_t epoch = run.state.step / steps_per_epoch;
+  const int64_t step_in_epoch = run.state.step % steps_per_epoch;
+
+  // 1. Data and the global normaliser, which stays on the device.
+  const StepBatch batch = step_batch(run, epoch, step_in_epoch, s);
+  run.weight_sync->begin_step([&] {
+    return parallel::token_ids_in(run.train, run.sampler.global_batch_indices(epoch, step_in_epoch),
+                                  run.text.pad_id);
+  });
+  s.data_seconds = seconds_since(step_start);
+  p.timeline.mark();  // kStart
+  p.timeline.add();   // kLastGradient: recorded before the last backward, then by the hook
+
+  // 2. Forward and backward.
+  const torch::Tensor scale =
+      (1.0 / batch.counts[0].clamp_min(1).to(torch::kFloat64)).to(torch::kFloat32);
+  torch::manual_seed(run.config.training.seed + 1000003ULL * run.state.step +
+                     run.comm.rank());  // dropout
+  const torch::Tensor loss_sum = forward_backward(run, batch, scale, p.timeline);
+  run.weight_sync->finish_gradients();
+
+  // 3. The loss and whether any rank ran out of memory, summed in the step's one small
+  // all-reduce. The vote stays on the device: the optimizer reads it there (a skipped update),
+  // the host with the step's results, so no rank waits for it here.
+  auto loss_and_vote = torch::stack(
+      {loss_sum, torch::full({}, run.out_of_memory_pending ? 1.0 : 0.0, loss_sum.options())});
+  run.comm.all_reduce_sum(loss_and_vote, "loss and out-of-memory vote");
+  const torch::Tensor skip_vote = loss_and_vote[1].clamp_max(1).to(torch::kFloat32);
+  p.timeline.mark();  // kGradientsSynced
+
+  // 4. Update (none where some rank ran out of memory).
+  const torch::Tensor grad_norm = clip_gradients(run);
+  s.learning_rate = run.schedule.at(run.state.step);
+  run.optimizer.step(s.learning_rate, skip_vote);
+  run.weight_sync->after_update();
+  drop_gradients(run);
+  p.timeline.mark();  // kWeightsUpdated
+
+  // 5. The results, copied to the host without waiting.
+  StepResults<torch::Tensor> results{loss_and_vote[0], batch.counts[0], batch.counts[1],
+                                     grad_norm,        batch.counts[2], loss_and_vote[1]};
+  std::vector<torch::Tensor> values;
+  results.each(
+      [&](torch::Tensor& v) { values.push_back(v.to(loss_sum.device(), torch::kFloat64)); });
+  p.results = model::to_host_async(torch::stack(values));
+  p.timeline.mark();  // kResultsCopied
+
+  run.state.step += 1;
+  s.step = run.state.step;
+  s.total_steps = run.schedule.total_steps;
+  s.epoch = static_cast<double>(run.state.step) / steps_per_epoch;
+  return p;
+}
+
+StepStats finish_step(Run& run, PendingStep& p) {
+  p.timeline.wait();
+  StepResults<double> r{};
+  const double* value = p.results.data_ptr<double>();
+  r.each([&](double& v) { v = *value++; });
+  StepStats s = p.stats;
+  s.global_targets = static_cast<int64_t>(r.global_targets);
+  s.global_tokens = static_cast<int64_t>(r.global_tokens);
+  s.loss = r.loss_sum / std::max<int64_t>(1, s.global_targets);
+  s.grad_norm = r.grad_norm;
+  s.stop_requested = r.stop_votes > 0;
+  s.out_of_memory = r.out_of_memory_votes > 0;
+  s.forward_backward_seconds = p.timeline.seconds_between(kStart, kLastGradient);
+  s.allreduce_wait_seconds = p.timeline.seconds_between(kLastGradient, kGradientsSynced);
+  s.optimizer_seconds = p.timeline.seconds_between(kGradientsSynced, kWeightsUpdated);
+  if (s.out_of_memory) return s;  // nothing of it counts: it is run again
+  run.state.tokens_seen += s.global_tokens;
+  run.state.samples_seen += s.local_samples;  // this rank's; the global count is step x batch
+  s.has_device_memory = device_memory(run.device, s.device_memory);
+  return s;
+}
+
+// The step runs again with half the micro-batch (or the next divisor below) and more
+// accumulation.
+void recover_from_out_of_memory(Run& run, int64_t rerun_from) {
+  const int64_t failed_step = rerun_from + 1, before = micro_batch_size(run.config);
+  run.optimizer.undo_steps(run.state.step - rerun_from);
+  run.state.step = rerun_from;
+  run.out_of_memory_pending = false;
+  release_cached_memory(run.device);
+  const int world = run.comm.world_size();
+  const int64_t per_process = run.state.global_batch / world;
+  const int64_t smaller = smaller_micro_batch(per_process, before);
+  if (smaller == 0) {
+    std::ostringstream what;
+    what << "step " << failed_step
+         << " ran out of GPU memory at micro-batch 1: the model and one sequence of data.maxLength "
+            "do not fit (try model.gradientCheckpointing or model.offloadCheckpoints, a shorter "
+            "data.maxLength, method.type qlora, or more GPUs with distributed.sharding full); "
+            "nothing of this step is saved";
+    if (run.checkpointed_step > 0)
+      what << "; the last checkpoint is at step " << run.checkpointed_step;
+    throw UserInputError(what.str());
+  }
+  set_micro_batch_size(run.config, smaller);
+  const int64_t accumulation = per_process / smaller;
+  run.sampler = data::DistributedSampler(run.train.size(), run.state.global_batch,
+                                         static_cast<int>(accumulation), run.comm.rank(), world,
+                                         run.config.training.seed, run.config.data.shuffle);
+  if (run.comm.rank() == 0)
+    log::warn() << "step " << failed_step << " ran out of GPU memory at micro-batch " << before
+                << ": running it again at micro-batch " << smaller << " x " << accumulation
+                << " accumulation (global batch " << run.state.global_batch
+                << " and the update unchanged)";
+  for (auto& o : run.observers) o->on_micro_batch(smaller, accumulation, true);
+}
+
+void stop_if_diverged(const Run& run, const StepStats& s) {
+  if (std::isfinite(s.loss) && std::isfinite(s.grad_norm)) return;
+  std::ostringstream what;
+  what
+      << "step " << s.step << ": loss " << s.loss << ", gradient norm " << s.grad_norm
+      << ": training diverged or its inputs hold NaN/inf (check training.learningRate, the model's "
+         "weights and config.json); nothing of this step is saved";
+  if (run.checkpointed_step > 0)
+    what << "; the last checkpoint is at step " << run.checkpointed_step;
+  throw UserInputError(what.str());
+}
+
+}  // namespace kubetune::train

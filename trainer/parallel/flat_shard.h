@@ -1,0 +1,71 @@
+// Tensors laid out one after another in one flat buffer, of which each of N processes owns an
+// equal slice: the one data structure under both sharding schemes (optimizer_sharding.h, ZeRO-2,
+// whose flats are gradient buckets; full_sharding.h, ZeRO-3, whose flats are model layers).
+//
+// Why one buffer: a collective over one flat tensor is one launch, and slice r of the weights,
+// of their gradients and of AdamW's moments are then the same elements, so reduce-scatter and
+// all-gather write straight into place.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trainer/optim/adamw.h"
+#include "trainer/parallel/communicator.h"
+#include "trainer/parallel/gradient_buckets.h"
+
+namespace kubetune::parallel {
+
+// Tensors by name, in a fixed order (checkpoints and outputs keep the per-tensor format).
+using NamedTensorList = std::vector<std::pair<std::string, torch::Tensor>>;
+// Whether AdamW's weight decay applies to a tensor (optim::decays_weight).
+using DecayRule = std::function<bool(const std::string&, const torch::Tensor&)>;
+
+struct FlatShard {
+  std::vector<torch::Tensor> members;  // views into `flat` once moved
+  std::vector<std::string> names;
+  std::vector<int64_t> offsets;  // of each member in `flat`
+  int64_t numel = 0;             // of the members; `flat` may be padded beyond it
+  Slice mine{0, 0};              // this process's slice of `flat`
+  torch::Tensor flat;
+  torch::Tensor exp_avg, exp_avg_sq;  // AdamW's moments of `mine`, when this process updates it
+
+  void add(const std::string& name, const torch::Tensor& tensor);
+
+  // Allocates `flat` with `padded` elements (padding zeroed), copies the members into it, makes
+  // them views of it (same values; every holder of the tensors sees the move) and takes this
+  // process's slice.
+  void move_into_flat(int64_t padded, int rank, int world);
+  // A multiple of `world` at least numel.
+  int64_t padded_to(int world) const { return (numel + world - 1) / world * world; }
+
+  void allocate_moments();
+
+  // The part of member j inside this process's slice, as [begin, end) of `flat`; empty when the
+  // slice does not touch it.
+  std::optional<std::pair<int64_t, int64_t>> overlap(size_t j) const;
+
+  // AdamW's entries for this process's slice: one per member the slice touches. `master`
+  // undefined: the member itself is updated (its gradient lives in the member, as DDP's buckets
+  // leave it). Defined: `master` is this process's own copy of `mine` (with its own gradient),
+  // and the entry names the member it holds part of.
+  std::vector<optim::AdamWParam> optimizer_entries(const DecayRule& decays,
+                                                   const torch::Tensor& master = {}) const;
+
+  // Full-size host copies of each member's part of `full` (laid out like `flat`), named after
+  // the member plus `suffix`.
+  void append_host_copies(const torch::Tensor& full, const std::string& suffix,
+                          NamedTensorList& out) const;
+
+  // The full-size "<name>.exp_avg" / ".exp_avg_sq" of the members, all-gathered from every
+  // process (a collective: every process calls it); appended to `out` only where `keep`.
+  void gather_moments(Communicator& comm, bool keep, NamedTensorList& out) const;
+};
+
+}  // namespace kubetune::parallel

@@ -1,0 +1,335 @@
+#include "trainer/parallel/full_sharding.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <sstream>
+
+namespace kubetune::parallel {
+
+struct FullSharding::Unit {
+  std::string name;  // "model.layers.3", or "root"
+  // The members and their flat buffer, padded to a multiple of the world; the buffer's storage
+  // exists only while gathered (one process: always). Its moments are of `shard`.
+  FlatShard flat;
+  torch::Tensor shard;     // this process's slice: the master copy AdamW updates
+  bool trainable = false;  // every member trains (full), or none does (lora's base)
+  bool gathered = false;
+  std::function<void()> wait_for_gather;  // set while the gather is in flight
+  size_t gradients_ready = 0;             // members whose gradient arrived in this backward
+};
+
+namespace {
+
+// The storage under a tensor and all its views, emptied or given `bytes` again (uninitialised).
+// Autograd's saved references keep pointing at the same storage (FSDP's _free_storage).
+void free_storage(const torch::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, s->device()));
+  s->set_nbytes(0);
+}
+
+void allocate_storage(const torch::Tensor& t) {
+  // The caching allocator allocates on the current device, which on the main thread is not
+  // necessarily this process's GPU.
+  const c10::DeviceGuard on_its_device(t.device());
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+  s->set_nbytes(bytes);
+}
+
+// The unit of a parameter name: 1 + l for decoder layer l, 0 (the root) for the rest.
+size_t unit_of(const std::string& name) {
+  const auto layer = model::decoder_layer_of(name);
+  return layer ? 1 + static_cast<size_t>(*layer) : 0;
+}
+
+}  // namespace
+
+FullSharding::FullSharding(model::CausalLM& model, Communicator& comm,
+                           const model::NamedParams& trainable,
+                           const std::function<bool(const torch::Tensor&)>& split, double bucket_mb)
+    : comm_(comm),
+      model_(model),
+      trainable_(trainable),
+      rank_(comm.rank()),
+      world_(comm.world_size()) {
+  torch::NoGradGuard no_grad;
+  const int64_t layers = model->config().num_hidden_layers;
+  for (int64_t u = 0; u <= layers; ++u) {
+    units_.push_back(std::make_unique<Unit>());
+    units_.back()->name = u == 0 ? "root" : "model.layers." + std::to_string(u - 1);
+  }
+  for (const auto& item : model->named_parameters()) {
+    if (!split(item.value())) continue;
+    Unit& u = *units_.at(unit_of(item.key()));
+    const auto& first = u.flat.members;
+    TORCH_CHECK(first.empty() || u.trainable == item.value().requires_grad(), u.name,
+                " mixes trainable and frozen tensors (", item.key(),
+                "): distributed.sharding full splits units that are all one or the other");
+    TORCH_CHECK(first.empty() || item.value().options().type_equal(first[0].options()), u.name,
+                " mixes dtypes or devices (", item.key(), ")");
+    u.trainable = item.value().requires_grad();
+    u.flat.add(item.key(), item.value());
+  }
+  for (auto& unit : units_) {
+    Unit& u = *unit;
+    if (u.flat.numel == 0) continue;
+    u.flat.move_into_flat(u.flat.padded_to(world_), rank_, world_);
+    if (world_ == 1) {
+      u.shard = u.flat.flat;
+      u.gathered = true;  // for good: nothing to gather from
+    } else {
+      u.shard = u.flat.flat.narrow(0, u.flat.mine.begin, u.flat.mine.size).clone();
+      free_storage(u.flat.flat);
+    }
+    if (!u.trainable) continue;
+    u.flat.allocate_moments();
+    hook_gradients(u);
+  }
+  // Autocast keeps the bf16 copy of every fp32 weight that requires gradients until the forward
+  // ends: 2 bytes a parameter of every layer, whole on every process. Each layer casts its own
+  // weights once a forward anyway, so the cache saves nothing here.
+  if (std::any_of(units_.begin(), units_.end(), [](const auto& u) { return u->trainable; }))
+    at::autocast::set_autocast_cache_enabled(false);
+  model->before_stage = [this](int64_t stage) { before_stage(stage); };
+  model->after_layer = [this](int64_t layer, const torch::Tensor& output) {
+    if (!torch::GradMode::is_enabled() || !output.requires_grad()) return;
+    output.register_hook([this, layer](const torch::Tensor&) { before_layer_backward(layer); });
+  };
+  // What stays whole (LoRA's adapters) is all-reduced as without sharding; the embedding's
+  // gradient, when it trains, is reduce-scattered with the rest of its unit.
+  whole_ = std::make_unique<BucketedGradients>(comm, model, trainable, bucket_mb,
+                                               /*embedding_by_rows=*/false,
+                                               [this](const torch::Tensor& t) { return holds(t); });
+  whole_->attach(Communicator::Reduction::kAllReduce);
+}
+
+// Each member's gradient accumulator tells when its gradient for this backward arrived.
+void FullSharding::hook_gradients(Unit& u) {
+  for (auto& p : u.flat.members) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(p);
+    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, &u](const torch::autograd::variable_list& outputs,
+                   const torch::autograd::variable_list&) {
+          gradient_ready(u);
+          return outputs;
+        }));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+FullSharding::~FullSharding() {
+  model_->before_stage = nullptr;
+  model_->after_layer = nullptr;
+}
+
+FullSharding::Unit& FullSharding::layer_unit(int64_t layer) { return *units_.at(1 + layer); }
+
+bool FullSharding::holds(const torch::Tensor& t) const {
+  for (const auto& u : units_)
+    for (const auto& p : u->flat.members)
+      if (p.is_same(t)) return true;
+  return false;
+}
+
+// Stage -1: the embedding (the root); l: decoder layer l; layers: the final norm (the root).
+void FullSharding::before_stage(int64_t stage) {
+  const int64_t layers = static_cast<int64_t>(units_.size()) - 1;
+  if (stage < 0) {
+    wait_for(*units_[0]);
+    if (layers > 0) start_gather(layer_unit(0));
+    return;
+  }
+  if (stage > 0) free(layer_unit(stage - 1));  // first: at most two layers are gathered at once
+  if (stage < layers) {
+    wait_for(layer_unit(stage));
+    if (stage + 1 < layers) start_gather(layer_unit(stage + 1));
+  }
+}
+
+// Layer `layer`'s output has its gradient: its backward (with checkpointing, its recompute) is
+// next, and the layer above has finished its own.
+void FullSharding::before_layer_backward(int64_t layer) {
+  const int64_t layers = static_cast<int64_t>(units_.size()) - 1;
+  if (layer + 1 < layers) free(layer_unit(layer + 1));
+  wait_for(layer_unit(layer));
+  if (layer > 0) start_gather(layer_unit(layer - 1));
+}
+
+void FullSharding::start_gather(Unit& u) {
+  if (u.gathered || u.flat.numel == 0) return;
+  torch::NoGradGuard no_grad;
+  allocate_storage(u.flat.flat);
+  u.flat.flat.narrow(0, u.flat.mine.begin, u.flat.mine.size).copy_(u.shard);
+  u.wait_for_gather = comm_.start_all_gather_in_place(u.flat.flat, "weights (all-gather)");
+  u.gathered = true;
+  // What the storage really holds now, not what the bookkeeping says: the test of freeing.
+  int64_t gathered = 0;
+  for (const auto& unit : units_) {
+    const auto& flat = unit->flat.flat;
+    if (unit->flat.numel > 0)
+      gathered += static_cast<int64_t>(flat.storage().nbytes()) / flat.element_size();
+  }
+  peak_gathered_ = std::max(peak_gathered_, gathered);
+}
+
+void FullSharding::wait_for(Unit& u) {
+  start_gather(u);
+  if (!u.wait_for_gather) return;
+  u.wait_for_gather();
+  u.wait_for_gather = nullptr;
+}
+
+void FullSharding::free(Unit& u) {
+  if (world_ == 1 || !u.gathered) return;
+  wait_for(u);  // a gather still writing into the storage must finish first
+  free_storage(u.flat.flat);
+  u.gathered = false;
+}
+
+void FullSharding::gradient_ready(Unit& u) {
+  if (++u.gradients_ready < u.flat.members.size()) return;
+  u.gradients_ready = 0;
+  reduce_gradients(u);
+}
+
+// The unit's full-size gradients, flattened like its weights, summed over processes into this
+// process's slice and added to the slice's gradient (accumulation); the full-size ones go.
+void FullSharding::reduce_gradients(Unit& u) {
+  torch::NoGradGuard no_grad;
+  const FlatShard& f = u.flat;
+  auto flat = torch::empty({f.flat.numel()}, u.shard.options());
+  for (size_t j = 0; j < f.members.size(); ++j) {
+    auto p = f.members[j];
+    auto place = flat.narrow(0, f.offsets[j], p.numel());
+    if (p.grad().defined())
+      place.copy_(p.grad().reshape(-1));
+    else
+      place.zero_();  // a tensor this backward did not reach (autograd still ran its accumulator)
+    p.mutable_grad() = torch::Tensor();
+  }
+  if (f.numel < flat.numel()) flat.narrow(0, f.numel, flat.numel() - f.numel).zero_();
+  torch::Tensor mine = flat;
+  if (world_ > 1) {
+    mine = torch::empty({f.mine.size}, flat.options());
+    comm_.reduce_scatter_sum(flat, mine, "gradients (reduce-scatter)");
+  }
+  auto& grad = u.shard.mutable_grad();
+  if (grad.defined())
+    grad.add_(mine);
+  else
+    grad = mine;
+}
+
+void FullSharding::after_backward() {
+  for (auto& u : units_) {
+    TORCH_CHECK(u->gradients_ready == 0, u->name, ": only ", u->gradients_ready, " of ",
+                u->flat.members.size(), " gradients arrived in this backward");
+  }
+  release();
+}
+
+void FullSharding::release() {
+  for (auto& u : units_) free(*u);
+}
+
+void FullSharding::drop_gradients() {
+  for (auto& u : units_) {
+    if (!u->trainable) continue;
+    u->shard.mutable_grad() = torch::Tensor();
+    u->gradients_ready = 0;
+    for (auto p : u->flat.members) p.mutable_grad() = torch::Tensor();
+  }
+}
+
+std::string FullSharding::why_out_of_memory_is_final() const {
+  if (world_ == 1) return {};
+  return "distributed.sharding full, whose every forward and backward gathers weights from the "
+         "other processes";
+}
+
+std::vector<optim::AdamWParam> FullSharding::optimizer_entries(const DecayRule& decays) {
+  std::vector<optim::AdamWParam> entries;
+  for (auto& u : units_) {
+    if (!u->trainable) continue;
+    auto slices = u->flat.optimizer_entries(decays, u->shard);
+    entries.insert(entries.end(), slices.begin(), slices.end());
+  }
+  for (size_t i = 0; i < trainable_.tensors.size(); ++i) {
+    const auto& t = trainable_.tensors[i];
+    if (!holds(t))
+      entries.push_back({trainable_.names[i], t, decays(trainable_.names[i], t), {}, {}});
+  }
+  return entries;
+}
+
+void FullSharding::with_gathered(Unit& u, const std::function<void(const torch::Tensor&)>& read) {
+  const bool was_gathered = u.gathered;
+  wait_for(u);
+  read(u.flat.flat);
+  if (!was_gathered) free(u);
+}
+
+std::map<std::string, torch::Tensor> FullSharding::gather_weights(bool keep, bool trainable_only) {
+  torch::NoGradGuard no_grad;
+  NamedTensorList copies;
+  for (auto& u : units_) {
+    if (u->flat.numel == 0 || (trainable_only && !u->trainable)) continue;
+    with_gathered(*u, [&](const torch::Tensor& flat) {
+      if (keep) u->flat.append_host_copies(flat, "", copies);
+    });
+  }
+  return {copies.begin(), copies.end()};
+}
+
+NamedTensorList FullSharding::gather_optimizer_state(bool keep) {
+  NamedTensorList out;
+  for (auto& u : units_)
+    if (u->trainable) u->flat.gather_moments(comm_, keep, out);
+  return out;
+}
+
+torch::Tensor FullSharding::empty_batch_loss(int32_t pad_id) {
+  if (world_ == 1) return zero_loss(trainable_);
+  const auto device = model_->model->embed_tokens->weight.device();
+  auto ids = torch::full({1, 1}, static_cast<int64_t>(pad_id),
+                         torch::TensorOptions().dtype(torch::kInt64).device(device));
+  auto hidden = model_->hidden_states(ids, torch::zeros_like(ids));
+  return model_->logits(hidden).sum() * 0.0;
+}
+
+std::string FullSharding::end_report() const {
+  const auto& root_flat = units_[0]->flat.flat;
+  int64_t all = 0, root = root_flat.defined() ? root_flat.numel() : 0, layer = 0;
+  for (const auto& u : units_) {
+    if (!u->flat.flat.defined()) continue;
+    all += u->flat.flat.numel();
+    if (u.get() != units_[0].get()) layer = std::max(layer, u->flat.flat.numel());
+  }
+  std::ostringstream text;
+  text << "fully sharded weights: at most " << (world_ == 1 ? all : peak_gathered_) << " of " << all
+       << " sharded elements gathered at once (the root's " << root << " and two layers' "
+       << 2 * layer << ")";
+  return text.str();
+}
+
+std::string FullSharding::describe() const {
+  int64_t units = 0, all = 0, mine = 0;
+  for (const auto& u : units_) {
+    if (u->flat.numel == 0) continue;
+    ++units;
+    all += u->flat.numel;
+    mine += u->flat.mine.size;
+  }
+  std::ostringstream text;
+  text << "weights fully sharded across processes (" << units << " units, " << mine << " of " << all
+       << " elements on this process)";
+  return text.str();
+}
+
+}  // namespace kubetune::parallel

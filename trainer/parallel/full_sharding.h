@@ -1,0 +1,114 @@
+// distributed.sharding full: ZeRO stage 3 (Rajbhandari et al. 2020), as torch's FSDP does it: the
+// weights, their gradients and AdamW's state all live in 1/N slices across the N data-parallel
+// processes. See weight_sync.h for the interface.
+//
+// Why: with the optimizer alone sharded (optimizer_sharding.h) every process still holds every
+// weight and gradient, 8 bytes a parameter in fp32 before AdamW's 8: Llama-3.1-8B's full
+// fine-tuning needs 64 GB for those alone, and a 70B base for LoRA 140 GB. Sharded, that is divided
+// by N.
+//
+// How: the model is cut into units, one per decoder layer and the "root" (embedding, final norm,
+// untied output layer). A unit's tensors live in one flat buffer (a FlatShard, flat_shard.h),
+// padded to a multiple of N, of which this process keeps its slice (`shard`, the master copy AdamW
+// updates). The buffer's storage exists only while the unit is gathered:
+//   forward:  before layer l runs, its buffer is all-gathered (layer l+1's gather is started
+//             then too, so it arrives while l computes) and layer l-1's storage is freed;
+//   backward: a hook on layer l's output gathers layer l again before its backward (and starts
+//             l-1's), and layer l+1's storage is freed, its backward being done;
+//   gradients: once every trainable tensor of a unit has its gradient for this backward, they
+//             are reduce-scattered into this process's slice (summed over micro-batches) and
+//             the full-size gradients dropped.
+// The root stays gathered from the embedding until the backward ends: the output layer reads it
+// after the decoder and, tied, so does the loss.
+// Freeing is the storage's, not the tensors': autograd's saved references to the weights stay
+// valid and see the same values again once gathered (FSDP's resize-storage-to-0).
+//
+// With method lora only the frozen base is split; the adapters are whole on every process and
+// all-reduced as without sharding. With one process nothing is freed or gathered: the shard is
+// the buffer, and the path differs from no sharding only by the gradient's copy into it.
+#pragma once
+
+#include <torch/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trainer/parallel/bucketed_gradients.h"
+#include "trainer/parallel/weight_sync.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace kubetune::parallel {
+
+class FullSharding : public WeightSync {
+ public:
+  // Splits `model`'s parameters into units. `split(tensor)` says which of them are sharded
+  // (method full: all; lora: the frozen ones). The trainable tensors it does not split (LoRA's
+  // adapters) are all-reduced by `buckets`. Sets the model's before_stage and after_layer.
+  FullSharding(model::CausalLM& model, Communicator& comm, const model::NamedParams& trainable,
+               const std::function<bool(const torch::Tensor&)>& split, double bucket_mb);
+  ~FullSharding() override;
+  FullSharding(const FullSharding&) = delete;
+  FullSharding& operator=(const FullSharding&) = delete;
+
+  // This process's slices of the trainable sharded tensors (one entry per tensor the slice
+  // touches, named after it: checkpoints keep their per-tensor format), the rest whole.
+  std::vector<optim::AdamWParam> optimizer_entries(const DecayRule& decays) override;
+  bool splits_optimizer() const override { return true; }
+  // "fully sharded across processes (13 units, 1.23M of 3.70M elements on this process)".
+  std::string describe() const override;
+  // "at most 120 of 400 sharded elements gathered at once (...)": the storage actually held, at
+  // its peak so far (one process: all of it, always).
+  std::string end_report() const override;
+
+  void begin_step(const RowIds&) override {}
+  // With peers, a forward and backward on one padding token with zero gradients: a process with
+  // no examples in a micro-batch still takes part in every gather and reduction of its peers.
+  torch::Tensor empty_batch_loss(int32_t pad_id) override;
+  // Checks that every unit's gradients were reduced and frees what is still gathered.
+  void after_backward() override;
+  std::string why_out_of_memory_is_final() const override;
+  // Drops the slices' gradients (after the update, or after running out of memory).
+  void drop_gradients() override;
+  // An evaluation's forward leaves the root gathered.
+  void after_evaluation() override { release(); }
+
+  NamedTensorList gather_optimizer_state(bool keep) override;
+  std::map<std::string, torch::Tensor> gather_weights(bool keep, bool trainable_only) override;
+
+  // Whether `t` is one of the sharded tensors (its values are then not readable in between).
+  bool holds(const torch::Tensor& t) const;
+
+ private:
+  struct Unit;
+  Unit& layer_unit(int64_t layer);
+  void hook_gradients(Unit& u);
+  void before_stage(int64_t stage);
+  void before_layer_backward(int64_t layer);
+  void start_gather(Unit& u);
+  void wait_for(Unit& u);
+  void free(Unit& u);
+  void release();
+  void gradient_ready(Unit& u);
+  void reduce_gradients(Unit& u);
+  // Gathers `u` if it is not, calls `read` with its full flat buffer, and frees it again.
+  void with_gathered(Unit& u, const std::function<void(const torch::Tensor&)>& read);
+
+  Communicator& comm_;
+  model::CausalLM model_;
+  model::NamedParams trainable_;
+  int rank_, world_;
+  std::vector<std::unique_ptr<Unit>> units_;  // [0]: the root; [1 + l]: decoder layer l
+  std::unique_ptr<BucketedGradients> whole_;  // trainable tensors not split (LoRA's adapters)
+  // Autograd holds its gradient accumulators weakly; the hooks on them live as long as these.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  int64_t peak_gathered_ = 0;  // elements of all units' storage, at most, after any gather
+};
+
+}  // namespace kubetune::parallel

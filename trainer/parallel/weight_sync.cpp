@@ -1,0 +1,33 @@
+#include "trainer/parallel/weight_sync.h"
+
+#include "trainer/parallel/full_sharding.h"
+#include "trainer/parallel/optimizer_sharding.h"
+#include "trainer/parallel/replicated_weights.h"
+
+namespace kubetune::parallel {
+
+// The one place that reads distributed.sharding.
+std::unique_ptr<WeightSync> make_weight_sync(const TrainConfig& c, Communicator& comm,
+                                             model::CausalLM& model,
+                                             const model::NamedParams& trainable) {
+  const double bucket_mb = c.distributed.bucket_size_mb;
+  if (c.distributed.sharding == api::DistributedSharding::kFull) {
+    // Every weight (full), or the frozen base (lora: the adapters stay whole).
+    const bool full = c.method.type == api::MethodType::kFull;
+    return std::make_unique<FullSharding>(
+        model, comm, trainable,
+        [full](const torch::Tensor& t) { return full || !t.requires_grad(); }, bucket_mb);
+  }
+  // A trainable embedding of a multi-process run has its gradient summed by the rows the step
+  // looked up (embedding_gradient_sync.h).
+  const bool embedding_by_rows = comm.world_size() > 1 &&
+                                 c.distributed.sparse_embedding_gradients &&
+                                 model->model->embed_tokens->weight.requires_grad();
+  auto buckets =
+      std::make_unique<BucketedGradients>(comm, model, trainable, bucket_mb, embedding_by_rows);
+  if (comm.world_size() > 1 && c.distributed.sharding == api::DistributedSharding::kOptimizer)
+    return std::make_unique<OptimizerSharding>(comm, model, trainable, std::move(buckets));
+  return std::make_unique<ReplicatedWeights>(trainable, std::move(buckets));
+}
+
+}  // namespace kubetune::parallel

@@ -1,0 +1,89 @@
+// How the processes' copies of the weights stay in step: which gradients are reduced and how,
+// which part of the weights each process's AdamW updates, and when weights travel back. The
+// training step (trainer/loop/step.cpp) calls this interface at fixed points and never asks which
+// scheme it has, as in torchtitan, where the step does not know which parallelism was applied.
+//
+// Three schemes (distributed.sharding), each in a file of its own:
+//   replicated_weights.cpp  none: DDP. Every process holds and updates everything; gradients are
+//                           all-reduced in buckets during backward (and a trainable embedding's
+//                           by the rows the step looked up, embedding_gradient_sync.h).
+//   optimizer_sharding.cpp  optimizer: ZeRO-2. Gradient buckets are reduce-scattered; each process
+//                           updates its slice and the slices are all-gathered back.
+//   full_sharding.cpp       full: ZeRO-3 (FSDP). Weights, gradients and AdamW's state live in
+//                           slices; each layer's weights are gathered for its forward and backward.
+// The sharded ones keep their slices in FlatShard (flat_shard.h).
+//
+// The step's calls, in order:
+//   begin_step(rows)            before the first forward
+//   forward/backward per micro-batch, after_backward() after each; a micro-batch with no examples
+//                               (or after running out of memory) backpropagates empty_batch_loss()
+//   finish_gradients()          after the last backward: gradients are complete on every process
+//   AdamW over optimizer_entries(), then after_update(), then drop_gradients()
+// Anything that reads weights outside a forward (evaluation, checkpoint, output) calls
+// wait_for_weights() first; checkpoints and outputs read sharded values through the gathers.
+#pragma once
+
+#include <torch/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/train_config.h"
+#include "trainer/model/causal_lm.h"
+#include "trainer/model/named_params.h"
+#include "trainer/optim/adamw.h"
+#include "trainer/parallel/communicator.h"
+#include "trainer/parallel/flat_shard.h"
+
+namespace kubetune::parallel {
+
+using RowIds = std::function<std::vector<int64_t>()>;
+
+class WeightSync {
+ public:
+  virtual ~WeightSync() = default;
+
+  // What this process's AdamW updates: whole tensors, or its slices of them.
+  virtual std::vector<optim::AdamWParam> optimizer_entries(const DecayRule& decays) = 0;
+  // Whether those entries are split between processes: the gradient norm is then a sum over
+  // them, each element counted by its owner (whole entries by rank 0).
+  virtual bool splits_optimizer() const = 0;
+  // "optimizer sharded across processes (…)" for the log's first line; empty when replicated.
+  virtual std::string describe() const = 0;
+  // A line for the end of the run (how much was gathered at most), or empty.
+  virtual std::string end_report() const { return {}; }
+
+  // `rows()`: the sorted token ids the step's global batch looks up (the same on every process),
+  // computed only by a scheme that needs them.
+  virtual void begin_step(const RowIds& rows) = 0;
+  // A loss whose backward gives every trainable tensor a zero gradient and takes part in every
+  // collective its peers' backward runs, for a micro-batch with nothing to learn from.
+  virtual torch::Tensor empty_batch_loss(int32_t pad_id) = 0;
+  virtual void after_backward() {}
+  virtual void finish_gradients() {}
+  // Empty when a process that ran out of memory half-way through a forward or backward can still
+  // take part in the step with zero gradients; otherwise why it cannot.
+  virtual std::string why_out_of_memory_is_final() const { return {}; }
+  virtual void after_update() {}
+  // Drops every gradient this scheme keeps besides the trainable tensors' own.
+  virtual void drop_gradients() {}
+  virtual void wait_for_weights() {}
+  // After an evaluation's forward, which may leave weights gathered.
+  virtual void after_evaluation() {}
+
+  // Collectives for checkpoints and outputs: every process calls them, only `keep` gets values.
+  // The sharded AdamW moments ("<name>.exp_avg", ".exp_avg_sq") the optimizer does not hold whole.
+  virtual NamedTensorList gather_optimizer_state(bool keep) = 0;
+  // Host copies of the weights this process does not hold whole (trainable ones only, or all),
+  // by name; tensors held whole are not in it.
+  virtual std::map<std::string, torch::Tensor> gather_weights(bool keep, bool trainable_only) = 0;
+};
+
+std::unique_ptr<WeightSync> make_weight_sync(const TrainConfig& config, Communicator& comm,
+                                             model::CausalLM& model,
+                                             const model::NamedParams& trainable);
+
+}  // namespace kubetune::parallel

@@ -1,0 +1,210 @@
+#include "trainer/plan/memory_model.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "trainer/device/device.h"
+#include "trainer/model/frozen_linear_group.h"
+#include "trainer/model/lora.h"
+#include "trainer/plan/host_memory.h"
+#include "trainer/plan/micro_batch.h"
+
+namespace kubetune::train {
+namespace {
+
+// Bytes saved for backward per token and decoder layer, per element of the hidden and of the
+// MLP's intermediate width: a least-squares-free fit (two equations, two unknowns) to the peaks
+// of LoRA on Llama-3.2-1B (micro-batch 4) and Llama-3.1-8B (micro-batch 2) at 2048 tokens,
+// checked against full fine-tuning of the 1B (bench/README.md, "Memory"). bf16 activations:
+// about 3.5 saved tensors of the hidden width and 4 of the intermediate one.
+constexpr double kActivationBytesPerHidden = 6.98;
+constexpr double kActivationBytesPerIntermediate = 8.35;
+// LoRA and QLoRA without dropout on a GPU run the MLP as one node that recomputes SwiGLU's output
+// in backward (trainer/model/frozen_linear_group.h): one bf16 value of the intermediate width less.
+// Measured since: LoRA 10.87 GiB (1B) and 30.19 GiB (8B) against 10.59 and 30.26 estimated;
+// QLoRA 9.55 (1B), 20.57 (8B) and 73.6 GiB (70B, micro-batch 1) against 9.24, 20.6 and 76.8.
+constexpr double kRecomputedMlpOutputBytes = 2.0;
+// With gradient checkpointing a layer keeps only its input until its backward recomputes it (one
+// value of the hidden width: bf16 between frozen bf16 layers, fp32 when the weights are fp32, as
+// full fine-tuning trains them). The layer being recomputed then holds its activations and, at
+// the peak of its MLP's backward, about four more bf16 values of the intermediate width (the
+// gradients of the SwiGLU's output, gate and up, and the recomputed output). Fitted to the peaks
+// of 1B LoRA at 8192 tokens (recompute on: 3.98 GiB; offloaded: 3.58) and of 8B LoRA offloaded at
+// 65536 and 131072 tokens (30.94 and 46.25 GiB); the estimate was 3.98, 3.10, 24.88 and 34.19
+// when it counted fp32 checkpoints and no backward working set, and is now 3.98, 3.54, 30.88 and
+// 46.19 (bench/README.md, "Memory").
+constexpr double kRecomputeBackwardBytesPerIntermediate = 8.0;
+
+// With the MLP over chunks of tokens (long sequences, frozen_linear_group.h) and recompute, what
+// the layer whose backward runs, and everything outside the layers, holds per token and element of
+// the hidden width, beside the checkpoints; and the MLP's working set per element of one chunk's
+// [tokens, intermediate]. Fitted to 8B LoRA r16 at 65536 tokens and 8B QLoRA r32 at 393216, with
+// offloaded checkpoints (23.93 and 51.97 GiB on an H100, session 18); the two runs at 131072
+// between them, LoRA and QLoRA (30.75 and 21.73 GiB), are estimated 1.9% and 2.7% above.
+constexpr double kChunkedRecomputeBytesPerHidden = 25.65;
+constexpr double kMlpChunkBytesPerIntermediate = 3.77;
+
+// Bytes of the decoder layers' inputs kept on the GPU for the recompute (0 without it). Offloaded,
+// those on the GPU are the last layer's and the one being fetched.
+double recompute_inputs(const TrainConfig& c, const model::ModelConfig& m, double tokens) {
+  if (!recomputes_layers(c)) return 0;
+  const int64_t on_gpu = c.model.offload_checkpoints ? 2 : m.num_hidden_layers;
+  return tokens * recompute_input_element_bytes(c) * static_cast<double>(m.hidden_size * on_gpu);
+}
+
+struct LinearShape {
+  const char* module;  // as named in the model: "self_attn.q_proj"
+  int64_t in, out;
+};
+
+std::array<LinearShape, 7> decoder_linears(const model::ModelConfig& m) {
+  const int64_t h = m.hidden_size, q = m.num_attention_heads * m.head_dim,
+                kv = m.num_key_value_heads * m.head_dim, i = m.intermediate_size;
+  return {{{"self_attn.q_proj", h, q},
+           {"self_attn.k_proj", h, kv},
+           {"self_attn.v_proj", h, kv},
+           {"self_attn.o_proj", q, h},
+           {"mlp.gate_proj", h, i},
+           {"mlp.up_proj", h, i},
+           {"mlp.down_proj", i, h}}};
+}
+
+}  // namespace
+
+int64_t MemoryEstimate::total() const {
+  return frozen_weights + trainable_weights + gradients + optimizer_states + autocast_copies +
+         activations;
+}
+
+api::MemoryReport MemoryEstimate::to_report() const {
+  api::MemoryReport m;
+  m.frozen_weights_gib = rounded_gib(frozen_weights);
+  m.trainable_weights_gib = rounded_gib(trainable_weights);
+  m.gradients_gib = rounded_gib(gradients);
+  m.optimizer_states_gib = rounded_gib(optimizer_states);
+  m.autocast_copies_gib = rounded_gib(autocast_copies);
+  m.activations_gib = rounded_gib(activations);
+  m.total_gib = rounded_gib(total());
+  return m;
+}
+
+int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) {
+  if (c.method.type == api::MethodType::kFull) return m.num_parameters();
+  int64_t n = 0;
+  for (int64_t layer = 0; layer < m.num_hidden_layers; ++layer) {
+    for (const auto& linear : decoder_linears(m)) {
+      const std::string name =
+          "model.layers." + std::to_string(layer) + "." + std::string(linear.module);
+      const auto& targets = lora_target_modules(c.method.lora);
+      if (std::any_of(targets.begin(), targets.end(),
+                      [&](const std::string& t) { return model::matches_target(name, t); }))
+        n += c.method.lora.r * (linear.in + linear.out);
+    }
+  }
+  return n;
+}
+
+// Fully sharded weights (full_sharding.h) of `n` elements in total, as present at the peak: this
+// process's 1/N of each unit, and what is gathered at once, the root (embedding, final norm,
+// output layer: from the embedding to the end of backward) and two decoder layers (the one
+// running and the one arriving). One process holds everything once.
+// The root unit: embedding, final norm, untied output layer.
+double root_elements(const model::ModelConfig& m) {
+  return static_cast<double>(m.num_parameters() - m.num_hidden_layers * m.parameters_per_layer());
+}
+
+double sharded_elements(const model::ModelConfig& m, double n, int world_size) {
+  if (world_size == 1) return n;
+  return n / world_size + root_elements(m) +
+         std::min<double>(2, m.num_hidden_layers) * m.parameters_per_layer();
+}
+
+// The largest unit of a fully sharded model: its gradients and their flat copy meet while it is
+// reduced.
+double largest_unit(const model::ModelConfig& m) {
+  return std::max(static_cast<double>(m.parameters_per_layer()), root_elements(m));
+}
+
+MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfig& c,
+                                   int world_size) {
+  MemoryEstimate e;
+  const int64_t all = m.num_parameters(), trainable = trainable_parameters(m, c);
+  const bool full = c.method.type == api::MethodType::kFull,
+             bf16 = c.model.dtype != api::ModelDtype::kFloat32;
+  const bool weights_sharded = c.distributed.sharding == api::DistributedSharding::kFull,
+             optimizer_sharded =
+                 c.distributed.sharding != api::DistributedSharding::kNone && world_size > 1;
+  // Frozen weights are stored in the compute dtype; trainable ones in fp32
+  // (trainer/inputs/run_inputs.cpp).
+  e.frozen_weights = full ? 0 : all * (bf16 ? 2 : 4);
+  if (weights_sharded && !full)
+    e.frozen_weights = static_cast<int64_t>(sharded_elements(m, all, world_size) * (bf16 ? 2 : 4));
+  int64_t linear = 0;  // the decoder layers' linear weights
+  for (const auto& l : decoder_linears(m)) linear += l.in * l.out;
+  linear *= m.num_hidden_layers;
+  const bool fp8 = c.model.precision == api::ModelPrecision::kFp8;
+  // model.precision fp8 changes nothing here: lora's frozen decoder linears take one byte each,
+  // kept twice (W, and W^T for the input gradients: fp8_linear.h), as bf16's two (their row
+  // scales, 4 bytes per few thousand weights, are left out).
+  if (c.method.type == api::MethodType::kQlora) {
+    // The decoder's linear weights in 4 bits plus one scale per block (a float32, or a byte and
+    // 1/256 of a float32 with double quantization); the rest stays in the compute dtype.
+    const double scale_bytes = c.method.quantization.double_quant ? 1.0 + 4.0 / 256 : 4.0;
+    e.frozen_weights =
+        static_cast<int64_t>((all - linear) * (bf16 ? 2 : 4) +
+                             linear * (0.5 + scale_bytes / c.method.quantization.block_size));
+  }
+  e.trainable_weights = trainable * 4;
+  // Several processes: the reduction's buckets hold another copy of the gradients.
+  e.gradients = trainable * 4 * (world_size > 1 ? 2 : 1);
+  e.optimizer_states = trainable * 8 / (optimizer_sharded ? world_size : 1);
+  if (weights_sharded && full) {
+    // 1/N of the gradients (summed over micro-batches) and, with peers, while one unit is
+    // reduced its full-size gradients and their flat copy. One process keeps one full-size copy,
+    // as without sharding (measured: the same peak, bench/README.md "Fully sharded").
+    e.trainable_weights = static_cast<int64_t>(sharded_elements(m, all, world_size) * 4);
+    e.gradients = static_cast<int64_t>(
+        (static_cast<double>(all) / world_size + (world_size > 1 ? 2 * largest_unit(m) : 0)) * 4);
+    e.optimizer_states = all * 8 / world_size;
+  } else if (weights_sharded) {
+    e.optimizer_states = trainable * 8;  // the adapters stay whole on every process
+  }
+  // Measured: with checkpointing the forward keeps no cast copies (22.4 GiB estimated with
+  // them against 19.6 GiB measured for the 1B's full fine-tuning).
+  e.autocast_copies = bf16 && !recomputes_layers(c) ? trainable * 2 : 0;
+  // Under fp8 full fine-tuning backward keeps each decoder linear weight in FP8 (one byte) where
+  // autocast kept a bf16 copy.
+  if (fp8 && full && e.autocast_copies > 0) e.autocast_copies = (trainable - linear) * 2 + linear;
+  const int64_t tokens = micro_batch_size(c) * c.data.max_length;
+  const bool mlp_output_recomputed = trains_adapters(c) && c.method.lora.dropout == 0;
+  // Under recompute that MLP node runs over chunks of a long sequence's tokens, keeping only its
+  // input: its intermediate-width tensors are then one chunk's, in the layer whose backward runs.
+  const int64_t mlp_chunk = mlp_output_recomputed && recomputes_layers(c)
+                                ? model::swiglu_mlp_chunk_rows(tokens, m.intermediate_size)
+                                : 0;
+  const double scale = bf16 ? 1.0 : 2.0;  // fp32 activations take twice the bytes
+  const auto n = static_cast<double>(tokens);
+  if (mlp_chunk > 0) {
+    const double working_set = static_cast<double>(mlp_chunk) * scale *
+                               kMlpChunkBytesPerIntermediate * m.intermediate_size;
+    const double per_token = kChunkedRecomputeBytesPerHidden * m.hidden_size;
+    e.activations =
+        static_cast<int64_t>(n * scale * per_token + working_set + recompute_inputs(c, m, n));
+    return e;
+  }
+  const double per_layer =
+      kActivationBytesPerHidden * m.hidden_size +
+      (kActivationBytesPerIntermediate - (mlp_output_recomputed ? kRecomputedMlpOutputBytes : 0)) *
+          m.intermediate_size;
+  if (!recomputes_layers(c)) {
+    e.activations = static_cast<int64_t>(n * scale * per_layer * m.num_hidden_layers);
+    return e;
+  }
+  e.activations = static_cast<int64_t>(
+      recompute_inputs(c, m, n) +
+      n * scale * (per_layer + kRecomputeBackwardBytesPerIntermediate * m.intermediate_size));
+  return e;
+}
+
+}  // namespace kubetune::train
