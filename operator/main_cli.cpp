@@ -7,13 +7,13 @@
 #include "common/train_config.h"
 #include "common/yaml_file.h"
 #include "operator/api/crd.h"
-#include "operator/api/desired_objects.h"
 #include "operator/api/job.h"
-#include "operator/api/workload.h"
-#include "operator/api/yaml_emit.h"
 #include "operator/kube/objects.h"
 #include "operator/local/local_runner.h"
 #include "operator/local/preflight.h"
+#include "operator/render/desired_objects.h"
+#include "operator/render/workload.h"
+#include "operator/render/yaml_emit.h"
 
 namespace {
 

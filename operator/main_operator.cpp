@@ -13,7 +13,8 @@
 
 #include "common/log.h"
 #include "operator/api/crd.h"
-#include "operator/controller/manager.h"
+#include "operator/render/yaml_emit.h"
+#include "operator/runtime/manager.h"
 
 namespace {
 

@@ -12,13 +12,13 @@ from huggingface_hub import errors as hub_errors
 
 from . import verify
 from .cache import COMMIT, MARKER, CacheEntry, check_free_space, safe_relative
-from .errors import FetchError
+from .errors import EXIT_RETRYABLE, FetchError
 from .download import download_all
 from .result import Fetched
 from .retry import status_of, with_retries
 from .sources import HubSource
 
-# What the trainer reads of a model repository (trainer/io, trainer/text): weights, configs,
+# What the trainer reads of a model repository (trainer/io, text): weights, configs,
 # tokenizer, chat template. Top-level only: `original/` holds the same weights in another format,
 # and `*.bin`/`*.pth` are pickles of the same tensors.
 MODEL_FILES = ("*.safetensors", "*.safetensors.index.json", "config.json",
@@ -159,7 +159,7 @@ def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
                 local.unlink()
                 raise FetchError(source.text, f"{f.path} does not match the checksum the Hub "
                                               f"publishes ({kind_of_sum} {expected}); removed, fetch "
-                                              "again", exit_code=3)
+                                              "again", exit_code=EXIT_RETRYABLE)
             manifest["files"][f.path] = {"size": f.size, kind_of_sum: expected}
         state = entry.partial / _HUB_STATE
         if state.exists():

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from . import verify
 from .cache import DIGEST, CacheEntry, check_free_space, safe_relative
-from .errors import FetchError
+from .errors import EXIT_RETRYABLE, FetchError
 from .download import download_all
 from .progress import directory_bytes
 from .result import Fetched
@@ -84,7 +84,7 @@ def _download(s3, source: S3Source, obj: dict, target: Path, log) -> None:
             if status_of(e) == 412:  # changed since it was listed: the listing's digest is stale
                 part.unlink(missing_ok=True)
                 raise FetchError(source.text, f"{obj['Key']} changed while it was fetched; fetch "
-                                              "again", exit_code=3) from e
+                                              "again", exit_code=EXIT_RETRYABLE) from e
             raise
         # Tests only: a slow link, so that the progress of a small object can be watched.
         limit = float(os.environ.get("KUBETUNE_FETCH_TEST_BYTES_PER_SECOND", "0"))
@@ -116,7 +116,7 @@ def _verify(s3, source: S3Source, obj: dict, path: Path) -> dict:
     if not ok or path.stat().st_size != obj["Size"]:
         path.unlink()
         raise FetchError(source.text, f"{obj['Key']} does not match the checksum S3 publishes "
-                                      f"({record}); removed, fetch again", exit_code=3)
+                                      f"({record}); removed, fetch again", exit_code=EXIT_RETRYABLE)
     return {"size": obj["Size"], **record}
 
 

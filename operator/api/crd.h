@@ -14,9 +14,8 @@ const nlohmann::json& status_schema();
 // openAPIV3Schema of a whole FineTuneJob object (apiVersion, kind, metadata, spec, status).
 const nlohmann::json& job_schema();
 
-// The CRD object and its YAML.
+// The CRD object (render/yaml_emit.h writes it as YAML).
 nlohmann::json crd();
-std::string crd_yaml();
 
 // Turns our JSON schema into a structural CRD schema: `additionalProperties: false` is not allowed
 // there (unknown fields are pruned or, with strict field validation, rejected), nor are our own

@@ -1,6 +1,6 @@
 // The report of `kubetune-trainer preflight` as the operator and `kubetune run` read it: the
 // schema's type api::PreflightReport (common/finetunejob_schema.json, status.preflight.report),
-// the same one the trainer writes.
+// the same one the trainer writes. policy/preflight_summary.h puts it in one line for people.
 #pragma once
 
 #include <optional>
@@ -14,11 +14,5 @@ namespace kubetune::op {
 // no JSON object or breaks the schema (types, lengths, list sizes): anything in the pod can write
 // it, so nothing in it is trusted.
 std::optional<api::PreflightReport> parse_preflight_report(const std::string& text);
-
-// One line for people: "1499 steps, 2998 records, 137908 tokens, micro-batch 4 x 2 accumulation,
-// est. 12.6 GiB per GPU: OK".
-std::string preflight_summary(const api::PreflightReport& report);
-// The same for a report that could not be read: "no report".
-std::string preflight_summary(const std::optional<api::PreflightReport>& report);
 
 }  // namespace kubetune::op

@@ -4,9 +4,9 @@
 
 #include <chrono>
 
-#include "operator/controller/time_util.h"
 #include "operator/kube/kube_types.h"
 #include "operator/kube/objects.h"
+#include "operator/policy/time_util.h"
 
 namespace kubetune::op {
 

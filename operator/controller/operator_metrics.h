@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "operator/controller/phase.h"
+#include "operator/policy/phase.h"
 
 namespace kubetune::op {
 

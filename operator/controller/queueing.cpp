@@ -1,6 +1,6 @@
 // Kueue, as the reconciler sees it (a FineTuneJob labelled kueue.x-k8s.io/queue-name). Kueue's own
 // job integrations do the same through its jobframework:
-//   - the job's gang is a Workload (operator/api/workload.h) that the job owns; no worker pod is
+//   - the job's gang is a Workload (operator/render/workload.h) that the job owns; no worker pod is
 //     created until Kueue admits it (phase Queued, condition Admitted=False with Kueue's reason);
 //   - once admitted, the pods get the admitted ResourceFlavors' node labels and tolerations;
 //   - when Kueue evicts the Workload (a preemption, spec.active=false, a stopped queue), the gang
@@ -19,11 +19,11 @@
 #include <algorithm>
 
 #include "common/contracts.h"
-#include "operator/api/desired_objects.h"
-#include "operator/api/workload.h"
 #include "operator/controller/reconcile_pass.h"
 #include "operator/kube/kube_types.h"
 #include "operator/kube/objects.h"
+#include "operator/render/desired_objects.h"
+#include "operator/render/workload.h"
 
 namespace kubetune::op {
 
@@ -66,7 +66,7 @@ std::optional<k8s::Workload> JobReconciler::current_workload(Pass& p) {
   return current;
 }
 
-ReconcileResult JobReconciler::queue_unavailable(Pass& p, const std::string& message) {
+PassDecision JobReconciler::queue_unavailable(Pass& p, const std::string& message) {
   if (p.phase() != Phase::kQueued) p.status.phase = Phase::kQueued;
   const Condition* before = find_condition(p.status.conditions, ConditionType::kAdmitted);
   if (!before || before->message != message) {
@@ -74,8 +74,7 @@ ReconcileResult JobReconciler::queue_unavailable(Pass& p, const std::string& mes
   }
   set_condition(p.status.conditions, ConditionType::kAdmitted, false, Reason::kQueueUnavailable,
                 message, p.generation, p.now);
-  write_status(p);
-  return {std::chrono::seconds(30)};  // a WorkloadPriorityClass or Kueue may be installed later
+  return {{std::chrono::seconds(30)}};  // a WorkloadPriorityClass or Kueue may be installed later
 }
 
 void JobReconciler::mark_queued(Pass& p, Reason reason, const std::string& message) {
@@ -87,7 +86,7 @@ void JobReconciler::mark_queued(Pass& p, Reason reason, const std::string& messa
                 p.now);
 }
 
-std::optional<ReconcileResult> JobReconciler::admit(Pass& p) {
+std::optional<PassDecision> JobReconciler::admit(Pass& p) {
   const auto queue = kueue::queue_name(p.metadata);
   if (!queue) return std::nullopt;
   api::Queue& q = p.status.queue;
@@ -124,8 +123,7 @@ std::optional<ReconcileResult> JobReconciler::admit(Pass& p) {
                   waiting + (a.pending_message.empty() ? "" : ": " + a.pending_message));
     }
     q.message = a.pending_message;
-    write_status(p);
-    return ReconcileResult{};  // the Workload's next change wakes us
+    return PassDecision{};  // the Workload's next change wakes us
   }
   p.workload = *wl;
   q.cluster_queue = a.cluster_queue;
@@ -147,7 +145,7 @@ std::optional<ReconcileResult> JobReconciler::admit(Pass& p) {
   return std::nullopt;
 }
 
-ReconcileResult JobReconciler::create_workload(Pass& p, const std::string& queue) {
+PassDecision JobReconciler::create_workload(Pass& p, const std::string& queue) {
   std::optional<kueue::Priority> priority;
   if (const auto name = kueue::priority_class(p.metadata)) {
     try {
@@ -170,17 +168,17 @@ ReconcileResult JobReconciler::create_workload(Pass& p, const std::string& queue
                                   priority->class_name + ")"
                             : std::string()) +
                   "; no worker pod is created until Kueue admits it");
-  write_status(p);
   return {};
 }
 
-ReconcileResult JobReconciler::stop_evicted(Pass& p, const k8s::Workload& wl,
-                                            const kueue::Admission& a) {
+PassDecision JobReconciler::stop_evicted(Pass& p, const k8s::Workload& wl,
+                                         const kueue::Admission& a) {
   const std::string why = *a.evicted_reason + ": " + a.evicted_message;
   const int left = static_cast<int>(gang_pods(p).size());
-  if (condition_is_true(p.status.conditions, ConditionType::kAdmitted) ||
-      p.phase() != Phase::kQueued) {
-    // First seen: counted once, because this status is written before anything is deleted.
+  // First seen: counted once, because this status is stored before anything is deleted.
+  const bool first_seen = condition_is_true(p.status.conditions, ConditionType::kAdmitted) ||
+                          p.phase() != Phase::kQueued;
+  if (first_seen) {
     p.status.queue.evictions = p.status.queue.evictions.value_or(0) + 1;
     p.status.workers.created = 0;
     const std::string message =
@@ -196,16 +194,16 @@ ReconcileResult JobReconciler::stop_evicted(Pass& p, const k8s::Workload& wl,
       set_condition(p.status.conditions, ConditionType::kRunning, false, Reason::kWorkloadEvicted,
                     why, p.generation, p.now);
     }
-    write_status(p);
-    if (metrics_) metrics_->evicted(p.ns, p.name);
+    p.after_store.push_back([this, &p] {
+      if (metrics_) metrics_->evicted(p.ns, p.name);
+    });
   }
   if (left > 0) {
-    delete_pods(p, true);
-    return {kStopping};
+    delete_pods_after_store(p, true);
+    return {{kStopping}, first_seen};
   }
   // The gang is gone: give the quota back so that Kueue can queue the Workload again.
-  release_quota(p, wl, a);
-  write_status(p);
+  p.after_store.push_back([this, &p, wl, a] { release_quota(p, wl, a); });
   return {};
 }
 

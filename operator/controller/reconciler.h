@@ -1,14 +1,20 @@
 // The FineTuneJob reconciler: level-triggered and idempotent. Each call reads the job and its
-// pods from the informer caches, works out what should exist (ConfigMap, headless Service, one
-// pod per rank of the current gang) and what the status is, makes it so, and writes the status
-// through the status subresource. Running it twice in a row, or after an operator restart, does
-// nothing the first run did not (pods have fixed names; creating one twice answers 409).
+// pods from the informer caches, decides what should exist (ConfigMap, headless Service, one pod
+// per rank of the current gang) and what the status is, makes it so, and stores the status
+// through the status subresource, once, at the end of the pass (reconcile()). Running it twice in
+// a row, or after an operator restart, does nothing the first run did not (pods have fixed names;
+// creating one twice answers 409).
 //
 // Gang restart bookkeeping lives in status: status.restarts is the current gang's number and
 // labels its pods (kubetune.io/attempt); status.workers.created says the gang was created, so a
-// pod that then disappears is a lost worker, not one still to create. Before anything
-// destructive the new status is written with the resourceVersion that was read: a stale cache
-// gets 409 and the pass is abandoned and retried, so one failure is never counted twice.
+// pod that then disappears is a lost worker, not one still to create. Anything destructive that a
+// decision implies (deleting the gang after a failure, the preflight pod to try it again) waits
+// until the new status is stored with the resourceVersion that was read: a stale cache gets 409
+// and the pass is abandoned and retried, so one failure is never counted twice.
+//
+// The files: reconciler.cpp (the pass, the gang, the job's ends), preflight_pod.cpp (the preflight
+// pod and its fetch), progress_watch.cpp (rank 0's progress and the stall watchdog),
+// scheduling.cpp (gang placement), queueing.cpp (Kueue).
 #pragma once
 
 #include <chrono>
@@ -21,21 +27,28 @@
 #include <vector>
 
 #include "operator/api/job.h"
-#include "operator/api/workload.h"
-#include "operator/controller/conditions.h"
 #include "operator/controller/events.h"
-#include "operator/controller/gang.h"
 #include "operator/controller/operator_metrics.h"
-#include "operator/controller/phase.h"
-#include "operator/controller/time_util.h"
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/kube_types.h"
+#include "operator/policy/conditions.h"
+#include "operator/policy/gang.h"
+#include "operator/policy/phase.h"
+#include "operator/policy/time_util.h"
+#include "operator/render/workload.h"
 
 namespace kubetune::op {
 
 struct ReconcileResult {
   std::chrono::milliseconds requeue_after{0};  // 0 = wait for the next event
+};
+
+// What one pass decided: when to come back, and whether the status it computed is stored. Every
+// decision stores it but those that only wait (a cache behind, pods of an old gang still going).
+struct PassDecision {
+  ReconcileResult result;
+  bool store = true;
 };
 
 struct ReconcilerOptions {
@@ -57,59 +70,67 @@ class JobReconciler {
  private:
   struct Pass;  // the state of one reconcile call
 
-  ReconcileResult invalid_spec(Pass& p, const std::vector<std::string>& problems);
-  ReconcileResult finished(Pass& p);
-  ReconcileResult suspend(Pass& p);
+  // The job and its status from the cache; false when it is gone or being deleted.
+  bool read(Pass& p, const std::string& key);
+  // Everything a pass decides, in order: the spec, the job's end, suspension, the deadline, the
+  // gang.
+  PassDecision decide(Pass& p);
+  PassDecision invalid_spec(Pass& p, const std::vector<std::string>& problems);
+  PassDecision finished(Pass& p);
+  PassDecision suspend(Pass& p);
   void resume(Pass& p);
-  ReconcileResult run_gang(Pass& p);
-  // The preflight pod of the current spec (runPolicy.preflight): nullopt once it passed, so that
-  // the gang may be created; else what to return (waiting for it, or the job failed).
-  std::optional<ReconcileResult> preflight(Pass& p, const std::string& hash);
-  std::optional<ReconcileResult> preflight_ended(Pass& p, const k8s::Pod& pod);
-  // hf:// and s3:// sources: what the preflight pod's fetch container reported (sources.h), and
+  PassDecision run_gang(Pass& p);
+
+  // The preflight pod of the current spec (runPolicy.preflight, preflight_pod.cpp): nullopt once
+  // it passed, so that the gang may be created; else what was decided (waiting for it, or the job
+  // failed).
+  std::optional<PassDecision> preflight(Pass& p, const std::string& hash);
+  std::optional<PassDecision> preflight_ended(Pass& p, const k8s::Pod& pod);
+  // hf:// and s3:// sources: what the preflight pod's fetch container reported (fetch_end.h), and
   // how far it is while it runs (status.preflight.fetch).
-  std::optional<ReconcileResult> sources_fetched(Pass& p, const k8s::Pod& pod);
-  ReconcileResult fetch_progress(Pass& p, const k8s::Pod& pod, api::Preflight record);
-  // Why the pod's fetch container failed ("" when it did not).
-  static std::string fetch_failure(const k8s::Pod& pod);
+  std::optional<PassDecision> sources_fetched(Pass& p, const k8s::Pod& pod);
+  PassDecision fetch_progress(Pass& p, const k8s::Pod& pod, api::Preflight record);
   // A preflight pod that ended without a verdict: counted and tried again, or the job fails.
-  ReconcileResult retry_preflight(Pass& p, const std::string& message);
+  PassDecision retry_preflight(Pass& p, const std::string& message);
   // One GPU's memory for the preflight's fit check, and where it came from: workers.gpuMemoryGiB,
   // else the smallest nvidia.com/gpu.memory label of the nodes the workers may be placed on.
   std::pair<std::optional<double>, std::string> gpu_memory(const Pass& p);
+
   // Gang scheduling (scheduling.cpp). After a release: nullopt once the back-off is over and the
-  // released pods are gone, else what to return.
-  std::optional<ReconcileResult> wait_after_release(Pass& p);
+  // released pods are gone, else what was decided.
+  std::optional<PassDecision> wait_after_release(Pass& p);
   // Records where the scheduler put the gang (Scheduled condition, status.scheduling, events);
-  // a requeue for the scheduling timeout, or the result of releasing the gang when it expired
+  // a requeue for the scheduling timeout, or the decision to release the gang when it expired
   // (status.scheduling.nextAttemptTime is then set).
-  std::optional<ReconcileResult> observe_scheduling(Pass& p, const GangState& g);
-  ReconcileResult release_gang(Pass& p, const std::string& waiting, int held);
+  std::optional<PassDecision> observe_scheduling(Pass& p, const GangState& g);
+  PassDecision release_gang(Pass& p, const std::string& waiting, int held);
+
   // Kueue (queueing.cpp), for a job labelled kueue.x-k8s.io/queue-name: nullopt once its
-  // Workload is admitted (Pass::flavors then holds the admitted ResourceFlavors), else what to
-  // return (queued, or stopping an evicted gang).
-  std::optional<ReconcileResult> admit(Pass& p);
+  // Workload is admitted (Pass::flavors then holds the admitted ResourceFlavors), else what was
+  // decided (queued, or stopping an evicted gang).
+  std::optional<PassDecision> admit(Pass& p);
   // The Workload of the current spec that the job owns (others it owns are deleted), if any.
   std::optional<k8s::Workload> current_workload(Pass& p);
-  ReconcileResult create_workload(Pass& p, const std::string& queue);
-  ReconcileResult stop_evicted(Pass& p, const k8s::Workload& workload,
-                               const kueue::Admission& admission);
+  PassDecision create_workload(Pass& p, const std::string& queue);
+  PassDecision stop_evicted(Pass& p, const k8s::Workload& workload,
+                            const kueue::Admission& admission);
   // After an eviction, once the gang is gone: the Workload's quota reservation given back.
   void release_quota(Pass& p, const k8s::Workload& workload, const kueue::Admission& admission);
-  ReconcileResult queue_unavailable(Pass& p, const std::string& message);
+  PassDecision queue_unavailable(Pass& p, const std::string& message);
   void mark_queued(Pass& p, Reason reason, const std::string& message);
   // Keeps the Workload in step with a suspended or finished job (spec.active, Finished).
   void sync_workload(Pass& p);
   // The admitted Workload's PodsReady condition, as Kueue's jobframework writes it (what Kueue's
   // waitForPodsReady acts on): True once every worker runs.
   void sync_pods_ready(Pass& p, const GangState& g);
-  ReconcileResult handle_failure(Pass& p, const WorkerFailure& f);
-  ReconcileResult fail(Pass& p, Reason reason, const std::string& message);
-  ReconcileResult succeed(Pass& p);
+
+  PassDecision handle_failure(Pass& p, const WorkerFailure& f);
+  PassDecision fail(Pass& p, Reason reason, const std::string& message);
+  PassDecision succeed(Pass& p);
   void create_gang(Pass& p, const std::vector<int>& missing);
   // Runs `create` (ensure_child calls). A child the server refuses is shown in the Created
-  // condition and an event, and rethrown: the queue retries with back-off, as the PriorityClass
-  // or the quota may appear later.
+  // condition and an event, and rethrown: reconcile() stores that status and the queue retries
+  // with back-off, as the PriorityClass or the quota may appear later.
   void create_children(Pass& p, const std::function<void()>& create);
   // Creates a child (an object of any kind, as the REST client takes it) unless the job already
   // owns it; throws ChildNotCreated when the server refuses or the name is taken. Returns the
@@ -120,19 +141,26 @@ class JobReconciler {
   // ensure_child for the job's ConfigMap: one that differs is updated (the spec was edited while
   // the job was suspended).
   void ensure_config_map(Pass& p, const k8s::ConfigMap& config_map);
+  bool confirm_lost(Pass& p, int rank);
+
+  // Rank 0's progress and the stall watchdog (progress_watch.cpp).
   void update_progress(Pass& p, const k8s::Pod& pod0);
   // A Stalled failure when rank 0's step has not advanced for runPolicy.stallTimeoutSeconds.
   std::optional<WorkerFailure> stalled(const Pass& p);
-  bool confirm_lost(Pass& p, int rank);
 
   void transition(Pass& p, Phase phase, ConditionType condition, Reason reason,
                   const std::string& message, bool warning);
+  // The one writer of the job's status (and, once it is stored, of the events describing it).
   void write_status(Pass& p);
   // Deletes the job's pods that are still running (all = also finished ones); returns how many
   // are left (deleting or not).
   int delete_pods(Pass& p, bool all);
+  // delete_pods, once the status is stored (Pass::after_store).
+  void delete_pods_after_store(Pass& p, bool all);
   std::vector<k8s::Pod> job_pods(const Pass& p) const;   // all pods the job owns
   std::vector<k8s::Pod> gang_pods(const Pass& p) const;  // its workers
+  // When a finished job's runPolicy.ttlSecondsAfterFinished expires; once it has, the job is
+  // deleted after the status is stored.
   std::chrono::milliseconds ttl_requeue(Pass& p);
 
   kube::KubeClient& client_;

@@ -26,21 +26,20 @@ int gpus_of(const FineTuneJob& job, int workers) {
 
 }  // namespace
 
-std::optional<ReconcileResult> JobReconciler::wait_after_release(Pass& p) {
+std::optional<PassDecision> JobReconciler::wait_after_release(Pass& p) {
   api::Scheduling& s = p.status.scheduling;
   if (!s.next_attempt_time) return std::nullopt;
   // The released gang's pods go first (they may take their grace period); then the back-off.
   const int left = delete_pods(p, true);
   const SystemTime next = parse_time(*s.next_attempt_time);
   if (left > 0 || p.now < next) {
-    write_status(p);
-    return ReconcileResult{left > 0 ? std::chrono::milliseconds(300) : until(p.now, next)};
+    return PassDecision{{left > 0 ? kShortRequeue : until(p.now, next)}};
   }
   s.next_attempt_time.reset();
   return std::nullopt;
 }
 
-std::optional<ReconcileResult> JobReconciler::observe_scheduling(Pass& p, const GangState& g) {
+std::optional<PassDecision> JobReconciler::observe_scheduling(Pass& p, const GangState& g) {
   const Placement& placed = g.placement;
   api::Scheduling& s = p.status.scheduling;
   s.bound_workers = placed.bound;
@@ -64,7 +63,7 @@ std::optional<ReconcileResult> JobReconciler::observe_scheduling(Pass& p, const 
   const long timeout = p.job.spec.run_policy.scheduling_timeout_seconds;
   Reason reason = Reason::kUnschedulable;
   std::string message = waiting + " (no worker is bound: nothing is held)";
-  std::optional<ReconcileResult> result;
+  std::optional<PassDecision> result;
   if (placed.bound > 0) {
     reason = Reason::kPartiallyScheduled;
     if (!s.partially_scheduled_since) s.partially_scheduled_since = format_time(p.now);
@@ -76,7 +75,7 @@ std::optional<ReconcileResult> JobReconciler::observe_scheduling(Pass& p, const 
       if (p.now >= deadline) return release_gang(p, waiting, held);
       message += "; the gang is released at runPolicy.schedulingTimeoutSeconds=" +
                  std::to_string(timeout) + " unless the rest is placed";
-      result = ReconcileResult{until(p.now, deadline)};
+      result = PassDecision{{until(p.now, deadline)}};
     }
   } else {
     s.partially_scheduled_since.reset();
@@ -90,7 +89,7 @@ std::optional<ReconcileResult> JobReconciler::observe_scheduling(Pass& p, const 
   return result;
 }
 
-ReconcileResult JobReconciler::release_gang(Pass& p, const std::string& waiting, int held) {
+PassDecision JobReconciler::release_gang(Pass& p, const std::string& waiting, int held) {
   api::Scheduling& s = p.status.scheduling;
   s.releases = s.releases.value_or(0) + 1;
   const seconds backoff = release_backoff(*s.releases);
@@ -109,11 +108,12 @@ ReconcileResult JobReconciler::release_gang(Pass& p, const std::string& waiting,
   p.events.push_back({"Warning", Reason::kSchedulingTimeout, message});
   set_condition(p.status.conditions, ConditionType::kScheduled, false, Reason::kSchedulingTimeout,
                 message, p.generation, p.now);
-  // As for a restart: the status goes first, so a stale pass deletes nothing.
-  write_status(p);
-  if (metrics_) metrics_->released_gang(p.ns, p.name);
-  delete_pods(p, true);
-  return {std::chrono::milliseconds(300)};
+  // As for a restart: the status is stored first, so a stale pass deletes nothing.
+  p.after_store.push_back([this, &p] {
+    if (metrics_) metrics_->released_gang(p.ns, p.name);
+  });
+  delete_pods_after_store(p, true);
+  return {{kShortRequeue}};
 }
 
 }  // namespace kubetune::op

@@ -11,14 +11,17 @@
 #include "common/contracts.h"
 #include "common/launch_contract.h"
 #include "common/metrics/free_port.h"
-#include "operator/api/desired_objects.h"
-#include "operator/controller/gang.h"
-#include "operator/controller/gang_policy.h"
-#include "operator/controller/progress.h"
-#include "operator/controller/time_util.h"
 #include "operator/kube/objects.h"
+#include "operator/local/fetched_sources.h"
 #include "operator/local/preflight.h"
 #include "operator/local/process_gang.h"
+#include "operator/policy/fetch_end.h"
+#include "operator/policy/gang.h"
+#include "operator/policy/gang_policy.h"
+#include "operator/policy/preflight_summary.h"
+#include "operator/policy/progress.h"
+#include "operator/policy/time_util.h"
+#include "operator/render/desired_objects.h"
 
 extern char** environ;
 
@@ -273,9 +276,8 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
 }  // namespace
 
 int run_local(const FineTuneJob& job_as_written, const LocalRunOptions& o, std::ostream& out) {
-  const std::string dir = o.work_dir.empty()
-                              ? job_as_written.spec.output.dir + "/.kubetune-local"
-                              : o.work_dir;
+  const std::string dir =
+      o.work_dir.empty() ? job_as_written.spec.output.dir + "/.kubetune-local" : o.work_dir;
   fs::create_directories(dir);
   // hf:// and s3:// sources first, into the cache on this machine, as the preflight pod does.
   FineTuneJob job;
@@ -283,7 +285,9 @@ int run_local(const FineTuneJob& job_as_written, const LocalRunOptions& o, std::
     job = with_fetched_sources(job_as_written, dir + "/sources");
   } catch (const FetchFailed& e) {
     out << "[kubetune] " << job_as_written.name << " failed before starting: " << e.what() << "\n";
-    return e.exit_code == kExitUserError ? kExitUserError : 1;
+    // As a fetch container's end is judged in a pod: a source that cannot be fetched is the
+    // user's to fix.
+    return classify_fetch_exit(e.exit_code, "").permanent ? kExitUserError : 1;
   }
   const auto start = std::chrono::steady_clock::now();
   const auto deadline =

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "common/yaml_file.h"
-#include "operator/api/yaml_emit.h"
+#include "operator/render/yaml_emit.h"
 #include "test_support.h"
 
 namespace kubetune::op::testing {

@@ -12,7 +12,7 @@
 #include "common/yaml_file.h"
 #include "kubetune/kubefake/fake_api_server.h"
 #include "operator/api/crd.h"
-#include "operator/controller/manager.h"
+#include "operator/runtime/manager.h"
 #include "test_support.h"
 
 namespace kubetune::op::testing {

@@ -4,7 +4,7 @@
 #include "common/contracts.h"
 #include "common/train_config.h"
 #include "common/yaml_file.h"
-#include "operator/api/desired_objects.h"
+#include "operator/render/desired_objects.h"
 #include "test_support.h"
 
 namespace kubetune::op {

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "common/contracts.h"
-#include "operator/controller/gang.h"
+#include "operator/policy/gang.h"
 
 namespace kubetune::op {
 namespace {

@@ -1,10 +1,10 @@
-// One gang policy (operator/controller/gang_policy.h), two runners: for the same worker outcome the
+// One gang policy (operator/policy/gang_policy.h), two runners: for the same worker outcome the
 // operator (pods on the fake API server) and `kubetune run` (processes, fake_trainer.sh) take the
 // same decision with the same reason: restart the gang, or fail the job.
 #include <gtest/gtest.h>
 
 #include "local_run.h"
-#include "operator/controller/gang_policy.h"
+#include "operator/policy/gang_policy.h"
 #include "operator_fixture.h"
 
 namespace kubetune::op::testing {

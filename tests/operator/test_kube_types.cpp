@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/api/workload.h"
 #include "operator/kube/kube_types.h"
+#include "operator/render/workload.h"
 
 namespace kubetune::op {
 namespace {

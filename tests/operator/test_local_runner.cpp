@@ -9,7 +9,7 @@
 #include "common/train_config.h"
 #include "common/yaml_file.h"
 #include "local_run.h"
-#include "operator/api/yaml_emit.h"
+#include "operator/render/yaml_emit.h"
 #include "test_support.h"
 
 namespace kubetune::op {

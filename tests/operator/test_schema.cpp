@@ -13,7 +13,9 @@
 #include "operator/api/crd.h"
 #include "operator/api/job.h"
 #include "operator/api/preflight_report.h"
-#include "operator/controller/phase.h"
+#include "operator/policy/phase.h"
+#include "operator/policy/preflight_summary.h"
+#include "operator/render/yaml_emit.h"
 #include "test_support.h"
 
 namespace kubetune::op {

@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "operator/controller/work_queue.h"
+#include "operator/runtime/work_queue.h"
 
 namespace kubetune::op {
 namespace {

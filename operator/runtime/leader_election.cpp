@@ -1,12 +1,12 @@
-#include "operator/controller/leader_election.h"
+#include "operator/runtime/leader_election.h"
 
 #include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <stdexcept>
 
-#include "operator/controller/time_util.h"
 #include "operator/kube/kube_types.h"
+#include "operator/policy/time_util.h"
 
 namespace kubetune::op {
 

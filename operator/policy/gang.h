@@ -1,7 +1,8 @@
 // Gang semantics: the workers of a job live and die together. This reads the pods of the current
 // gang as the kubelet reports them and says what the gang as a whole is doing, and classifies a
-// failure as permanent (the trainer's exit code 2: configuration or data error, retrying cannot
-// help) or retryable (any other exit code or signal, eviction, lost node, deleted pod).
+// failure as permanent (the trainer's exit code 2: configuration or data error; its fetch
+// container's exit code 2: a source that cannot be fetched; retrying cannot help) or retryable
+// (any other exit code or signal, eviction, lost node, deleted pod).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -9,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "operator/controller/reasons.h"
 #include "operator/kube/kube_types.h"
+#include "operator/policy/reasons.h"
 
 namespace kubetune::op {
 

@@ -1,4 +1,4 @@
-#include "operator/controller/time_util.h"
+#include "operator/policy/time_util.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "operator/controller/work_queue.h"
+#include "operator/runtime/work_queue.h"
 
 #include <algorithm>
 #include <cmath>

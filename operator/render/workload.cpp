@@ -1,10 +1,10 @@
-#include "operator/api/workload.h"
+#include "operator/render/workload.h"
 
 #include <algorithm>
 
 #include "common/contracts.h"
-#include "operator/api/desired_objects.h"
 #include "operator/kube/objects.h"
+#include "operator/render/desired_objects.h"
 
 namespace kubetune::op::kueue {
 

@@ -1,12 +1,7 @@
-#include "operator/api/sources.h"
+#include "operator/render/sources.h"
 
-#include <cmath>
-#include <cstdio>
-
-#include "common/metrics/fetch_series.h"
-#include "common/metrics/scrape.h"
 #include "common/source_forms.h"
-#include "operator/api/pod_parts.h"
+#include "operator/render/pod_parts.h"
 
 namespace kubetune::op {
 namespace {
@@ -126,45 +121,6 @@ void add_fetch_container(const api::FineTuneJobSpec& spec,
   pod.volumes.push_back(empty_dir(kTmpVolume));
   trainer.volume_mounts.push_back(volume_mount(kCacheVolume, kSourceCacheDir, true));
   trainer.volume_mounts.push_back(volume_mount(kLinksVolume, kSourcesDir, true));
-}
-
-api::FetchProgress scrape_fetch_progress(const std::string& url, int timeout_ms) {
-  namespace fs = metrics::fetch_series;
-  const auto page = metrics::parse_text_format(metrics::http_get(url, timeout_ms));
-  // One series per source: the fetch as a whole is their sum (the ETA: the longest).
-  auto sum = [&](std::string_view name, bool longest = false) -> std::optional<int64_t> {
-    std::optional<double> total;
-    for (const auto& [key, value] : page) {
-      if (key.rfind(std::string(name) + "{", 0) != 0 && key != name) continue;
-      total = longest ? std::max(total.value_or(0), value) : total.value_or(0) + value;
-    }
-    if (!total) return std::nullopt;
-    return static_cast<int64_t>(std::llround(*total));
-  };
-  api::FetchProgress p;
-  p.bytes = sum(fs::kBytes);
-  p.total_bytes = sum(fs::kTotalBytes);
-  p.bytes_per_second = sum(fs::kBytesPerSecond);
-  p.eta_seconds = sum(fs::kEtaSeconds, true);
-  if (p.bytes && p.total_bytes && *p.total_bytes > 0) {
-    char line[160];
-    std::snprintf(line, sizeof line, "%.1f of %.1f MiB (%.0f%%), %.1f MiB/s, ETA %llds",
-                  *p.bytes / 1048576.0, *p.total_bytes / 1048576.0,
-                  100.0 * *p.bytes / *p.total_bytes, p.bytes_per_second.value_or(0) / 1048576.0,
-                  static_cast<long long>(p.eta_seconds.value_or(0)));
-    p.summary = line;
-  }
-  return p;
-}
-
-std::vector<api::FetchedSource> parse_fetch_results(const std::string& termination_message) {
-  const json j = json::parse(termination_message, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array()) return {};
-  try {
-    return j.get<std::vector<api::FetchedSource>>();
-  } catch (const json::exception&) {
-    return {};  // anything in the pod may write there: not ours, not trusted
-  }
 }
 
 }  // namespace kubetune::op

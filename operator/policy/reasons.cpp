@@ -1,4 +1,4 @@
-#include "operator/controller/reasons.h"
+#include "operator/policy/reasons.h"
 
 #include <array>
 #include <utility>

@@ -7,7 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "operator/controller/gang.h"
+#include "operator/policy/fetch_end.h"
+#include "operator/policy/gang.h"
 
 namespace kubetune::op {
 
@@ -17,6 +18,10 @@ namespace kubetune::op {
 // people ("worker 1 (pod x-worker-1)"); `why` and `detail` are added when not empty.
 WorkerFailure exited(int rank, const std::string& who, int code, const std::string& why,
                      const std::string& detail);
+
+// A worker whose fetch container failed (fetch.failed()) before its trainer ran, classified as
+// every fetch container is (classify_fetch_exit).
+WorkerFailure fetch_failed(int rank, const std::string& who, const FetchEnd& fetch);
 
 // The stall watchdog's finding: rank 0's step has not advanced for runPolicy.stallTimeoutSeconds.
 WorkerFailure stalled_failure(long timeout_seconds, std::optional<int64_t> last_step);

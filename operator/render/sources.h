@@ -19,7 +19,8 @@ namespace kubetune::op {
 inline constexpr const char* kFetchContainer = "fetch";
 inline constexpr const char* kSourcesDir = "/kubetune/sources";  // the links (an emptyDir)
 inline constexpr const char* kSourceCacheDir = "/kubetune/cache";
-// Where the fetch container serves its progress (common/metrics/fetch_series.h) for the operator.
+// Where the fetch container serves its progress (common/metrics/fetch_series.h) for the operator
+// (policy/progress.h reads it); its end and report are read by policy/fetch_end.h.
 inline constexpr int kFetchMetricsPort = 9401;
 
 struct RemoteSource {
@@ -46,13 +47,5 @@ std::vector<std::string> fetch_arguments(const std::vector<RemoteSource>& source
 void add_fetch_container(const api::FineTuneJobSpec& spec,
                          const std::vector<api::FetchedSource>& pins, k8s::PodSpec& pod,
                          k8s::Container& trainer, const k8s::ResourceRequirements& resources);
-
-// How far a fetch container is, from its progress endpoint (http://POD_IP:kFetchMetricsPort);
-// throws std::runtime_error when it cannot be read.
-api::FetchProgress scrape_fetch_progress(const std::string& url, int timeout_ms);
-
-// The fetch container's report (its termination message: kubetune-fetch --results), or an
-// empty list when it is not one.
-std::vector<api::FetchedSource> parse_fetch_results(const std::string& termination_message);
 
 }  // namespace kubetune::op

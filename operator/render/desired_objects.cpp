@@ -1,4 +1,4 @@
-#include "operator/api/desired_objects.h"
+#include "operator/render/desired_objects.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -6,8 +6,8 @@
 
 #include "common/contracts.h"
 #include "common/launch_contract.h"
-#include "operator/api/pod_parts.h"
-#include "operator/api/sources.h"
+#include "operator/render/pod_parts.h"
+#include "operator/render/sources.h"
 
 namespace kubetune::op {
 namespace {

@@ -1,4 +1,4 @@
-#include "operator/controller/gang_policy.h"
+#include "operator/policy/gang_policy.h"
 
 #include "common/contracts.h"
 
@@ -16,6 +16,19 @@ WorkerFailure exited(int rank, const std::string& who, int code, const std::stri
               (why.empty() ? "" : " (" + why + ")") +
               (f.permanent ? ": configuration or data error, not retried" : "");
   if (!detail.empty()) f.message += ": " + detail;
+  return f;
+}
+
+WorkerFailure fetch_failed(int rank, const std::string& who, const FetchEnd& fetch) {
+  const FetchExit c = classify_fetch_exit(fetch.exit_code.value_or(-1), fetch.reason);
+  WorkerFailure f;
+  f.rank = rank;
+  f.reason = c.reason;
+  f.permanent = c.permanent;
+  f.message = who + " exited with code " + std::to_string(fetch.exit_code.value_or(-1)) +
+              (fetch.reason.empty() ? "" : " (" + fetch.reason + ")") +
+              (c.permanent ? ": a source cannot be fetched, not retried" : "");
+  if (!fetch.error.empty()) f.message += ": " + fetch.error;
   return f;
 }
 

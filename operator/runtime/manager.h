@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
-#include "operator/controller/leader_election.h"
 #include "operator/controller/reconciler.h"
-#include "operator/controller/work_queue.h"
 #include "operator/kube/client_config.h"
 #include "operator/kube/informer.h"
+#include "operator/runtime/leader_election.h"
+#include "operator/runtime/work_queue.h"
 
 namespace kubetune::metrics {
 class HttpEndpoint;

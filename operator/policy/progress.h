@@ -1,8 +1,11 @@
-// Training progress read from rank 0's Prometheus endpoint (the trainer's kubetune_* series).
+// Progress read from Prometheus endpoints: the training's from rank 0 (the trainer's kubetune_*
+// series), the fetch's from a fetch container (kubetune_fetch_*, common/metrics/fetch_series.h).
 #pragma once
 
 #include <optional>
 #include <string>
+
+#include "common/finetunejob_types.h"
 
 namespace kubetune::op {
 
@@ -14,5 +17,9 @@ struct Progress {
 
 // GETs `url` (http://ip:port/metrics); throws std::runtime_error when it cannot.
 Progress scrape_progress(const std::string& url, int timeout_ms);
+
+// How far a fetch container is, from its progress endpoint (http://POD_IP:kFetchMetricsPort,
+// render/sources.h); throws std::runtime_error when it cannot be read.
+api::FetchProgress scrape_fetch_progress(const std::string& url, int timeout_ms);
 
 }  // namespace kubetune::op

@@ -1,4 +1,4 @@
-#include "operator/controller/conditions.h"
+#include "operator/policy/conditions.h"
 
 namespace kubetune::op {
 

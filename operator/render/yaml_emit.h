@@ -10,4 +10,8 @@ namespace kubetune::op {
 
 std::string json_to_yaml(const nlohmann::json& value);
 
+// The FineTuneJob CRD (api/crd.h) as `kubetune-operator crd` prints it: the checked-in
+// charts/kubetune/crds/finetunejobs.yaml.
+std::string crd_yaml();
+
 }  // namespace kubetune::op

@@ -1,14 +1,14 @@
 // metav1.Condition bookkeeping, as apimachinery's meta.SetStatusCondition: lastTransitionTime
 // changes only when status flips, so "since when" stays true across repeated reconciles. The
-// condition types are the schema's (api::ConditionType); the reasons are operator/controller's.
+// condition types are the schema's (api::ConditionType); the reasons are policy/reasons.h's.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "common/finetunejob_types.h"
-#include "operator/controller/reasons.h"
-#include "operator/controller/time_util.h"
+#include "operator/policy/reasons.h"
+#include "operator/policy/time_util.h"
 
 namespace kubetune::op {
 

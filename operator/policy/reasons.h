@@ -9,7 +9,8 @@
 namespace kubetune::op {
 
 enum class Reason {
-  // A worker pod ended or vanished (gang.cpp); retried up to backoffLimit unless ConfigError.
+  // A worker pod ended or vanished (gang.cpp); retried up to backoffLimit unless ConfigError or
+  // SourceUnavailable.
   kWorkerFailed,
   kConfigError,  // the trainer's exit code 2: configuration or data error, never retried
   kOOMKilled,
@@ -55,8 +56,10 @@ enum class Reason {
   kDatasetInvalid,
   kDoesNotFit,
   kInputInvalid,
-  kSourceUnavailable,  // an hf:// or s3:// source cannot be fetched: not found, unauthorised
-  kSourcesFetched,     // the preflight's fetch container resolved and cached every source
+  // An hf:// or s3:// source cannot be fetched (not found, unauthorised): any pod's fetch
+  // container exited kExitUserError (fetch_end.h), the preflight pod's or a worker's.
+  kSourceUnavailable,
+  kSourcesFetched,  // the preflight's fetch container resolved and cached every source
 };
 
 std::string to_string(Reason reason);

@@ -1,9 +1,9 @@
-#include "operator/controller/gang.h"
+#include "operator/policy/gang.h"
 
 #include "common/contracts.h"
-#include "operator/api/sources.h"
-#include "operator/controller/gang_policy.h"
 #include "operator/kube/objects.h"
+#include "operator/policy/fetch_end.h"
+#include "operator/policy/gang_policy.h"
 
 namespace kubetune::op {
 namespace {
@@ -69,14 +69,12 @@ std::optional<WorkerFailure> pod_failure(const k8s::Pod& pod, int rank) {
       return f;
     }
     if (!term) {
-      // Its fetch container (hf:// and s3:// sources, operator/api/sources.h) failed before the
-      // trainer ran: judged by the same exit codes (2: a source that changed or cannot be read).
-      for (const auto& c : status.init_container_statuses) {
-        if (c.name == kFetchContainer && c.state.terminated && c.state.terminated->exit_code != 0) {
-          const auto& t = *c.state.terminated;
-          return exited(rank, "worker " + std::to_string(rank) + " (pod " + name + "), fetching",
-                        t.exit_code, t.reason.value_or(""), t.message.value_or(""));
-        }
+      // Its fetch container (hf:// and s3:// sources, render/sources.h) failed before the
+      // trainer ran: classified as every pod's fetch is (fetch_end.h).
+      const FetchEnd fetch = read_fetch_end(pod);
+      if (fetch.failed()) {
+        return fetch_failed(
+            rank, "worker " + std::to_string(rank) + " (pod " + name + "), fetching", fetch);
       }
       f.reason = Reason::kWorkerFailed;  // the pod's own reason is in the message
       f.message = "worker " + std::to_string(rank) + " (pod " + name + ") failed" +

@@ -1,11 +1,11 @@
-#include "operator/controller/manager.h"
+#include "operator/runtime/manager.h"
 
 #include <spdlog/spdlog.h>
 
 #include "common/contracts.h"
 #include "common/metrics/http_endpoint.h"
-#include "operator/api/workload.h"
 #include "operator/kube/objects.h"
+#include "operator/render/workload.h"
 
 namespace kubetune::op {
 

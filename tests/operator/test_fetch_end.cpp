@@ -1,0 +1,91 @@
+// A fetch container's end, read and classified once for every pod kind (policy/fetch_end.h): the
+// exit codes are kubetune-fetch's, which are common/contracts.h's.
+#include <gtest/gtest.h>
+
+#include "common/contracts.h"
+#include "operator/policy/fetch_end.h"
+#include "operator/policy/gang.h"
+
+namespace kubetune::op {
+namespace {
+
+using nlohmann::json;
+
+// A pod whose fetch init container is in `state` (the kubelet's ContainerState).
+k8s::Pod pod_with_fetch(const json& state, const std::string& phase = "Pending") {
+  return json{{"metadata", {{"name", "j-worker-1"}, {"labels", {{kLabelRank, "1"}}}}},
+              {"status",
+               {{"phase", phase},
+                {"initContainerStatuses",
+                 {{{"name", "fetch"},
+                   {"ready", false},
+                   {"restartCount", 0},
+                   {"image", "x"},
+                   {"imageID", ""},
+                   {"state", state}}}}}}}
+      .get<k8s::Pod>();
+}
+
+json terminated(int code, const std::string& reason, const std::string& message) {
+  return {{"terminated", {{"exitCode", code}, {"reason", reason}, {"message", message}}}};
+}
+
+TEST(FetchExit, ASourceThatCannotBeFetchedIsPermanentAndEveryOtherEndIsRetried) {
+  const FetchExit user = classify_fetch_exit(kExitUserError, "Error");
+  EXPECT_EQ(user.reason, Reason::kSourceUnavailable);
+  EXPECT_TRUE(user.permanent);
+  const FetchExit network = classify_fetch_exit(kExitRetryable, "Error");
+  EXPECT_EQ(network.reason, Reason::kWorkerFailed);
+  EXPECT_FALSE(network.permanent);
+  for (int code : {1, 137}) EXPECT_FALSE(classify_fetch_exit(code, "Error").permanent) << code;
+  const FetchExit oom = classify_fetch_exit(kExitUserError, "OOMKilled");
+  EXPECT_EQ(oom.reason, Reason::kOOMKilled);
+  EXPECT_FALSE(oom.permanent);
+}
+
+TEST(FetchEnd, ReadsRunningResultsAndTheLastLineOfAnError) {
+  const FetchEnd running = read_fetch_end(pod_with_fetch({{"running", json::object()}}));
+  EXPECT_TRUE(running.running);
+  EXPECT_FALSE(running.exit_code);
+
+  const FetchEnd ok = read_fetch_end(pod_with_fetch(terminated(0, "Completed", "[{\"a\": 1}]")));
+  EXPECT_EQ(ok.exit_code, 0);
+  EXPECT_FALSE(ok.failed());
+  EXPECT_EQ(ok.results, "[{\"a\": 1}]");
+
+  const FetchEnd failed = read_fetch_end(pod_with_fetch(terminated(
+      kExitUserError, "Error", "fetching...\nkubetune-fetch: error: hf://x/y: not found\n\n")));
+  EXPECT_TRUE(failed.failed());
+  EXPECT_FALSE(failed.running);
+  EXPECT_EQ(failed.error, "kubetune-fetch: error: hf://x/y: not found");
+  EXPECT_TRUE(failed.results.empty());
+
+  const FetchEnd long_line =
+      read_fetch_end(pod_with_fetch(terminated(kExitRetryable, "Error", std::string(2000, 'x'))));
+  EXPECT_EQ(long_line.error.size(), kFetchErrorChars);
+
+  EXPECT_FALSE(read_fetch_end(json{{"metadata", {{"name", "p"}}}}.get<k8s::Pod>()).exit_code);
+}
+
+// The same exit as the preflight pod's: a worker whose pinned fetch cannot read its source fails
+// the job with SourceUnavailable (no longer ConfigError, the trainer's reason).
+TEST(FetchEnd, AWorkersFetchIsClassifiedAsThePreflightPods) {
+  const auto f = pod_failure(
+      pod_with_fetch(terminated(kExitUserError, "Error", "hf://x/y: revision abc is gone"),
+                     "Failed"),
+      1);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->reason, classify_fetch_exit(kExitUserError, "Error").reason);
+  EXPECT_EQ(f->reason, Reason::kSourceUnavailable);
+  EXPECT_TRUE(f->permanent);
+  EXPECT_NE(f->message.find("hf://x/y: revision abc is gone"), std::string::npos) << f->message;
+
+  const auto retried = pod_failure(
+      pod_with_fetch(terminated(kExitRetryable, "Error", "connection reset"), "Failed"), 1);
+  ASSERT_TRUE(retried);
+  EXPECT_EQ(retried->reason, Reason::kWorkerFailed);
+  EXPECT_FALSE(retried->permanent);
+}
+
+}  // namespace
+}  // namespace kubetune::op
