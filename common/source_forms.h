@@ -28,8 +28,31 @@ inline constexpr const char* kS3Pattern = "^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9
 #undef KUBETUNE_HUB_NAME
 #undef KUBETUNE_HUB_REVISION
 
+// What is meant as a remote source, well-formed or not: the scheme in any case and any number of
+// slashes ("HF://org/name", "hf:/org/name", "s3:///bucket"). Such a path is held to the remote
+// forms above, so a near miss is refused where it is written instead of being taken for a local
+// folder that does not exist. No local path a pod mounts starts like this.
+inline constexpr const char* kSourceSchemePattern = "^([hH][fF]|[sS]3):";
+
+// The messages that say which forms a remote source takes: the CRD's rules and the trainer's
+// config check give the same.
+inline constexpr const char* kRemoteModelForms =
+    "a remote model is hf://ORG/NAME[@REVISION] (a Hugging Face model repository) or "
+    "s3://BUCKET/PREFIX (no '..'), the scheme in lower case with two slashes";
+inline constexpr const char* kRemoteFileForms =
+    "a remote file is hf://datasets/ORG/NAME/PATH[@REVISION] or s3://BUCKET/KEY (no '..'), the "
+    "scheme in lower case with two slashes";
+
+// A well-formed remote source, which kubetune-fetch fetches.
 inline bool is_remote_source(const std::string& path) {
   return path.rfind("hf://", 0) == 0 || path.rfind("s3://", 0) == 0;
 }
+
+// Meant as a remote source (kSourceSchemePattern), well-formed or not.
+bool looks_like_remote_source(const std::string& path);
+
+// Whether `path` is a local path or one of the remote forms: a model repository (`model`) or
+// one file (data).
+bool is_local_or_remote_source(const std::string& path, bool model);
 
 }  // namespace kubetune

@@ -3,6 +3,7 @@
 #include "common/contracts.h"
 #include "common/finetunejob_schema_json.h"  // generated: kFineTuneJobSchemaJson
 #include "common/schema_validator.h"
+#include "common/source_forms.h"
 #include "common/yaml_file.h"
 
 namespace kubetune {
@@ -57,6 +58,17 @@ nlohmann::json validate_train_config(nlohmann::json config) {
 
 TrainConfig parse_train_config(const nlohmann::json& validated) {
   TrainConfig c = validated.get<TrainConfig>();
+  // A near miss of a remote source ("HF://org/name", "hf:/org/name") is named here, not taken for
+  // a local folder that then does not exist.
+  std::vector<std::string> sources;
+  if (!is_local_or_remote_source(c.model.path, true))
+    sources.push_back(std::string("model.path: ") + kRemoteModelForms + " (got \"" + c.model.path +
+                      "\")");
+  for (const auto& [field, path] : {std::pair<std::string, std::string>{"train", c.data.train},
+                                    {"validation", c.data.validation.value_or("")}})
+    if (!is_local_or_remote_source(path, false))
+      sources.push_back("data." + field + ": " + kRemoteFileForms + " (got \"" + path + "\")");
+  if (!sources.empty()) throw ConfigError(sources);
   if (micro_batch_is_auto(c) && c.training.global_batch_size == 0)
     throw ConfigError({kAutoMicroBatchNeedsGlobalBatch});
   if (c.distributed.sharding == api::DistributedSharding::kFull &&

@@ -41,10 +41,6 @@ long long int_at(const json& obj, const char* a, const char* b, long long fallba
   return obj[a][b].get<long long>();
 }
 
-bool matches(const std::string& text, const char* pattern) {
-  return std::regex_search(text, std::regex(pattern));
-}
-
 // The CEL rule and its twin for one source field (`field` of the object at the rule's place):
 // a local path, or one of the remote forms of common/source_forms.h.
 CelRule source_rule(const std::string& where, const std::string& field, bool model, bool optional,
@@ -54,20 +50,15 @@ CelRule source_rule(const std::string& where, const std::string& field, bool mod
       model ? "(!" + f + ".startsWith('hf://datasets/') && " + f + ".matches('" + kHubModelPattern +
                   "'))"
             : "(" + f + ".matches('" + kHubDatasetFilePattern + "') && !" + f + ".contains('..'))";
-  std::string rule = "!(" + f + ".startsWith('hf://') || " + f + ".startsWith('s3://')) || " +
-                     remote_forms + " || (" + f + ".matches('" + kS3Pattern + "') && !" + f +
-                     ".contains('..'))";
+  // A path meant as a remote source (its scheme in any case, any number of slashes) is held to
+  // the remote forms; any other is a local path.
+  std::string rule = "!" + f + ".matches('" + kSourceSchemePattern + "') || " + remote_forms +
+                     " || (" + f + ".matches('" + kS3Pattern + "') && !" + f + ".contains('..'))";
   if (optional) rule = "!has(" + f + ") || " + rule;
   return {where, rule, message, [field, model](const json& self, const json*) {
             const auto it = self.find(field);
             if (it == self.end() || !it->is_string()) return true;
-            const std::string path = it->get<std::string>();
-            if (!is_remote_source(path)) return true;
-            const bool hub =
-                model
-                    ? path.rfind("hf://datasets/", 0) != 0 && matches(path, kHubModelPattern)
-                    : matches(path, kHubDatasetFilePattern) && path.find("..") == std::string::npos;
-            return hub || (matches(path, kS3Pattern) && path.find("..") == std::string::npos);
+            return is_local_or_remote_source(it->get<std::string>(), model);
           }};
 }
 
@@ -227,14 +218,11 @@ std::vector<CelRule> make_rules() {
                    }});
   rules.push_back(spec_immutable_unless_suspended());
   rules.push_back(source_rule("spec.model", "path", true, false,
-                              "model.path: a remote model is hf://ORG/NAME[@REVISION] (a Hugging "
-                              "Face model repository) or s3://BUCKET/PREFIX (no '..')"));
+                              std::string("model.path: ") + kRemoteModelForms));
   for (const std::string field : {"train", "validation"}) {
     // has() for train too: a missing train is the schema's `required` error, not this rule's.
-    rules.push_back(source_rule("spec.data", field, false, true,
-                                "data." + field +
-                                    ": a remote file is hf://datasets/ORG/NAME/PATH[@REVISION] "
-                                    "or s3://BUCKET/KEY (no '..')"));
+    rules.push_back(
+        source_rule("spec.data", field, false, true, "data." + field + ": " + kRemoteFileForms));
   }
   rules.push_back(sources_need_preflight());
   rules.push_back({"spec",

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/source_forms.h"
 #include "common/yaml_file.h"
 
 namespace kubetune {
@@ -150,4 +151,38 @@ TEST(TrainConfig, YamlSyntaxErrorNamesTheLine) {
 }
 
 }  // namespace
+// A near miss of a remote source (a scheme in another case, one slash or three, an empty name) is
+// refused with the forms and the field named, not taken for a local folder; well-formed sources
+// and local paths, a colon inside included, pass.
+std::string parse_problem(const nlohmann::json& config) {
+  try {
+    parse_train_config(validate_train_config(config));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainConfig, NearMissSourcesAreRefusedWithTheirField) {
+  for (const std::string path : {"HF://org/name", "hf:/org/name", "hf:///org/name", "hf://org/",
+                                 "S3://bucket/x", "s3:/bucket/x"}) {
+    auto config = minimal();
+    config["model"]["path"] = path;
+    const std::string problem = parse_problem(config);
+    EXPECT_NE(problem.find(std::string("model.path: ") + kRemoteModelForms), std::string::npos)
+        << path << ": " << problem;
+    EXPECT_NE(problem.find(path), std::string::npos) << problem;
+  }
+  auto config = minimal();
+  config["data"]["validation"] = "Hf://datasets/org/chat/valid.jsonl";
+  EXPECT_NE(parse_problem(config).find(std::string("data.validation: ") + kRemoteFileForms),
+            std::string::npos);
+  for (const std::string path : {"hf://org/name", "hf://org/name@main", "s3://bucket/model",
+                                 "/models/hf:2024/llama", "models/s3-copy"}) {
+    config = minimal();
+    config["model"]["path"] = path;
+    EXPECT_EQ(parse_problem(config), "") << path;
+  }
+}
+
 }  // namespace kubetune

@@ -441,6 +441,10 @@ class FetchTest(unittest.TestCase):
             "hf://datasets/org/chat/x.jsonl\n", "s3://bucket/x\n", "s3://bucket/a/../b",
             "s3://bucket/key", "s3://bucket",
             "s3://my.bucket-1/a/b/c.jsonl", "s3://Bucket/x", "s3://ab/x", "s3://bucket_1/x", "s3://",
+            # near misses: the CRD refuses them as the tool does, not as local paths
+            "HF://org/name", "Hf://org/name", "hf:/org/name", "hf:org/name", "hf:///org/name",
+            "hf://org/", "hf:///name", "S3://bucket/x", "s3:/bucket/x", "s3:///bucket/x",
+            "hf://datasets//chat/x.jsonl", "HF://datasets/org/chat/x.jsonl",
         ]
         for text in candidates:
             self.assertEqual(crd_accepts("model", {"path": text}), tool_accepts(text, True),

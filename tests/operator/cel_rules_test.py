@@ -124,6 +124,18 @@ def edits_of(base):
             "validation", "hf://datasets/org/chat/../../x.jsonl")),
         "validation from S3": edit(lambda o: o["spec"]["data"].__setitem__(
             "validation", "s3://my-data/chat/valid.jsonl")),
+        # Near misses of a source (issue "administrators stay in charge", part 5).
+        "a scheme in upper case": edit(lambda o: o["spec"]["model"].__setitem__(
+            "path", "HF://meta-llama/Llama-3.2-1B")),
+        "one slash": edit(lambda o: o["spec"]["model"].__setitem__("path", "hf:/org/name")),
+        "three slashes": edit(lambda o: o["spec"]["model"].__setitem__("path", "hf:///org/name")),
+        "an empty repository name": edit(lambda o: o["spec"]["model"].__setitem__(
+            "path", "hf://org/")),
+        "S3 in upper case": edit(lambda o: o["spec"]["data"].__setitem__("train", "S3://data/x")),
+        "data with one slash": edit(lambda o: o["spec"]["data"].__setitem__(
+            "validation", "s3:/data/valid.jsonl")),
+        "a local path with a colon": edit(lambda o: o["spec"]["data"].__setitem__(
+            "train", "/data/hf:2024/train.jsonl")),
     }
 
 
