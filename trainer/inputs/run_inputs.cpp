@@ -32,7 +32,7 @@ data::DatasetOptions dataset_options(const TrainConfig& c) {
 }
 
 void check_weights_fit_method(const model::ModelConfig& config, const std::string& model_dir,
-                                  bool qlora) {
+                              bool qlora) {
   if (config.bnb_4bit && !qlora) {
     throw std::runtime_error(model_dir +
                              "/config.json: a bitsandbytes 4-bit checkpoint (quantization_config) "

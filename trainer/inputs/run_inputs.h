@@ -32,7 +32,7 @@ data::DatasetOptions dataset_options(const TrainConfig& c);
 // Throws when `config` (read from `model_dir`) is a bitsandbytes 4-bit checkpoint and the method
 // is not qlora: its weights exist only in 4 bits.
 void check_weights_fit_method(const model::ModelConfig& config, const std::string& model_dir,
-                                  bool qlora);
+                              bool qlora);
 
 // Loads an HF folder onto `device`. Frozen weights are stored in `frozen_dtype`; trainable ones
 // (LoRA adapters, or everything for full fine-tuning) stay fp32 master weights.

@@ -214,7 +214,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
       // The last layer's input is needed first in backward: it stays on the GPU.
       const bool offload_this = offload_ && h.is_cuda() && l + 1 < config_.num_hidden_layers;
       h = RecomputedLayer::apply(h, torch::TensorList(trainable), layer, in,
-                                   offload_this ? offload_.get() : nullptr, l);
+                                 offload_this ? offload_.get() : nullptr, l);
     }
     if (after_layer) after_layer(l, h);
   }
