@@ -116,6 +116,22 @@ def the_map_has_no_cycle():
         visit(node, [])
 
 
+def developing_md_shows_the_same_map():
+    """docs/DEVELOPING.md's layout table names, for each folder, what LAYERS allows: one map."""
+    doc = open(os.path.join(REPO, "docs", "DEVELOPING.md"), encoding="utf-8").read()
+    row = re.compile(r"^\| `([a-z_/]+?)/?` \|[^|]*\| ([^|]*) \|", re.M)
+    shown = {}
+    for folder, allowed in row.findall(doc):
+        if folder not in LAYERS:
+            continue
+        names = [] if allowed.strip().startswith("—") else [a.strip() for a in allowed.split(",")]
+        top = folder.split("/")[0]
+        shown[folder] = sorted(n if n in LAYERS else f"{top}/{n}" for n in names)
+    problems = [f"{folder}: DEVELOPING.md shows {shown.get(folder)}, LAYERS has {sorted(allowed)}"
+                for folder, allowed in LAYERS.items() if shown.get(folder) != sorted(allowed)]
+    assert not problems, "\n".join(problems)
+
+
 def the_loop_does_not_know_the_sharding_mode():
     """The training loop calls the WeightSync interface and never asks which scheme it has."""
     loop = os.path.join(REPO, "trainer", "loop")
