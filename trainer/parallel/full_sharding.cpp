@@ -260,11 +260,9 @@ std::vector<optim::AdamWParam> FullSharding::optimizer_entries(const DecayRule& 
     auto slices = u->flat.optimizer_entries(decays, u->shard);
     entries.insert(entries.end(), slices.begin(), slices.end());
   }
-  for (size_t i = 0; i < trainable_.tensors.size(); ++i) {
-    const auto& t = trainable_.tensors[i];
-    if (!holds(t))
-      entries.push_back({trainable_.names[i], t, decays(trainable_.names[i], t), {}, {}});
-  }
+  auto whole =
+      whole_entries(trainable_, decays, [this](const torch::Tensor& t) { return holds(t); });
+  entries.insert(entries.end(), whole.begin(), whole.end());
   return entries;
 }
 

@@ -44,21 +44,13 @@ OptimizerSharding::~OptimizerSharding() { model_->before_stage = nullptr; }
 std::vector<optim::AdamWParam> OptimizerSharding::optimizer_entries(const DecayRule& decays) {
   std::vector<optim::AdamWParam> entries;
   for (const auto& b : flat_buckets_) {
-    if (b.sharded) {
-      auto slices = b.shard.optimizer_entries(decays);
-      entries.insert(entries.end(), slices.begin(), slices.end());
-      continue;
-    }
-    for (size_t j = 0; j < b.shard.members.size(); ++j) {
-      const auto& p = b.shard.members[j];
-      entries.push_back({b.shard.names[j], p, decays(b.shard.names[j], p), {}, {}});
-    }
+    auto bucket = b.sharded ? b.shard.optimizer_entries(decays)
+                            : whole_entries({b.shard.names, b.shard.members}, decays);
+    entries.insert(entries.end(), bucket.begin(), bucket.end());
   }
-  for (size_t i = 0; i < trainable_.tensors.size(); ++i) {
-    const auto& t = trainable_.tensors[i];
-    if (!buckets_->contains(t))
-      entries.push_back({trainable_.names[i], t, decays(trainable_.names[i], t), {}, {}});
-  }
+  auto outside = whole_entries(trainable_, decays,
+                               [this](const torch::Tensor& t) { return buckets_->contains(t); });
+  entries.insert(entries.end(), outside.begin(), outside.end());
   return entries;
 }
 

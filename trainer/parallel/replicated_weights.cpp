@@ -9,12 +9,7 @@ ReplicatedWeights::ReplicatedWeights(const model::NamedParams& trainable,
 }
 
 std::vector<optim::AdamWParam> ReplicatedWeights::optimizer_entries(const DecayRule& decays) {
-  std::vector<optim::AdamWParam> entries;
-  for (size_t i = 0; i < trainable_.tensors.size(); ++i) {
-    const auto& t = trainable_.tensors[i];
-    entries.push_back({trainable_.names[i], t, decays(trainable_.names[i], t), {}, {}});
-  }
-  return entries;
+  return whole_entries(trainable_, decays);
 }
 
 }  // namespace kubetune::parallel

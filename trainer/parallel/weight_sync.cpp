@@ -6,6 +6,18 @@
 
 namespace kubetune::parallel {
 
+std::vector<optim::AdamWParam> whole_entries(
+    const model::NamedParams& tensors, const DecayRule& decays,
+    const std::function<bool(const torch::Tensor&)>& skip) {
+  std::vector<optim::AdamWParam> entries;
+  for (size_t i = 0; i < tensors.tensors.size(); ++i) {
+    const auto& t = tensors.tensors[i];
+    if (!skip || !skip(t))
+      entries.push_back({tensors.names[i], t, decays(tensors.names[i], t), {}, {}});
+  }
+  return entries;
+}
+
 // The one place that reads distributed.sharding.
 std::unique_ptr<WeightSync> make_weight_sync(const TrainConfig& c, Communicator& comm,
                                              model::CausalLM& model,

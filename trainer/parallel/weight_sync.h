@@ -82,6 +82,12 @@ class WeightSync {
   virtual std::map<std::string, torch::Tensor> gather_weights(bool keep, bool trainable_only) = 0;
 };
 
+// AdamW's entries for tensors each process updates whole: those of `tensors` that `skip` (when
+// given) does not claim, in their order. The part every scheme has beside its own slices.
+std::vector<optim::AdamWParam> whole_entries(
+    const model::NamedParams& tensors, const DecayRule& decays,
+    const std::function<bool(const torch::Tensor&)>& skip = {});
+
 std::unique_ptr<WeightSync> make_weight_sync(const TrainConfig& config, Communicator& comm,
                                              model::CausalLM& model,
                                              const model::NamedParams& trainable);
