@@ -26,6 +26,14 @@ import torch
 import torch.distributed as dist
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# Phi-3 and Phi-4 store q, k, v in one qkv_proj and gate, up in one gate_up_proj.
+FUSED_LORA_TARGETS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+
+
+def lora_targets(model_dir: str) -> list:
+    with open(os.path.join(model_dir, "config.json")) as f:
+        model_type = json.load(f).get("model_type")
+    return FUSED_LORA_TARGETS if model_type == "phi3" else LORA_TARGETS
 
 
 def load_hf(args, liger: bool) -> torch.nn.Module:
@@ -70,7 +78,7 @@ def load_unsloth(args, local_rank: int) -> torch.nn.Module:
         device_map={"": f"cuda:{local_rank}"})
     if not full:
         model = FastLanguageModel.get_peft_model(
-            model, r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0, target_modules=LORA_TARGETS,
+            model, r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0, target_modules=lora_targets(args.model),
             bias="none", use_gradient_checkpointing=recompute)
     FastLanguageModel.for_training(model)
     return model

@@ -3,8 +3,11 @@
 Llama-3.2-1B configuration) saved as a Hugging Face folder, with the project's small byte-level
 tokenizer, and a JSONL of {"text"} records long enough to fill every sequence.
 
-Usage: make_bench_inputs.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|llama-3.1-70b] [--seq 2048]
-                             [--records 512] [--config-only]
+Usage: make_bench_inputs.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|llama-3.1-70b|qwen3-8b|
+                             gemma-3-12b|phi-4] [--seq 2048] [--records 512] [--config-only]
+
+The Qwen3, Gemma 3 and Phi-4 shapes are those of the published checkpoints' config.json (their
+vocabularies too, so the embedding and output layer cost what they cost there).
 
 Llama-3.1-70B's weights (140 GB in bf16) are not written: its folder has the config and the
 tokenizer only, and our trainer draws the weights itself (model.init: random); the competitors,
@@ -18,7 +21,8 @@ import shutil
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 SHAPES = {
     "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
@@ -32,31 +36,59 @@ SHAPES = {
                           tie_word_embeddings=False),
 }
 CONFIG_ONLY = {"llama-3.1-70b"}
+TOKENS = dict(bos_token_id=None, eos_token_id=258, pad_token_id=256)  # the project's tokenizer
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+# Other families: (model class, config) as in the published config.json.
+FAMILY_SHAPES = {
+    # Qwen/Qwen3-8B
+    "qwen3-8b": (Qwen3ForCausalLM, lambda: Qwen3Config(
+        vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+        rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **TOKENS)),
+    # google/gemma-3-12b-it's text_config: five local layers (window 1024, base 10k) to one global
+    # (base 1M, linear RoPE scaling 8).
+    "gemma-3-12b": (Gemma3ForCausalLM, lambda: Gemma3TextConfig(
+        vocab_size=262208, hidden_size=3840, intermediate_size=15360, num_hidden_layers=48,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=256, query_pre_attn_scalar=256,
+        sliding_window=1024, max_position_embeddings=131072, rms_norm_eps=1e-6,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 1000000.0}}, **TOKENS)),
+    # microsoft/phi-4
+    "phi-4": (Phi3ForCausalLM, lambda: Phi3Config(
+        vocab_size=100352, hidden_size=5120, intermediate_size=17920, num_hidden_layers=40,
+        num_attention_heads=40, num_key_value_heads=10, max_position_embeddings=16384,
+        original_max_position_embeddings=16384, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 250000.0}, **TOKENS)),
+}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--shape", default="llama-3.2-1b", choices=SHAPES)
+    ap.add_argument("--shape", default="llama-3.2-1b", choices=[*SHAPES, *FAMILY_SHAPES])
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--records", type=int, default=512)
     ap.add_argument("--config-only", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
     repo = Path(__file__).resolve().parent.parent
-    config = LlamaConfig(vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
-                         rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=258, pad_token_id=256,
-                         rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                       "high_freq_factor": 4.0,
-                                       "original_max_position_embeddings": 8192},
-                         **SHAPES[args.shape])
+    if args.shape in FAMILY_SHAPES:
+        model_class, make_config = FAMILY_SHAPES[args.shape]
+        config = make_config()
+    else:
+        model_class = LlamaForCausalLM
+        config = LlamaConfig(vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                             rope_parameters=LLAMA3_ROPE, **TOKENS, **SHAPES[args.shape])
     if args.shape in CONFIG_ONLY or args.config_only:
         config.dtype = "bfloat16"
         config.save_pretrained(out / "model")
     else:
         torch.manual_seed(0)
         with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-            model = LlamaForCausalLM(config).to(torch.bfloat16)
+            model = model_class(config).to(torch.bfloat16)
         model.save_pretrained(out / "model", safe_serialization=True)
     for f in (repo / "examples" / "default" / "tokenizer").iterdir():
         shutil.copy(f, out / "model" / f.name)

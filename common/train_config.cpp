@@ -97,17 +97,9 @@ void set_micro_batch_size(TrainConfig& c, int64_t examples) {
 }
 
 std::vector<std::string> lora_target_modules(const api::Lora& lora) {
-  std::vector<std::string> out;
-  for (const auto& m : lora.target_modules) {
-    if (m == "all-linear") {
-      for (const char* name :
-           {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
-        out.push_back(name);
-    } else {
-      out.push_back(m);
-    }
-  }
-  return out;
+  for (const auto& m : lora.target_modules)
+    if (m == "all-linear") return {};  // every linear layer, whatever the family names them
+  return lora.target_modules;
 }
 
 std::string checkpoint_dir(const TrainConfig& c) {

@@ -85,7 +85,8 @@ inline constexpr const char* kFp8LoraBaseNotSharded =
 int64_t micro_batch_size(const TrainConfig& c);
 void set_micro_batch_size(TrainConfig& c, int64_t examples);
 
-// method.lora.targetModules with "all-linear" spelled out as the seven projections.
+// method.lora.targetModules, or none when it holds "all-linear": the trainer then adapts every
+// linear layer of the decoder layers, under the names the model's family gives them.
 std::vector<std::string> lora_target_modules(const api::Lora& lora);
 
 // checkpoint.dir, or <output.dir>/checkpoints when it is not set.

@@ -18,6 +18,9 @@ import sys
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "text"))
+import real_templates  # noqa: E402  (the published chat templates, shared with tests/text)
+
 IGNORE = -100
 
 CORPUS = [
@@ -115,6 +118,18 @@ def make_chatml(out):
     tok = train_bpe(specials, pre_tokenizers.ByteLevel(add_prefix_space=False))
     save(tok, os.path.join(out, "tok_chatml"), CHATML_TEMPLATE, eos_token="<|im_end|>",
          pad_token="<|endoftext|>")
+    # Qwen3's published template: reasoning kept only after the last user message.
+    tok.add_tokens(["<think>", "</think>"])
+    save(tok, os.path.join(out, "tok_qwen3"), real_templates.QWEN3, eos_token="<|im_end|>",
+         pad_token="<|endoftext|>")
+
+
+def make_phi4_mini(out):
+    specials = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+    tok = train_bpe(specials, pre_tokenizers.ByteLevel(add_prefix_space=False))
+    # Phi-4-mini's published template ends a conversation without a generation prompt with EOS.
+    save(tok, os.path.join(out, "tok_phi4mini"), real_templates.PHI4_MINI,
+         eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,6 +152,18 @@ MESSAGES = [
     None,
     {"messages": [msg("user", "def add(a, b):", name="alice"),
                   msg("assistant", "    return a + b\n"), msg("user", "thanks")]},
+]
+
+# Qwen3-style reasoning: inline <think> blocks and reasoning_content in earlier turns.
+REASONING = [
+    {"messages": [msg("user", "What is the capital of France?"),
+                  msg("assistant", "<think>\nThe user asks about France.\n</think>\n\nParis."),
+                  msg("user", "And of Germany?"),
+                  msg("assistant", "Berlin.", reasoning_content="Germany's capital is Berlin.")]},
+    {"messages": [msg("system", "Answer briefly."), msg("user", "Hello!"),
+                  msg("assistant", "Hello! How can I help you today?")]},
+    {"messages": [msg("user", "Hello!"), msg("assistant", "Hi."), msg("user", "Bye."),
+                  msg("assistant", "Bye.")]},
 ]
 
 PROMPT_COMPLETION = [
@@ -197,7 +224,17 @@ def encode_conversation(tok, messages, first_target, loss_on):
             continue
         before = render(tok, messages[:i], True)
         through = render(tok, messages[:i + 1], False)
-        assert full.startswith(before) and full.startswith(through), "fixture template unstable"
+        assert full.startswith(before), "fixture template unstable"
+        if not full.startswith(through):
+            # README (data): a turn the template writes differently once the conversation goes on
+            # is context (Qwen3's turns before the last user message lose their reasoning); the
+            # EOS token every conversation ends with (Phi-4-mini) is not the turn's.
+            eos = tok.eos_token
+            if through.endswith(eos) and full.endswith(eos) and full.startswith(through[:-len(eos)]):
+                through = through[:-len(eos)]
+            else:
+                assert any(m["role"] == "user" for m in messages[i + 1:]), "fixture template unstable"
+                continue
         spans.append((len(before), len(through)))
     # Offsets are character offsets here and byte offsets in C++; the span edges are character
     # boundaries, so "the token starts inside a span" is the same test in both.
@@ -328,12 +365,15 @@ def main():
     os.makedirs(out)
     make_llama(out)
     make_chatml(out)
+    make_phi4_mini(out)
 
     datasets = {
         "messages.jsonl": MESSAGES,
         "prompt_completion.jsonl": PROMPT_COMPLETION,
         "conv_prompt_completion.jsonl": CONV_PROMPT_COMPLETION,
         "text.jsonl": TEXT,
+        "reasoning.jsonl": REASONING,
+        "multi_turn.jsonl": MESSAGES[:5],  # conversations that end with the assistant
     }
     for file, lines in datasets.items():
         write_jsonl(os.path.join(out, file), lines)
@@ -365,6 +405,11 @@ def main():
         assert length < max(len(e["input_ids"]) for e in full["examples"])
         cases.append(reference_case(out, tokenizer, "messages.jsonl", MESSAGES,
                                     max_length=length))
+    # Published templates that are not prefix-stable: Qwen3 (earlier turns are context) and
+    # Phi-4-mini (the closing EOS is not the turn's), on multi-turn conversations.
+    for tokenizer in ("tok_qwen3", "tok_phi4mini"):
+        cases.append(reference_case(out, tokenizer, "reasoning.jsonl", REASONING))
+        cases.append(reference_case(out, tokenizer, "multi_turn.jsonl", MESSAGES[:5]))
     with open(os.path.join(out, "cases.json"), "w") as f:
         json.dump(cases, f)
 

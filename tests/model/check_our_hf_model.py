@@ -1,28 +1,40 @@
-"""Loads the merged, sharded model folder that kubetune_model_tests saved with transformers.
+"""Loads the merged, sharded model folders that kubetune_model_tests saved with transformers.
 
 Usage: check_our_hf_model.py FIXTURE_DIR
-Reads FIXTURE_DIR/ours/merged/ (config.json, model-*.safetensors + index, our_logits.safetensors).
-Exits non-zero when AutoModelForCausalLM cannot load it or the logits differ by more than 1e-4
-relative from ours.
+For each family with a LoRA fixture (FIXTURE_DIR/fixtures.json "lora"), reads
+FIXTURE_DIR/ours/merged/<family>/ (config.json, model-*.safetensors + index,
+our_logits.safetensors). Exits non-zero when AutoModelForCausalLM cannot load one, loads it as
+another architecture than the base's, or the logits differ by more than 1e-4 relative from ours.
 """
+import json
 import os
 import sys
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 
-def main():
-    folder = os.path.join(sys.argv[1], "ours", "merged")
+def check(fixtures, family):
+    folder = os.path.join(fixtures, "ours", "merged", family)
     ours = load_file(os.path.join(folder, "our_logits.safetensors"))
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    expected = AutoConfig.from_pretrained(os.path.join(fixtures, family)).architectures
     model.eval()
     with torch.no_grad():
         logits = model(input_ids=ours["input_ids"], position_ids=ours["position_ids"]).logits
     rel = ((logits - ours["logits"]).abs().max() / ours["logits"].abs().max()).item()
-    print(f"{type(model).__name__}: max relative logit difference: {rel:.3e}")
-    if rel > 1e-4:
+    print(f"{family}: {type(model).__name__}, max relative logit difference {rel:.3e}")
+    return [type(model).__name__] == expected and rel <= 1e-4
+
+
+def main():
+    fixtures = sys.argv[1]
+    with open(os.path.join(fixtures, "fixtures.json")) as f:
+        families = json.load(f)["lora"]
+    failed = [family for family in families if not check(fixtures, family)]
+    if failed:
+        print("failed:", ", ".join(failed))
         sys.exit(1)
 
 

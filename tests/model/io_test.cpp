@@ -1,6 +1,7 @@
 // safetensors reading/writing and the errors users meet with broken model folders.
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "test_util.h"
@@ -173,12 +174,86 @@ TEST(ModelConfig, ReadsTransformers4StyleRopeScaling) {
   rope["type"] = "llama3";
   cfg["rope_scaling"] = rope;
   auto c = model::ModelConfig::from_json(cfg, "v4.json");
-  EXPECT_EQ(c.rope_scaling.type, "llama3");
-  EXPECT_EQ(c.rope_theta, 500000.0);
-  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 16);
+  EXPECT_EQ(c.rope.type, "llama3");
+  EXPECT_EQ(c.rope.theta, 500000.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 16);
   cfg["rope_scaling"]["type"] = "yarn";
   std::string msg = error_of([&] { model::ModelConfig::from_json(cfg, "v4.json"); });
   EXPECT_NE(msg.find("yarn"), std::string::npos) << msg;
+}
+
+// The Gemma 3 configs on the Hub were written by transformers 4: rope_theta and
+// rope_local_base_freq, the global layers' rope_scaling, and sliding_window_pattern instead of
+// layer_types. Read so, the fixture's model is the same model.
+TEST(ModelConfig, ReadsGemma3Transformers4Layout) {
+  json cfg = read_json(fixture("gemma3") + "/config.json");
+  const auto v5 = model::ModelConfig::from_json(cfg, "v5.json");
+  json full = cfg["rope_parameters"]["full_attention"];
+  cfg["rope_theta"] = full["rope_theta"];
+  cfg["rope_local_base_freq"] = cfg["rope_parameters"]["sliding_attention"]["rope_theta"];
+  full.erase("rope_theta");
+  cfg["rope_scaling"] = full;
+  cfg.erase("rope_parameters");
+  cfg.erase("layer_types");
+  cfg.erase("_sliding_window_pattern");
+  cfg["sliding_window_pattern"] = 2;
+  const auto v4 = model::ModelConfig::from_json(cfg, "v4.json");
+  EXPECT_EQ(v4.sliding_layers, v5.sliding_layers);
+  EXPECT_EQ(v4.sliding_layers, (std::vector<bool>{true, false, true}));
+  for (const auto& [a, b] : {std::pair{&v4.rope, &v5.rope}, {&v4.local_rope, &v5.local_rope}}) {
+    EXPECT_EQ(a->type, b->type);
+    EXPECT_EQ(a->theta, b->theta);
+    EXPECT_EQ(a->factor, b->factor);
+  }
+  EXPECT_EQ(v4.rope.type, "linear");
+  EXPECT_EQ(v4.local_rope.theta, 10000.0);
+  EXPECT_DOUBLE_EQ(v4.attention_scale, 1 / std::sqrt(24.0));
+  EXPECT_TRUE(v4.gelu_tanh);
+}
+
+// Phi-3.5's and Phi-4-mini's Hub configs: rope_scaling {"type": "longrope"} with the context
+// lengths and partial_rotary_factor at the top level.
+TEST(ModelConfig, ReadsPhi3HubLongRope) {
+  json cfg = read_json(fixture("phi3") + "/config.json");
+  const auto v5 = model::ModelConfig::from_json(cfg, "v5.json");
+  json rope = cfg["rope_parameters"];
+  cfg["rope_theta"] = rope["rope_theta"];
+  cfg["partial_rotary_factor"] = rope["partial_rotary_factor"];
+  cfg["rope_scaling"] = {{"type", "longrope"},
+                         {"short_factor", rope["short_factor"]},
+                         {"long_factor", rope["long_factor"]}};
+  cfg.erase("rope_parameters");
+  const auto v4 = model::ModelConfig::from_json(cfg, "v4.json");
+  EXPECT_EQ(v4.rope.type, "longrope");
+  EXPECT_EQ(v4.rope.short_factor, v5.rope.short_factor);
+  EXPECT_EQ(v4.rope.long_factor, v5.rope.long_factor);
+  EXPECT_EQ(v4.rope.original_max_position_embeddings, 16);
+  EXPECT_DOUBLE_EQ(v4.rope.attention_factor, v5.rope.attention_factor);
+  // factor = 64 / 16: sqrt(1 + ln 4 / ln 16) = sqrt(1.5)
+  EXPECT_DOUBLE_EQ(v4.rope.attention_factor, std::sqrt(1.5));
+  EXPECT_EQ(v4.rotary_dim(), 12);
+
+  cfg["rope_scaling"]["long_factor"] = json::array({1.0, 2.0});
+  std::string msg = error_of([&] { model::ModelConfig::from_json(cfg, "v4.json"); });
+  EXPECT_NE(msg.find("rope_scaling.long_factor"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("needs 6 entries"), std::string::npos) << msg;
+}
+
+// What kubetune does not implement is refused by name, not trained differently.
+TEST(ModelConfig, RefusesOptionsItDoesNotImplement) {
+  json gemma = read_json(fixture("gemma3") + "/config.json");
+  gemma["final_logit_softcapping"] = 30.0;
+  std::string msg = error_of([&] { model::ModelConfig::from_json(gemma, "g.json"); });
+  EXPECT_NE(msg.find("\"final_logit_softcapping\""), std::string::npos) << msg;
+  json phi = read_json(fixture("phi4") + "/config.json");
+  phi["resid_pdrop"] = 0.1;
+  msg = error_of([&] { model::ModelConfig::from_json(phi, "p.json"); });
+  EXPECT_NE(msg.find("\"resid_pdrop\""), std::string::npos) << msg;
+  json qwen = read_json(fixture("qwen3") + "/config.json");
+  qwen["hidden_act"] = "relu";
+  msg = error_of([&] { model::ModelConfig::from_json(qwen, "q.json"); });
+  EXPECT_NE(msg.find("\"hidden_act\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("relu"), std::string::npos) << msg;
 }
 
 TEST(PeftAdapter, UnsupportedOptionsAreRejected) {

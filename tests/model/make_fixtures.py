@@ -20,8 +20,10 @@ import sys
 import torch
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config,
+                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 VOCAB = 300
 T = 17
@@ -60,7 +62,39 @@ def families():
                    "num_hidden_layers": 3}, tie_word_embeddings=True), {}),
         # Saved in bf16: the C++ side loads it into fp32.
         "llama_bf16": (LlamaForCausalLM, LlamaConfig(**COMMON), {"dtype": torch.bfloat16}),
+        # Qwen3: q/k norms, head_dim (24) != hidden/heads (16), untied, the second layer sliding.
+        "qwen3": (Qwen3ForCausalLM, Qwen3Config(**COMMON, head_dim=24, tie_word_embeddings=False,
+                  use_sliding_window=True, sliding_window=8, max_window_layers=1,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), {}),
+        # Gemma 3 (text): (1 + w) norms around both halves, q/k norms, GeGLU, scaled embeddings,
+        # query_pre_attn_scalar != head_dim, sliding and global layers with their own RoPE (the
+        # global one linearly scaled, as in 4B-27B), tied; sharded.
+        "gemma3": (Gemma3ForCausalLM, Gemma3TextConfig(
+                   **{**COMMON, "num_hidden_layers": 3, "hidden_size": 48}, head_dim=32,
+                   query_pre_attn_scalar=24, sliding_window=8,
+                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                   rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                    "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                       "rope_theta": 1000000.0}}),
+                   {"max_shard_size": "60KB"}),
+        # Phi-3.5 / Phi-4-mini: fused qkv_proj and gate_up_proj, LongRoPE past 16 positions (the
+        # 17-token case takes the long factors, the packed examples the short ones), partial
+        # rotary (0.75), a sliding window.
+        "phi3": (Phi3ForCausalLM, Phi3Config(**{**COMMON, "max_position_embeddings": 64},
+                 original_max_position_embeddings=16, sliding_window=12,
+                 rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                  "partial_rotary_factor": 0.75,
+                                  "short_factor": [1.0 + 0.1 * i for i in range(6)],
+                                  "long_factor": [2.0 + 0.3 * i for i in range(6)]}), {}),
+        # Phi-4 (14B's layout): fused projections, plain RoPE, no window, untied.
+        "phi4": (Phi3ForCausalLM, Phi3Config(**COMMON, rope_parameters={"rope_type": "default",
+                                                                         "rope_theta": 250000.0}), {}),
     }
+
+
+# Families with a PEFT LoRA fixture (all linear layers: Phi-3's fused qkv_proj and gate_up_proj
+# as PEFT names them).
+LORA_FAMILIES = {"llama32": 11, "qwen2": 12, "qwen3": 13, "gemma3": 14, "phi3": 15}
 
 
 def randomize(model, seed):
@@ -167,10 +201,10 @@ def main():
     models = {}
     for i, (name, (cls, config, save_opts)) in enumerate(families().items()):
         models[name] = full_finetune_fixture(out_dir, name, cls, config, save_opts, seed=100 + i)
-    lora_fixture(out_dir, "llama32", models["llama32"], seed=11)
-    lora_fixture(out_dir, "qwen2", models["qwen2"], seed=12)
+    for name, seed in LORA_FAMILIES.items():
+        lora_fixture(out_dir, name, models[name], seed=seed)
     with open(os.path.join(out_dir, "fixtures.json"), "w") as f:
-        json.dump({"families": list(families().keys()), "lora": ["llama32", "qwen2"]}, f)
+        json.dump({"families": list(families().keys()), "lora": list(LORA_FAMILIES)}, f)
     print("wrote fixtures to", out_dir)
 
 

@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 
 #include "test_util.h"
@@ -100,7 +101,8 @@ TEST_P(FamilyParity, PackedSegmentsMatchSeparateRuns) {
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyParity,
                          ::testing::Values("llama32", "llama2", "llama_bias", "llama_dynamic",
-                                           "qwen2", "mistral", "smollm", "llama_bf16"));
+                                           "qwen2", "mistral", "smollm", "llama_bf16", "qwen3",
+                                           "gemma3", "phi3", "phi4"));
 
 class LoraParity : public ::testing::TestWithParam<std::string> {};
 
@@ -111,7 +113,10 @@ TEST_P(LoraParity, PeftAdapterLogitsLossAndGradients) {
   EXPECT_DOUBLE_EQ(cfg.alpha, 8);
   int64_t n_lora = 0;
   for (const auto& p : m->named_parameters()) n_lora += p.key().find(".lora_") != std::string::npos;
-  EXPECT_EQ(n_lora, 2 * 7 * m->config().num_hidden_layers);  // every linear layer: A and B
+  // Every linear layer (7, or Phi-3's 4 fused ones): A and B.
+  const int64_t linears = static_cast<int64_t>(m->config().decoder_linears().size());
+  EXPECT_EQ(linears, GetParam() == "phi3" ? 4 : 7);
+  EXPECT_EQ(n_lora, 2 * linears * m->config().num_hidden_layers);
   Ref ref(GetParam() + "_lora");
   {
     torch::NoGradGuard no_grad;
@@ -122,8 +127,6 @@ TEST_P(LoraParity, PeftAdapterLogitsLossAndGradients) {
   m->set_recompute_layers(true);
   check_loss_and_grads(m, ref, "LoRA checkpointed");
 }
-
-INSTANTIATE_TEST_SUITE_P(Families, LoraParity, ::testing::Values("llama32", "qwen2"));
 
 TEST(Lora, SeededInitIsDeterministicAndStartsAsTheBaseModel) {
   torch::manual_seed(0);
@@ -167,14 +170,18 @@ TEST(Lora, SeededInitIsDeterministicAndStartsAsTheBaseModel) {
   EXPECT_THROW(model::apply_lora(c, bad, 1), std::runtime_error);
 }
 
-// Our adapter (subset of targets, rslora) is written for check_our_adapter.py to load into PEFT.
-TEST(PeftAdapter, SavedAdapterRoundTripsAndIsWrittenForPeft) {
+// Our adapter (a subset of the targets, rslora) is written for check_our_adapter.py to load into
+// PEFT, for every family with a LoRA fixture.
+TEST_P(LoraParity, SavedAdapterRoundTripsAndIsWrittenForPeft) {
+  const std::string family = GetParam();
   torch::manual_seed(3);
-  CausalLM m = load_model(fixture("llama32"));
+  CausalLM m = load_model(fixture(family));
   model::LoraConfig cfg;
   cfg.r = 4;
   cfg.alpha = 16;
-  cfg.target_modules = {"q_proj", "v_proj", "down_proj"};
+  const bool fused = m->config().family->fused_qkv;
+  cfg.target_modules = fused ? std::vector<std::string>{"qkv_proj", "down_proj"}
+                             : std::vector<std::string>{"q_proj", "v_proj", "down_proj"};
   cfg.use_rslora = true;
   model::apply_lora(m, cfg, 5);
   {
@@ -182,9 +189,9 @@ TEST(PeftAdapter, SavedAdapterRoundTripsAndIsWrittenForPeft) {
     for (auto& p : m->named_parameters())
       if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 0.1);
   }
-  const std::string dir = output_dir("adapter");
-  io::save_peft_adapter(m, cfg, fixture("llama32"), dir);
-  Ref ref("llama32");
+  const std::string dir = output_dir("adapter/" + family);
+  io::save_peft_adapter(m, cfg, fixture(family), dir);
+  Ref ref(family);
   torch::NoGradGuard no_grad;
   m->eval();
   at::Tensor logits = m->forward(ref["input_ids"], ref["position_ids"]);
@@ -192,20 +199,23 @@ TEST(PeftAdapter, SavedAdapterRoundTripsAndIsWrittenForPeft) {
       dir + "/our_logits.safetensors",
       {{"input_ids", ref["input_ids"]}, {"position_ids", ref["position_ids"]}, {"logits", logits}});
 
-  CausalLM again = load_model(fixture("llama32"));
+  CausalLM again = load_model(fixture(family));
   model::LoraConfig loaded = io::load_peft_adapter(again, dir);
   EXPECT_EQ(loaded.r, 4);
   EXPECT_TRUE(loaded.use_rslora);
-  EXPECT_EQ(loaded.target_modules, (std::vector<std::string>{"down_proj", "q_proj", "v_proj"}));
+  auto sorted = cfg.target_modules;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(loaded.target_modules, sorted);
   again->eval();
   EXPECT_TRUE(again->forward(ref["input_ids"], ref["position_ids"]).equal(logits));
 }
 
 // Merging folds the adapter into the weights; the saved folder is read by check_our_hf_model.py.
-TEST(HfCheckpoint, MergedModelSavesShardedAndReloads) {
-  CausalLM m = load_model(fixture("llama32"));
-  io::load_peft_adapter(m, fixture("llama32_lora"));
-  Ref ref("llama32_lora");
+TEST_P(LoraParity, MergedModelSavesShardedAndReloads) {
+  const std::string family = GetParam();
+  CausalLM m = load_model(fixture(family));
+  io::load_peft_adapter(m, fixture(family + "_lora"));
+  Ref ref(family + "_lora");
   torch::NoGradGuard no_grad;
   m->eval();
   model::merge_lora(m);
@@ -213,7 +223,7 @@ TEST(HfCheckpoint, MergedModelSavesShardedAndReloads) {
   at::Tensor logits = m->forward(ref["input_ids"], ref["position_ids"]);
   EXPECT_LT(rel_err(logits, ref["logits"]), kTol);
 
-  const std::string dir = output_dir("merged");
+  const std::string dir = output_dir("merged/" + family);
   io::save_hf_model(m, dir, at::kFloat, /*max_shard_bytes=*/40000);
   ASSERT_TRUE(std::filesystem::exists(dir + "/model.safetensors.index.json"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors"));
@@ -223,8 +233,12 @@ TEST(HfCheckpoint, MergedModelSavesShardedAndReloads) {
   CausalLM reloaded = load_model(dir);
   reloaded->eval();
   EXPECT_TRUE(reloaded->forward(ref["input_ids"], ref["position_ids"]).equal(logits));
-  EXPECT_TRUE(reloaded->config().tie_word_embeddings);
+  EXPECT_EQ(reloaded->config().tie_word_embeddings, m->config().tie_word_embeddings);
+  EXPECT_EQ(reloaded->config().model_type, m->config().model_type);
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, LoraParity,
+                         ::testing::Values("llama32", "qwen2", "qwen3", "gemma3", "phi3"));
 
 TEST(HfCheckpoint, Bf16SaveRoundsEveryParameter) {
   CausalLM m = load_model(fixture("llama2"));

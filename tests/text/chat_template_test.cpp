@@ -34,7 +34,8 @@ TEST_P(ChatFixture, MatchesTransformers) {
   for (const auto& c : expected["chats"]) {
     const std::string name = c["template"].get<std::string>();
     SCOPED_TRACE("template " + name + ", conversation " + c["conversation"].get<std::string>() +
-                 ", add_generation_prompt=" + c["add_generation_prompt"].dump());
+                 ", add_generation_prompt=" + c["add_generation_prompt"].dump() +
+                 ", extra=" + c["extra"].dump());
     nlohmann::json extra = c["extra"];
     const ChatTemplate* tmpl = &default_template;
     if (name != "default") {
@@ -60,7 +61,8 @@ TEST_P(ChatFixture, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ChatFixture,
-                         ::testing::Values("llama3", "qwen2", "smollm", "mistral"));
+                         ::testing::Values("llama3", "qwen2", "smollm", "mistral", "qwen3",
+                                           "gemma3", "phi4"));
 
 TEST(ChatTemplate, Llama32UsesTodaysDateWithoutDateString) {
   KT_REQUIRE_FIXTURES();

@@ -2,10 +2,10 @@
 """Reference fixtures for text/ (kubetune_text).
 
 Trains small BPE tokenizers with the `tokenizers` library that replicate the tokenizer.json layout
-of real model families (Llama 3, Qwen2, GPT-2/SmolLM, Llama-2/Mistral SentencePiece-BPE), saves
-them with transformers next to the families' real chat templates, and records what HF produces:
-ids (with and without special tokens), byte offsets, decoded text and chat renderings. Jinja
-feature cases are rendered through transformers' own template environment.
+of real model families (Llama 3, Qwen2, Qwen3, GPT-2/SmolLM, Llama-2/Mistral and Gemma 3
+SentencePiece-BPE, Phi-4), saves them with transformers next to the families' real chat templates,
+and records what HF produces: ids (with and without special tokens), byte offsets, decoded text and
+chat renderings. Jinja feature cases are rendered through transformers' own template environment.
 
 Usage: make_fixtures.py OUT_DIR      (writes OUT_DIR/<name>/... and OUT_DIR/jinja_cases.json)
 """
@@ -166,8 +166,11 @@ def merges_as_strings(j):
     j["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in j["model"]["merges"]]
 
 
-def record(d, hf, extra_templates, chat_extra=None, tool_templates=()):
-    """Writes d/expected.json with the reference outputs of tokenizer `hf`."""
+def record(d, hf, extra_templates, chat_extra=None, tool_templates=(), conversations=None, variants=({},)):
+    """Writes d/expected.json with the reference outputs of tokenizer `hf`.
+
+    conversations: the family's own conversations, rendered after the shared ones; variants: extra
+    template variables (e.g. enable_thinking) each conversation is also rendered with."""
     backend = hf.backend_tokenizer
     encodings = []
     for text in TEXTS:
@@ -185,17 +188,18 @@ def record(d, hf, extra_templates, chat_extra=None, tool_templates=()):
     chats = []
     templates = {"default": None, **extra_templates}
     for tname, template in templates.items():
-        for cname, messages in CONVERSATIONS.items():
-            for gen in (False, True):
-                kwargs = dict(chat_extra or {})
-                case = {"template": tname, "conversation": cname, "messages": messages,
-                        "add_generation_prompt": gen, "extra": kwargs}
-                try:
-                    case["rendered"] = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen,
-                                                              chat_template=template, **kwargs)
-                except Exception as e:  # e.g. raise_exception for unsupported role orders
-                    case["error"] = str(e)
-                chats.append(case)
+        for cname, messages in {**CONVERSATIONS, **(conversations or {})}.items():
+            for variant in variants:
+                for gen in (False, True):
+                    kwargs = {**(chat_extra or {}), **variant}
+                    case = {"template": tname, "conversation": cname, "messages": messages,
+                            "add_generation_prompt": gen, "extra": kwargs}
+                    try:
+                        case["rendered"] = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen,
+                                                                  chat_template=template, **kwargs)
+                    except Exception as e:  # e.g. raise_exception for unsupported role orders
+                        case["error"] = str(e)
+                    chats.append(case)
     for tname in tool_templates:
         kwargs = dict(chat_extra or {})
         case = {"template": tname, "conversation": "tools", "messages": CONVERSATIONS["system_user_assistant"],
@@ -271,11 +275,10 @@ def smollm(out_dir):
     record(d, hf, {})
 
 
-def sentencepiece_vocab(j):
-    """Rebuilds the trained vocab Llama-2 style: <unk>,<s>,</s>, then <0x00>..<0xFF>, then the rest."""
+def sentencepiece_vocab(j, specials=("<unk>", "<s>", "</s>")):
+    """Rebuilds the trained vocab Llama-2 style: the specials, then <0x00>..<0xFF>, then the rest."""
     model = j["model"]
     trained = sorted(model["vocab"].items(), key=lambda kv: kv[1])
-    specials = ["<unk>", "<s>", "</s>"]
     vocab = {s: i for i, s in enumerate(specials)}
     for b in range(256):
         vocab["<0x%02X>" % b] = len(vocab)
@@ -323,6 +326,120 @@ def mistral(out_dir):
         json.dump(j, f, ensure_ascii=False, indent=2)
     os.remove(os.path.join(dst, "expected.json"))
     record(dst, AutoTokenizer.from_pretrained(dst), {})
+
+
+# Qwen3: reasoning in assistant history (inline <think> blocks and reasoning_content), tool calls
+# and tool responses (the template looks back for the last real user query), all rendered with and
+# without enable_thinking.
+QWEN3_CONVERSATIONS = {
+    "thinking_history": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "<think>\nAdd two and two.\n</think>\n\n2+2 equals 4."},
+        {"role": "user", "content": "And 3+3?"},
+        {"role": "assistant", "content": "<think>\n\nEasy: six.\n\n</think>\n\n\n6."},
+    ],
+    "thinking_last_turn": [
+        {"role": "user", "content": "Hi!"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Tell me a joke."},
+        {"role": "assistant", "content": "<think>Something about GPUs.</think>Why did the GPU cross the road?"},
+    ],
+    "reasoning_content": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"content": "4", "reasoning_content": "\nTwo plus two.\n", "role": "assistant"},
+        {"role": "user", "content": "Sure?"},
+        {"content": "Yes.", "reasoning_content": None, "role": "assistant"},
+    ],
+    "tool_calls": [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"content": "", "role": "assistant", "tool_calls": [
+            {"function": {"arguments": {"city": "Paris"}, "name": "get_weather"}, "type": "function"},
+            {"function": {"arguments": "{\"city\": \"Rome\"}", "name": "get_weather"}, "type": "function"}]},
+        {"role": "tool", "content": "{\"temp\": 21}"},
+        {"role": "tool", "content": "{\"temp\": 25}"},
+        {"content": "<think>\nBoth warm.\n</think>\n\nParis 21, Rome 25.", "role": "assistant"},
+        {"role": "user", "content": "<tool_response>\nlate\n</tool_response>"},
+    ],
+}
+
+# Gemma 3: content given as parts (text and image), and roles that do not alternate (raise_exception).
+GEMMA3_CONVERSATIONS = {
+    "content_parts": [
+        {"role": "system", "content": [{"text": "Be kind.", "type": "text"}]},
+        {"role": "user", "content": [{"text": " Describe this: ", "type": "text"}, {"type": "image"}]},
+        {"role": "assistant", "content": [{"text": "A cat. ", "type": "text"}]},
+    ],
+    "not_alternating": [
+        {"role": "user", "content": "Hi"},
+        {"role": "user", "content": "Hello?"},
+    ],
+}
+
+# Phi-4-mini-instruct puts a system message's "tools" (a JSON string) between <|tool|> markers.
+PHI4_CONVERSATIONS = {
+    "system_tools": [
+        {"content": "You can call tools.", "role": "system", "tools": json.dumps([TOOL["function"]])},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Sunny."},
+    ],
+}
+
+
+def qwen3(out_dir):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    train_bpe(tok, 1200)
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False)
+                            for s in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]])
+    # Qwen3 ships its reasoning and tool markers as added tokens that are not special.
+    tok.add_tokens([AddedToken(s, special=False, normalized=False)
+                    for s in ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>",
+                              "</think>"]])
+    d, hf = save(tok, out_dir, "qwen3", dict(eos_token="<|im_end|>", pad_token="<|endoftext|>"), T.QWEN3,
+                 edit_json=merges_as_strings)
+    record(d, hf, {}, tool_templates=("default",), conversations=QWEN3_CONVERSATIONS,
+           variants=({}, {"enable_thinking": False}, {"enable_thinking": True}))
+
+
+def gemma3(out_dir):
+    # Gemma 3's layout: spaces become U+2581 in the normalizer (no dummy prefix), byte fallback, <bos> added.
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    train_bpe(tok, 700, special_tokens=specials, limit_alphabet=120, byte_level=False)
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
+                                                       special_tokens=[("<bos>", tok.token_to_id("<bos>"))])
+    d, hf = save(tok, out_dir, "gemma3", dict(bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+                                               unk_token="<unk>"),
+                 T.GEMMA3, edit_json=lambda j: sentencepiece_vocab(j, specials))
+    record(d, hf, {}, conversations=GEMMA3_CONVERSATIONS)
+
+
+def phi4(out_dir):
+    # Phi-4's tokenizer is tiktoken's cl100k converted: Llama 3's split pattern, byte-level, no BOS added.
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    train_bpe(tok, 1300)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_sep|>", "<|im_end|>", "<|dummy_85|>",
+                # Phi-4-mini-instruct's markers
+                "<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|tool|>", "<|/tool|>"]
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    d, hf = save(tok, out_dir, "phi4", dict(bos_token="<|endoftext|>", eos_token="<|im_end|>",
+                                             pad_token="<|dummy_85|>"), T.PHI4)
+    record(d, hf, {"phi4_mini": T.PHI4_MINI}, conversations=PHI4_CONVERSATIONS)
 
 
 # Variables go through nlohmann::json on the C++ side, whose objects are key-ordered: keep keys sorted.
@@ -407,6 +524,14 @@ JINJA_CASES = [
     ("generation", "{% generation %}x{{ 1 }}{% endgeneration %}y", {}),
     ("dict_global", "{{ dict(a=1, b='x') | tojson }}|{{ range(2, 8, 3) | list }}", {}),
     ("raise", "{% if x %}{{ raise_exception('Conversation roles must alternate!') }}{% endif %}ok", {"x": True}),
+    # Qwen3's enable_thinking check and reasoning extraction.
+    ("bool_tests", "{{ f is false }}{{ 0 is false }}{{ none is false }}{{ missing is false }}{{ t is true }}"
+                   "{{ 1 is true }}{{ missing is defined and missing is false }}", {"f": False, "t": True}),
+    ("think_split", "{% for m in ms[::-1] %}{{ (ms | length - 1) - loop.index0 }}:"
+                    "{% if '</think>' in m %}"
+                    "[{{ m.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}]"
+                    "[{{ m.split('</think>')[-1].lstrip('\\n') }}]{% else %}{{ m }}{% endif %};{% endfor %}",
+     {"ms": ["<think>\nr1\n</think>\n\na1", "plain", "no open</think>a3", "<think></think>"]}),
 ]
 
 
@@ -432,6 +557,9 @@ def main():
     qwen2(out_dir)
     smollm(out_dir)
     mistral(out_dir)
+    qwen3(out_dir)
+    gemma3(out_dir)
+    phi4(out_dir)
     jinja_cases(out_dir)
     print("wrote fixtures to", out_dir)
 

@@ -7,8 +7,15 @@
 // i.e. the assistant content plus its end-of-turn marker, but not the header the generation prompt
 // already contains (at inference time the model is given the header and must produce the rest).
 // This works for any template that is "prefix-stable": rendering a prefix of the conversation
-// yields a prefix of the full rendering. That is checked; templates that rewrite earlier turns
-// (e.g. dropping reasoning from old assistant turns) are rejected with an error.
+// yields a prefix of the full rendering. Two departures are understood:
+// - a template that ends every conversation with the EOS token (Phi-4-mini): the turn ends
+//   before it (extra's "eos_token" is the EOS token's text);
+// - a template that rewrites an assistant turn once a later user message exists (Qwen3 drops the
+//   reasoning of turns before the last user message): that turn is context, not a target, since
+//   what the model is trained to produce must be what it would write, and the rewritten turn is
+//   what it is shown later. The turns after the last user message stay targets.
+// Anything else (a generation prompt that is not a prefix, a final turn rewritten) is rejected
+// with an error.
 
 #include <cstddef>
 #include <cstdint>

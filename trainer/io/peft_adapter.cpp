@@ -76,7 +76,7 @@ model::LoraConfig read_config(const std::string& path, const SafetensorsFile& we
   if (t.is_array()) {
     cfg.target_modules = t.get<std::vector<std::string>>();
   } else if (t.is_string() && t.get<std::string>() == "all-linear") {
-    cfg.target_modules = model::all_linear_targets();
+    cfg.target_modules = {};  // every linear layer of the model it is loaded into
   } else {
     cfg.target_modules = targets_from_tensors(weights);
   }
@@ -94,7 +94,7 @@ void save_peft_adapter(model::CausalLM& model, const model::LoraConfig& cfg,
     throw std::runtime_error(out_dir + ": the model has no LoRA adapters to save");
   fs::create_directories(out_dir);
   std::vector<std::string> targets =
-      cfg.target_modules.empty() ? model::all_linear_targets() : cfg.target_modules;
+      cfg.target_modules.empty() ? model::all_linear_targets(model->config()) : cfg.target_modules;
   std::sort(targets.begin(), targets.end());
   json config = {{"peft_type", "LORA"},
                  {"task_type", "CAUSAL_LM"},

@@ -5,6 +5,7 @@
 #include <torch/autograd.h>
 #include <torch/utils.h>
 
+#include <cmath>
 #include <map>
 
 #include "trainer/model/frozen_linear_group.h"
@@ -17,11 +18,14 @@ DecoderStackImpl::DecoderStackImpl(const ModelConfig& c, const torch::TensorOpti
   embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, opts));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, opts));
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, opts));
+  norm =
+      register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, opts, c.family->norm_weight));
 }
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& config, const torch::TensorOptions& opts)
-    : config_(config), inv_freq_(rope_inv_freq(config)) {
+    : config_(config),
+      inv_freq_(rope_inv_freq(config, config.rope)),
+      local_inv_freq_(rope_inv_freq(config, config.local_rope)) {
   model = register_module("model", DecoderStack(config, opts));
   if (!config.tie_word_embeddings)
     lm_head =
@@ -190,11 +194,21 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   if (before_stage) before_stage(-1);
   torch::Tensor h = model->embed_tokens->forward(input_ids);
+  if (config_.family->scaled_embedding)  // sqrt(hidden) as an fp32 scalar, then in h's dtype
+    h = h * at::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), at::kFloat)
+                .to(h.device(), h.scalar_type());
 
-  torch::Tensor inv_freq = inv_freq_;
-  if (config_.rope_scaling.type == "dynamic")  // depends on the longest position in the batch
-    inv_freq = rope_inv_freq(config_, position_ids.max().item<int64_t>() + 1);
-  auto [cos, sin] = rope_cos_sin(inv_freq, position_ids, h.scalar_type());
+  // cos and sin of each RoPE in use (the sliding layers' may differ), made once per forward.
+  std::map<const Rope*, std::pair<torch::Tensor, torch::Tensor>> rotations;
+  auto rotation = [&](const Rope& rope) -> const std::pair<torch::Tensor, torch::Tensor>& {
+    auto it = rotations.find(&rope);
+    if (it != rotations.end()) return it->second;
+    torch::Tensor inv_freq = &rope == &config_.rope ? inv_freq_ : local_inv_freq_;
+    if (rope_depends_on_length(rope))  // on the longest position in the batch
+      inv_freq = rope_inv_freq(config_, rope, position_ids.max().item<int64_t>() + 1);
+    return rotations[&rope] =
+               rope_cos_sin(inv_freq, position_ids, h.scalar_type(), rope.attention_factor);
+  };
 
   std::map<int64_t, torch::Tensor> masks;  // one per distinct window (0 = full attention)
   const bool checkpoint = recompute_ && torch::GradMode::is_enabled();
@@ -202,6 +216,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
     const int64_t window = config_.window_for_layer(l);
     if (!masks.count(window))
       masks[window] = build_attention_mask(segment_ids, B, T, window, h.device());
+    const auto& [cos, sin] = rotation(config_.rope_for_layer(l));
     AttentionInputs in{cos, sin, masks[window]};
     auto* layer = model->layers->ptr<DecoderLayerImpl>(l).get();
     if (before_stage) before_stage(l);

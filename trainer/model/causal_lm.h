@@ -1,5 +1,6 @@
-// A Llama-family causal language model (LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM)
-// whose parameter names equal the Hugging Face state_dict names.
+// A decoder-only causal language model of any family in family.h (LlamaForCausalLM,
+// Qwen3ForCausalLM, Gemma3ForCausalLM, ...) whose parameter names equal the Hugging Face
+// state_dict names.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -73,7 +74,9 @@ class CausalLMImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
-  torch::Tensor inv_freq_;  // fp32, CPU; moved next to the inputs per call
+  // RoPE's inverse frequencies of the full-attention and the sliding-window layers (the same
+  // unless the family has two), fp32, CPU; moved next to the inputs per call.
+  torch::Tensor inv_freq_, local_inv_freq_;
   bool recompute_ = false;
   std::shared_ptr<HostOffload> offload_;  // null unless set_recompute_offload(true)
 };

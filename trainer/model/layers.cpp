@@ -29,10 +29,10 @@ namespace {
 
 // The parameters a module holds itself (not its children's).
 void init_own_parameters(torch::nn::Module& m, double initializer_range) {
-  const bool is_norm = dynamic_cast<RMSNormImpl*>(&m) != nullptr;
+  const auto* norm = dynamic_cast<RMSNormImpl*>(&m);
   for (auto& p : m.named_parameters(/*recurse=*/false)) {
-    if (is_norm)
-      p.value().fill_(1.0);
+    if (norm)
+      p.value().fill_(norm->initial_weight());
     else if (p.key() == "bias")
       p.value().zero_();
     else
@@ -222,19 +222,24 @@ void LinearImpl::merge_lora() {
   lora_B_ = nullptr;
 }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts) : eps_(eps) {
-  weight = register_parameter("weight", new_parameter({dim}, opts, 1.0));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts,
+                         NormWeight style)
+    : eps_(eps), style_(style) {
+  weight = register_parameter("weight", new_parameter({dim}, opts, initial_weight()));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  const bool one_plus = style_ == NormWeight::kOnePlusScale;
   // On GPUs, LibTorch's fused kernel: one pass instead of six, and no fp32 copies kept for
-  // backward. It rounds once where transformers rounds twice (before and after the weight), a
-  // bf16 ulp at most; the CPU path keeps transformers' exact formula for the parity tests.
+  // backward. It rounds once where transformers rounds twice (before and after the weight), and
+  // Gemma's 1 + w is rounded to the input's dtype first: a bf16 ulp at most. The CPU path keeps
+  // transformers' exact formulas for the parity tests.
   if (x.is_cuda() && weight.scalar_type() == x.scalar_type())
-    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps_));
+    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, one_plus ? weight + 1 : weight, eps_));
   torch::Tensor h = x.to(at::kFloat);
   torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * at::rsqrt(variance + eps_);
+  if (one_plus) return (h * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
   return weight * h.to(x.scalar_type());
 }
 
@@ -273,12 +278,24 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const torch::TensorOptions& o
     : heads_(c.num_attention_heads),
       kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim),
-      dropout_(c.attention_dropout) {
-  const int64_t h = c.hidden_size;
-  q_proj = register_module("q_proj", Linear(h, heads_ * head_dim_, c.attention_bias, opts));
-  k_proj = register_module("k_proj", Linear(h, kv_heads_ * head_dim_, c.attention_bias, opts));
-  v_proj = register_module("v_proj", Linear(h, kv_heads_ * head_dim_, c.attention_bias, opts));
-  o_proj = register_module("o_proj", Linear(heads_ * head_dim_, h, c.o_proj_bias(), opts));
+      dropout_(c.attention_dropout),
+      scale_(c.attention_scale) {
+  const int64_t h = c.hidden_size, q = heads_ * head_dim_, kv = kv_heads_ * head_dim_;
+  const bool bias = c.attention_bias;
+  if (c.family->fused_qkv) {
+    qkv_proj = register_module("qkv_proj", Linear(h, q + 2 * kv, bias, opts));
+  } else {
+    q_proj = register_module("q_proj", Linear(h, q, bias, opts));
+    k_proj = register_module("k_proj", Linear(h, kv, bias, opts));
+    v_proj = register_module("v_proj", Linear(h, kv, bias, opts));
+  }
+  o_proj = register_module("o_proj", Linear(q, h, c.o_proj_bias(), opts));
+  if (c.family->qk_norm) {
+    q_norm =
+        register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, opts, c.family->norm_weight));
+    k_norm =
+        register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, opts, c.family->norm_weight));
+  }
 }
 
 namespace {
@@ -292,24 +309,36 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
 }
 }  // namespace
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& in) {
-  const int64_t B = x.size(0), T = x.size(1);
-  torch::Tensor q, k, v;
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(
+    const torch::Tensor& x) {
+  if (qkv_proj) {  // one product; q, k and v are views of its columns
+    const torch::Tensor qkv = qkv_proj->forward(x);
+    const int64_t q = heads_ * head_dim_, kv = kv_heads_ * head_dim_;
+    return {qkv.narrow(-1, 0, q), qkv.narrow(-1, q, kv), qkv.narrow(-1, q + kv, kv)};
+  }
   const std::vector<LinearImpl*> qkv = input_gradient_groups().front();
   if (can_group(x, qkv)) {
     auto out = frozen_linear_group(x, qkv);
-    q = out[0], k = out[1], v = out[2];
-  } else {
-    q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
+    return {out[0], out[1], out[2]};
   }
-  // [B,T,heads*D] -> [B,T,heads,D], a view.
-  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, -1, head_dim_}); };
-  if (x.is_cuda()) {  // the fused kernel on [B,T,heads,D]; the CPU keeps transformers' formula
-    q = kernels::rope(heads(q), in.cos, in.sin).transpose(1, 2);
-    k = kernels::rope(heads(k), in.cos, in.sin).transpose(1, 2);
+  return {q_proj->forward(x), k_proj->forward(x), v_proj->forward(x)};
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& in) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto [q, k, v] = project(x);
+  // [B,T,heads*D] -> [B,T,heads,D]: a view, or a copy of a fused product's columns.
+  auto heads = [&](const torch::Tensor& t) { return t.reshape({B, T, -1, head_dim_}); };
+  q = heads(q), k = heads(k);
+  if (q_norm) q = q_norm->forward(q), k = k_norm->forward(k);  // over each head's D values
+  // The fused kernel on [B,T,heads,D] where it rotates whole heads; the CPU (and partial rotary)
+  // keeps transformers' formula.
+  if (x.is_cuda() && in.cos.size(-1) == head_dim_) {
+    q = kernels::rope(q.contiguous(), in.cos, in.sin).transpose(1, 2);
+    k = kernels::rope(k.contiguous(), in.cos, in.sin).transpose(1, 2);
   } else {
-    q = apply_rope(heads(q).transpose(1, 2), in.cos, in.sin);
-    k = apply_rope(heads(k).transpose(1, 2), in.cos, in.sin);
+    q = apply_rope(q.transpose(1, 2), in.cos, in.sin);
+    k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
   }
   v = heads(v).transpose(1, 2);
   // Flash attention reads grouped key/value heads itself (as transformers asks it to); other
@@ -320,34 +349,47 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
     v = repeat_kv(v, heads_ / kv_heads_);
   }
   const double p = is_training() ? dropout_ : 0.0;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   std::optional<at::Tensor> mask;
   if (in.mask.defined()) mask = in.mask;
   torch::Tensor out =
-      at::scaled_dot_product_attention(q, k, v, mask, p, /*is_causal=*/!in.mask.defined(), scale,
+      at::scaled_dot_product_attention(q, k, v, mask, p, /*is_causal=*/!in.mask.defined(), scale_,
                                        /*enable_gqa=*/gqa_in_kernel && heads_ != kv_heads_);
   return o_proj->forward(out.transpose(1, 2).reshape({B, T, -1}));
 }
 
 std::vector<std::vector<LinearImpl*>> AttentionImpl::input_gradient_groups() {
+  if (qkv_proj) return {{qkv_proj.get()}, {o_proj.get()}};
   return {{q_proj.get(), k_proj.get(), v_proj.get()}, {o_proj.get()}};
 }
 
-MLPImpl::MLPImpl(const ModelConfig& c, const torch::TensorOptions& opts) {
+MLPImpl::MLPImpl(const ModelConfig& c, const torch::TensorOptions& opts) : gelu_tanh_(c.gelu_tanh) {
   const int64_t h = c.hidden_size, i = c.intermediate_size;
-  gate_proj = register_module("gate_proj", Linear(h, i, c.mlp_bias, opts));
-  up_proj = register_module("up_proj", Linear(h, i, c.mlp_bias, opts));
+  if (c.family->fused_gate_up) {
+    gate_up_proj = register_module("gate_up_proj", Linear(h, 2 * i, c.mlp_bias, opts));
+  } else {
+    gate_proj = register_module("gate_proj", Linear(h, i, c.mlp_bias, opts));
+    up_proj = register_module("up_proj", Linear(h, i, c.mlp_bias, opts));
+  }
   down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, opts));
 }
 
 std::vector<std::vector<LinearImpl*>> MLPImpl::input_gradient_groups() {
+  if (gate_up_proj) return {{gate_up_proj.get()}, {down_proj.get()}};
   return {{gate_proj.get(), up_proj.get()}, {down_proj.get()}};
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  if (can_group(x, {gate_proj.get(), up_proj.get(), down_proj.get()}))
+  if (!gelu_tanh_ && gate_proj && can_group(x, {gate_proj.get(), up_proj.get(), down_proj.get()}))
     return frozen_swiglu_mlp(x, *gate_proj, *up_proj, *down_proj);
-  auto gate = gate_proj->forward(x), up = up_proj->forward(x);
+  torch::Tensor gate, up;
+  if (gate_up_proj) {  // Phi-3: the first half of the columns is the gate
+    const torch::Tensor gate_up = gate_up_proj->forward(x);
+    const int64_t i = gate_up.size(-1) / 2;
+    gate = gate_up.narrow(-1, 0, i), up = gate_up.narrow(-1, i, i);
+  } else {
+    gate = gate_proj->forward(x), up = up_proj->forward(x);
+  }
+  if (gelu_tanh_) return down_proj->forward(at::gelu(gate, "tanh") * up);
   // On GPUs the fused kernel saves a pass over memory and one saved activation; the CPU path stays
   // the plain formula, which is what the parity tests hold against transformers.
   return down_proj->forward(x.is_cuda() ? kernels::swiglu(gate, up) : at::silu(gate) * up);
@@ -356,15 +398,28 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const torch::TensorOptions& opts) {
   self_attn = register_module("self_attn", Attention(c, opts));
   mlp = register_module("mlp", MLP(c, opts));
-  input_layernorm =
-      register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, opts));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, opts));
+  auto norm = [&](const char* name) {
+    return register_module(name,
+                           RMSNorm(c.hidden_size, c.rms_norm_eps, opts, c.family->norm_weight));
+  };
+  input_layernorm = norm("input_layernorm");
+  post_attention_layernorm = norm("post_attention_layernorm");
+  if (c.family->sandwich_norms) {
+    pre_feedforward_layernorm = norm("pre_feedforward_layernorm");
+    post_feedforward_layernorm = norm("post_feedforward_layernorm");
+  }
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& in) {
-  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), in);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  if (!pre_feedforward_layernorm) {  // Llama's layout: a norm before each half
+    torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), in);
+    return h + mlp->forward(post_attention_layernorm->forward(h));
+  }
+  // Gemma's: a norm before and after each half, the residual sums outside them.
+  torch::Tensor h =
+      x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), in));
+  return h +
+         post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
 }
 
 }  // namespace kubetune::model

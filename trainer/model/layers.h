@@ -1,5 +1,5 @@
-// The building blocks of a Llama-family decoder: linear layers that can carry a LoRA adapter,
-// RMSNorm, embedding, grouped-query attention, the SwiGLU MLP and the decoder layer.
+// The building blocks of a decoder (every family of family.h): linear layers that can carry a
+// LoRA adapter, RMSNorm, embedding, grouped-query attention, the gated MLP and the decoder layer.
 // Parameter names follow the Hugging Face state_dict (q_proj.weight, input_layernorm.weight, ...).
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/fp8.h"
@@ -127,13 +128,19 @@ TORCH_MODULE(Linear);
 
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts);
-  // Normalises in fp32, casts back to the input dtype, then scales (LlamaRMSNorm order).
+  RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& opts,
+              NormWeight style = NormWeight::kScale);
+  // Normalises in fp32, then applies the weight as the family does (family.h: NormWeight):
+  // LlamaRMSNorm casts back to the input dtype and scales; Gemma3RMSNorm scales by (1 + w) in
+  // fp32 and casts last.
   torch::Tensor forward(const torch::Tensor& x);
+  // What the weight starts as in a fresh model (transformers' _init_weights): 1, or 0 for (1 + w).
+  double initial_weight() const { return style_ == NormWeight::kScale ? 1.0 : 0.0; }
   torch::Tensor weight;
 
  private:
   double eps_;
+  NormWeight style_;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -173,23 +180,33 @@ class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& c, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& in);
-  // The linears whose input gradients backward takes as one product, in its order: q, k, v; o.
+  // The linears whose input gradients backward takes as one product, in its order: q, k, v (or
+  // the fused qkv); o.
   std::vector<std::vector<LinearImpl*>> input_gradient_groups();
-  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  // q_proj, k_proj and v_proj, or qkv_proj alone in families that fuse them (the others null).
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, qkv_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // over each head, in families with qk_norm
 
  private:
+  // q, k and v as [B,T,heads*D] each.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> project(const torch::Tensor& x);
   int64_t heads_, kv_heads_, head_dim_;
-  double dropout_;
+  double dropout_, scale_;
 };
 TORCH_MODULE(Attention);
 
+// The gated MLP: down(act(gate(x)) * up(x)), act SiLU (SwiGLU) or tanh GELU (GeGLU).
 class MLPImpl : public torch::nn::Module {
  public:
   MLPImpl(const ModelConfig& c, const torch::TensorOptions& opts);
-  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
-  // As AttentionImpl's: gate, up; down.
+  torch::Tensor forward(const torch::Tensor& x);
+  // As AttentionImpl's: gate, up (or the fused gate_up); down.
   std::vector<std::vector<LinearImpl*>> input_gradient_groups();
-  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  // gate_proj and up_proj, or gate_up_proj alone in families that fuse them (the others null).
+  Linear gate_proj{nullptr}, up_proj{nullptr}, gate_up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  bool gelu_tanh_;
 };
 TORCH_MODULE(MLP);
 
@@ -200,6 +217,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  // Families with sandwich norms (Gemma 3): post_attention_layernorm normalises the attention's
+  // output, these the MLP's input and output.
+  RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -41,8 +41,22 @@ bool matches_target(const std::string& module, const std::string& target) {
 
 double LoraConfig::scaling() const { return use_rslora ? alpha / std::sqrt(r) : alpha / r; }
 
-std::vector<std::string> all_linear_targets() {
-  return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+std::vector<std::string> all_linear_targets(const ModelConfig& config) {
+  std::vector<std::string> out;
+  for (const auto& linear : config.decoder_linears()) out.push_back(last_component(linear.module));
+  return out;
+}
+
+void check_lora_targets(const ModelConfig& config, const std::vector<std::string>& targets) {
+  const auto known = all_linear_targets(config);
+  for (const auto& t : targets) {
+    if (std::find(known.begin(), known.end(), last_component(t)) != known.end()) continue;
+    std::string names;
+    for (const auto& k : known) names += (names.empty() ? "" : " ") + k;
+    throw std::runtime_error("lora: target module \"" + t + "\" is not a linear layer of a " +
+                             std::string(config.family->display_name) + " decoder layer (" + names +
+                             ")");
+  }
 }
 
 void apply_lora(CausalLM& model, const LoraConfig& cfg, uint64_t seed) {
@@ -50,14 +64,9 @@ void apply_lora(CausalLM& model, const LoraConfig& cfg, uint64_t seed) {
     throw std::runtime_error("lora: r must be positive, got " + std::to_string(cfg.r));
   if (cfg.dropout < 0 || cfg.dropout >= 1)
     throw std::runtime_error("lora: dropout must be in [0, 1), got " + std::to_string(cfg.dropout));
-  std::vector<std::string> targets =
-      cfg.target_modules.empty() ? all_linear_targets() : cfg.target_modules;
-  const auto known = all_linear_targets();
-  for (const auto& t : targets)
-    if (std::find(known.begin(), known.end(), last_component(t)) == known.end())
-      throw std::runtime_error("lora: target module \"" + t +
-                               "\" is not a linear layer of a Llama-family decoder "
-                               "(q_proj k_proj v_proj o_proj gate_proj up_proj down_proj)");
+  check_lora_targets(model->config(), cfg.target_modules);
+  const std::vector<std::string> targets =
+      cfg.target_modules.empty() ? all_linear_targets(model->config()) : cfg.target_modules;
   if (has_lora(model)) throw std::runtime_error("lora: the model already has LoRA adapters");
 
   for (auto& p : model->parameters()) p.set_requires_grad(false);

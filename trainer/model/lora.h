@@ -25,8 +25,14 @@ struct LoraConfig {
 // is a suffix of it after a dot ("q_proj", "self_attn.q_proj").
 bool matches_target(const std::string& module, const std::string& target);
 
-// q_proj k_proj v_proj o_proj gate_proj up_proj down_proj (PEFT "all-linear" minus lm_head).
-std::vector<std::string> all_linear_targets();
+// The linear layers of the config's decoder layers by their last name (PEFT's "all-linear" minus
+// lm_head): q_proj k_proj v_proj o_proj gate_proj up_proj down_proj, or Phi-3's qkv_proj o_proj
+// gate_up_proj down_proj.
+std::vector<std::string> all_linear_targets(const ModelConfig& config);
+
+// Throws std::runtime_error naming a target that is no linear layer of the config's family (and
+// the names it has); empty targets mean all of them.
+void check_lora_targets(const ModelConfig& config, const std::vector<std::string>& targets);
 
 // Adds lora_A [r,in] (kaiming_uniform a=sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)), drawn from a
 // generator seeded with `seed`) and lora_B [out,r] (zeros) to every targeted linear layer, in

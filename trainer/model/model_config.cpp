@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <stdexcept>
@@ -25,7 +26,7 @@ bool has_value(const json& j, const char* key) { return j.contains(key) && !j[ke
 constexpr int64_t kMaxDimension = int64_t{1} << 24;
 
 int64_t required_int(const json& j, const char* key, const std::string& source) {
-  if (!has_value(j, key)) fail(source, key, "missing (required for Llama-family models)");
+  if (!has_value(j, key)) fail(source, key, "missing (required)");
   if (!j[key].is_number_integer()) fail(source, key, "expected an integer");
   int64_t v = j[key].get<int64_t>();
   if (v <= 0 || v > kMaxDimension)
@@ -45,8 +46,6 @@ T optional_value(const json& j, const char* key, T fallback, const std::string& 
 }
 
 // A real number in [low, high) or (low, high): NaN, inf, zero or negative values of rope_theta or
-// rms_norm_eps give NaN logits from the first step, so they are refused here, naming the field.
-// A real number in [low, high) or (low, high): NaN, inf, zero or negative values of rope_theta or
 // rms_norm_eps give NaN logits from the first step, so they are refused here, naming the field
 // (`parent.key` for one inside rope_scaling or rope_parameters).
 double number_in(const json& j, const char* key, double fallback, double low, double high,
@@ -65,78 +64,171 @@ double positive(const json& j, const char* key, double fallback, const std::stri
   return number_in(j, key, fallback, 0.0, HUGE_VAL, false, source, parent);
 }
 
-void read_architecture(ModelConfig& c, const json& j, const std::string& source) {
-  static const std::vector<std::pair<std::string, std::string>> kKnown = {
-      {"llama", "LlamaForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"},
-      {"mistral", "MistralForCausalLM"}};
+// The family named by model_type; each entry of "architectures" must be that family's.
+void read_family(ModelConfig& c, const json& j, const std::string& source) {
   if (has_value(j, "architectures")) {
     if (!j["architectures"].is_array()) fail(source, "architectures", "expected an array");
     for (const auto& a : j["architectures"]) {
       std::string name = a.is_string() ? a.get<std::string>() : a.dump();
-      bool known = false;
-      for (const auto& [type, arch] : kKnown) known |= (arch == name);
-      if (!known)
+      if (!find_family_by_architecture(name))
         fail(source, "architectures",
-             "unsupported architecture \"" + name +
-                 "\" (supported: LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)");
+             "unsupported architecture \"" + name + "\" (supported: " + supported_architectures() +
+                 ")");
     }
   }
   c.model_type = optional_value<std::string>(j, "model_type", "", source);
-  bool type_known = false;
-  for (const auto& [type, arch] : kKnown) type_known |= (type == c.model_type);
-  if (!type_known)
+  c.family = find_family(c.model_type);
+  if (!c.family)
     fail(source, "model_type",
-         "unsupported model type \"" + c.model_type + "\" (supported: llama, qwen2, mistral)");
+         "unsupported model type \"" + c.model_type + "\" (supported: " + supported_model_types() +
+             ")");
 }
 
-// transformers 5 writes "rope_parameters" (with rope_theta inside); transformers 4 writes
-// "rope_theta" and "rope_scaling" (with "type" or "rope_type").
-void read_rope(ModelConfig& c, const json& j, const std::string& source) {
-  c.rope_theta = positive(j, "rope_theta", 10000.0, source);
-  const char* key = has_value(j, "rope_parameters") ? "rope_parameters" : "rope_scaling";
-  if (!has_value(j, key)) return;
-  const json& r = j[key];
+// partial_rotary_factor: the fraction of each head that RoPE rotates, in (0, 1].
+double rotary_fraction(const json& j, double fallback, const std::string& source,
+                       const std::string& parent = "") {
+  const double v = positive(j, "partial_rotary_factor", fallback, source, parent);
+  if (v > 1)
+    fail(source, parent.empty() ? "partial_rotary_factor" : parent + ".partial_rotary_factor",
+         "must be at most 1, got " + json(v).dump());
+  return v;
+}
+
+std::vector<double> factor_list(const json& r, const char* key, int64_t expected,
+                                const std::string& source, const std::string& parent) {
+  const std::string field = parent + "." + key;
+  if (!has_value(r, key) || !r[key].is_array())
+    fail(source, field, "required for longrope: a list");
+  std::vector<double> out;
+  for (const auto& v : r[key]) {
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
+      fail(source, field, "entries must be positive numbers, got " + v.dump());
+    out.push_back(v.get<double>());
+  }
+  if (static_cast<int64_t>(out.size()) != expected)
+    fail(source, field,
+         "needs " + std::to_string(expected) + " entries (one per rotated frequency), got " +
+             std::to_string(out.size()));
+  return out;
+}
+
+// One rope_parameters (or rope_scaling) object into `rope`, whose theta is already the default.
+// `top` is the whole config (transformers 4 keeps original_max_position_embeddings and
+// partial_rotary_factor there).
+void read_rope_object(Rope& rope, const json& r, const std::string& key, const ModelConfig& c,
+                      const json& top, const std::string& source) {
   if (!r.is_object()) fail(source, key, "expected an object");
-  c.rope_theta = positive(r, "rope_theta", c.rope_theta, source, key);
+  rope.theta = positive(r, "rope_theta", rope.theta, source, key);
   std::string type = optional_value<std::string>(r, "rope_type", "", source);
   if (type.empty()) type = optional_value<std::string>(r, "type", "default", source);
-  if (type != "default" && type != "linear" && type != "dynamic" && type != "llama3")
-    fail(source, std::string(key) + ".rope_type",
-         "unsupported RoPE type \"" + type + "\" (supported: default, linear, dynamic, llama3)");
-  if (optional_value<double>(r, "partial_rotary_factor", 1.0, source) != 1.0)
-    fail(source, std::string(key) + ".partial_rotary_factor", "only 1.0 is supported");
-  RopeScaling& s = c.rope_scaling;
-  s.type = type;
-  s.factor = positive(r, "factor", 1.0, source, key);
-  s.low_freq_factor = positive(r, "low_freq_factor", 1.0, source, key);
-  s.high_freq_factor = positive(r, "high_freq_factor", 4.0, source, key);
-  s.original_max_position_embeddings =
-      optional_value<int64_t>(r, "original_max_position_embeddings", 8192, source);
-  if (type != "default" && !has_value(r, "factor"))
-    fail(source, std::string(key) + ".factor", "required for RoPE type \"" + type + "\"");
+  if (type == "su") type = "longrope";  // Phi-3's first name for it, as transformers maps it
+  static const char* kTypes[] = {"default", "linear", "dynamic", "llama3", "longrope"};
+  if (std::find(std::begin(kTypes), std::end(kTypes), type) == std::end(kTypes))
+    fail(source, key + ".rope_type",
+         "unsupported RoPE type \"" + type +
+             "\" (supported: default, linear, dynamic, llama3, longrope)");
+  rope.type = type;
+  rope.partial_rotary_factor = rotary_fraction(r, rotary_fraction(top, 1.0, source), source, key);
+  rope.factor = positive(r, "factor", 1.0, source, key);
+  rope.low_freq_factor = positive(r, "low_freq_factor", 1.0, source, key);
+  rope.high_freq_factor = positive(r, "high_freq_factor", 4.0, source, key);
+  rope.original_max_position_embeddings = optional_value<int64_t>(
+      r, "original_max_position_embeddings",
+      optional_value<int64_t>(top, "original_max_position_embeddings", 8192, source), source);
+  if (type == "longrope") {
+    // transformers' _compute_longrope_parameters: without a factor, the ratio of the context
+    // lengths; without an attention_factor, the paper's sqrt(1 + ln(factor) / ln(original)).
+    const double original = static_cast<double>(rope.original_max_position_embeddings);
+    if (!has_value(r, "factor"))
+      rope.factor = static_cast<double>(c.max_position_embeddings) / original;
+    rope.attention_factor =
+        rope.factor <= 1 ? 1.0 : std::sqrt(1 + std::log(rope.factor) / std::log(original));
+    rope.attention_factor = positive(r, "attention_factor", rope.attention_factor, source, key);
+    const int64_t rotated = static_cast<int64_t>(c.head_dim * rope.partial_rotary_factor) / 2;
+    rope.short_factor = factor_list(r, "short_factor", rotated, source, key);
+    rope.long_factor = factor_list(r, "long_factor", rotated, source, key);
+  } else if (type != "default" && !has_value(r, "factor")) {
+    fail(source, key + ".factor", "required for RoPE type \"" + type + "\"");
+  }
 }
 
-// Mistral applies its window to every layer; Qwen2 only to the layers marked
-// "sliding_attention" (transformers 5 layer_types, or use_sliding_window + max_window_layers).
+// transformers 5 writes "rope_parameters" (with rope_theta inside; for Gemma 3 one object per
+// layer type); transformers 4 writes "rope_theta" and "rope_scaling" (with "type" or "rope_type"),
+// and Gemma 3's sliding layers' base as "rope_local_base_freq".
+void read_rope(ModelConfig& c, const json& j, const std::string& source) {
+  const Family& f = *c.family;
+  c.rope.theta = positive(j, "rope_theta", f.default_rope_theta, source);
+  c.local_rope.theta = positive(j, "rope_local_base_freq", f.default_local_rope_theta, source);
+  c.rope.partial_rotary_factor = rotary_fraction(j, 1.0, source);
+  const bool v5 = has_value(j, "rope_parameters");
+  const std::string key = v5 ? "rope_parameters" : "rope_scaling";
+  const bool per_type = f.rope_per_layer_type && v5 && j[key].is_object() &&
+                        (j[key].contains("full_attention") || j[key].contains("sliding_attention"));
+  if (per_type) {
+    for (const auto& [type, rope] : {std::pair<const char*, Rope*>{"full_attention", &c.rope},
+                                     {"sliding_attention", &c.local_rope}})
+      if (has_value(j[key], type))
+        read_rope_object(*rope, j[key][type], key + "." + type, c, j, source);
+  } else if (has_value(j, key.c_str())) {
+    // Gemma 3's transformers-4 rope_scaling is the global layers' only.
+    read_rope_object(c.rope, j[key], key, c, j, source);
+  }
+  if (!f.rope_per_layer_type) {
+    c.local_rope = c.rope;
+  } else if (!per_type) {
+    const double local_theta = c.local_rope.theta;
+    c.local_rope = Rope();
+    c.local_rope.theta = local_theta;
+  }
+  for (const Rope* rope : {&c.rope, &c.local_rope})
+    if (static_cast<int64_t>(c.head_dim * rope->partial_rotary_factor) % 2 != 0)
+      fail(source, "partial_rotary_factor", "must leave an even number of rotated dimensions");
+}
+
+std::vector<bool> layers_of_type(const json& j, int64_t layers, const std::string& source) {
+  auto types = optional_value<std::vector<std::string>>(j, "layer_types", {}, source);
+  if (static_cast<int64_t>(types.size()) != layers)
+    fail(source, "layer_types", "needs one entry per layer");
+  std::vector<bool> sliding(layers, false);
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != "sliding_attention" && types[i] != "full_attention")
+      fail(source, "layer_types",
+           "entries are \"full_attention\" or \"sliding_attention\", got \"" + types[i] + "\"");
+    sliding[i] = types[i] == "sliding_attention";
+  }
+  return sliding;
+}
+
+// Which layers attend through a window, by the family's rule (family.h: SlidingLayers).
 void read_sliding_window(ModelConfig& c, const json& j, const std::string& source) {
   c.sliding_layers.assign(c.num_hidden_layers, false);
-  if (c.model_type == "llama" || !has_value(j, "sliding_window")) return;
+  const SlidingLayers rule = c.family->sliding;
+  if (rule == SlidingLayers::kNone || !has_value(j, "sliding_window")) return;
   const int64_t window = optional_value<int64_t>(j, "sliding_window", 0, source);
   if (window < 0)
     fail(source, "sliding_window", "must not be negative, got " + j["sliding_window"].dump());
-  if (c.model_type == "mistral") {
+  if (rule == SlidingLayers::kEveryLayer) {
     c.sliding_window = window;
     c.sliding_layers.assign(c.num_hidden_layers, window > 0);
+    return;
+  }
+  if (rule == SlidingLayers::kLayerTypes) {
+    c.sliding_window = window;
+    if (has_value(j, "layer_types")) {
+      c.sliding_layers = layers_of_type(j, c.num_hidden_layers, source);
+      return;
+    }
+    const int64_t pattern = optional_value<int64_t>(
+        j, "sliding_window_pattern",
+        optional_value<int64_t>(j, "_sliding_window_pattern", 6, source), source);
+    if (pattern <= 0) fail(source, "sliding_window_pattern", "must be positive");
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers[i] = (i + 1) % pattern != 0;
     return;
   }
   if (!optional_value<bool>(j, "use_sliding_window", false, source)) return;
   c.sliding_window = window;
   if (has_value(j, "layer_types")) {
-    auto types = optional_value<std::vector<std::string>>(j, "layer_types", {}, source);
-    if (static_cast<int64_t>(types.size()) != c.num_hidden_layers)
-      fail(source, "layer_types", "needs one entry per layer");
-    for (size_t i = 0; i < types.size(); ++i) c.sliding_layers[i] = types[i] == "sliding_attention";
+    c.sliding_layers = layers_of_type(j, c.num_hidden_layers, source);
     return;
   }
   const int64_t first = optional_value<int64_t>(j, "max_window_layers", 0, source);
@@ -145,6 +237,52 @@ void read_sliding_window(ModelConfig& c, const json& j, const std::string& sourc
   if (first < 0)
     fail(source, "max_window_layers", "must not be negative, got " + j["max_window_layers"].dump());
   for (int64_t i = first; i < c.num_hidden_layers; ++i) c.sliding_layers[i] = true;
+}
+
+// The options some families have that kubetune does not implement: refused by name unless off.
+void refuse_unimplemented_options(const json& j, const Family& f, const std::string& source) {
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
+    if (has_value(j, key))
+      fail(source, key, "logit soft-capping is not supported (Gemma 2's); must be null");
+  if (optional_value<bool>(j, "use_bidirectional_attention", false, source))
+    fail(source, "use_bidirectional_attention", "only causal attention is supported");
+  if (f.has_residual_dropout)
+    for (const char* key : {"resid_pdrop", "embd_pdrop"})
+      if (optional_value<double>(j, key, 0.0, source) != 0.0)
+        fail(source, key,
+             "dropout on the residual branches and embeddings is not supported; must be 0");
+}
+
+void read_biases(ModelConfig& c, const json& j, const std::string& source) {
+  const bool flag = optional_value<bool>(j, "attention_bias", false, source);
+  switch (c.family->attention_bias) {
+    case AttentionBias::kNone:
+      c.attention_bias = false;
+      break;
+    case AttentionBias::kQkvOnly:
+      c.attention_bias = true;
+      break;
+    case AttentionBias::kConfigFlags:
+      c.attention_bias = flag;
+      c.mlp_bias = optional_value<bool>(j, "mlp_bias", false, source);
+      break;
+    case AttentionBias::kAttentionFlag:
+      c.attention_bias = flag;
+      break;
+  }
+}
+
+void read_activation(ModelConfig& c, const json& j, const std::string& source) {
+  const Family& f = *c.family;
+  const std::string act =
+      optional_value<std::string>(j, f.activation_field, f.default_activation, source);
+  if (act == "silu" || act == "swish") return;
+  if (act == "gelu_pytorch_tanh" || act == "gelu_tanh") {
+    c.gelu_tanh = true;
+    return;
+  }
+  fail(source, f.activation_field,
+       "unsupported activation \"" + act + "\" (supported: silu, gelu_pytorch_tanh)");
 }
 
 }  // namespace
@@ -169,7 +307,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     }
     c.bnb_4bit = true;
   }
-  read_architecture(c, j, source);
+  read_family(c, j, source);
+  refuse_unimplemented_options(j, *c.family, source);
   c.vocab_size = required_int(j, "vocab_size", source);
   c.hidden_size = required_int(j, "hidden_size", source);
   c.intermediate_size = required_int(j, "intermediate_size", source);
@@ -186,17 +325,16 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   if (has_value(j, "max_position_embeddings"))
     c.max_position_embeddings = required_int(j, "max_position_embeddings", source);
   c.rms_norm_eps = positive(j, "rms_norm_eps", 1e-6, source);
-  c.tie_word_embeddings = optional_value<bool>(j, "tie_word_embeddings", false, source);
-  // Qwen2 always has q/k/v biases; Mistral never has biases; Llama follows its flags.
-  c.attention_bias =
-      c.model_type == "qwen2" ||
-      (c.model_type == "llama" && optional_value<bool>(j, "attention_bias", false, source));
-  c.mlp_bias = c.model_type == "llama" && optional_value<bool>(j, "mlp_bias", false, source);
+  // Gemma ties its embeddings unless told otherwise; the others do not.
+  c.tie_word_embeddings =
+      optional_value<bool>(j, "tie_word_embeddings", c.family->scaled_embedding, source);
+  read_biases(c, j, source);
   c.attention_dropout = number_in(j, "attention_dropout", 0.0, 0.0, 1.0, true, source);
   c.initializer_range = optional_value<double>(j, "initializer_range", 0.02, source);
-  std::string act = optional_value<std::string>(j, "hidden_act", "silu", source);
-  if (act != "silu")
-    fail(source, "hidden_act", "unsupported activation \"" + act + "\" (only silu)");
+  read_activation(c, j, source);
+  c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  if (c.family->query_pre_attn_scalar)
+    c.attention_scale = 1.0 / std::sqrt(positive(j, "query_pre_attn_scalar", 256.0, source));
   c.torch_dtype = optional_value<std::string>(j, "torch_dtype", "float32", source);
   c.torch_dtype = optional_value<std::string>(j, "dtype", c.torch_dtype, source);
   read_rope(c, j, source);
@@ -219,14 +357,42 @@ int64_t ModelConfig::window_for_layer(int64_t layer) const {
   return sliding ? sliding_window : 0;
 }
 
-int64_t ModelConfig::parameters_per_layer() const {
+const Rope& ModelConfig::rope_for_layer(int64_t layer) const {
+  const bool sliding = layer < static_cast<int64_t>(sliding_layers.size()) && sliding_layers[layer];
+  return sliding && family->rope_per_layer_type ? local_rope : rope;
+}
+
+int64_t ModelConfig::rotary_dim() const {
+  return static_cast<int64_t>(head_dim * rope.partial_rotary_factor);
+}
+
+std::vector<LinearShape> ModelConfig::decoder_linears() const {
   const int64_t h = hidden_size, q = num_attention_heads * head_dim,
-                kv = num_key_value_heads * head_dim;
-  int64_t attn = h * q + 2 * h * kv + q * h;
-  if (attention_bias) attn += q + 2 * kv;
-  if (o_proj_bias()) attn += h;
-  int64_t mlp = 3 * h * intermediate_size + (mlp_bias ? 2 * intermediate_size + h : 0);
-  return attn + mlp + 2 * h;
+                kv = num_key_value_heads * head_dim, i = intermediate_size;
+  std::vector<LinearShape> out;
+  if (family->fused_qkv) {
+    out.push_back({"self_attn.qkv_proj", h, q + 2 * kv, attention_bias});
+  } else {
+    out.push_back({"self_attn.q_proj", h, q, attention_bias});
+    out.push_back({"self_attn.k_proj", h, kv, attention_bias});
+    out.push_back({"self_attn.v_proj", h, kv, attention_bias});
+  }
+  out.push_back({"self_attn.o_proj", q, h, o_proj_bias()});
+  if (family->fused_gate_up) {
+    out.push_back({"mlp.gate_up_proj", h, 2 * i, mlp_bias});
+  } else {
+    out.push_back({"mlp.gate_proj", h, i, mlp_bias});
+    out.push_back({"mlp.up_proj", h, i, mlp_bias});
+  }
+  out.push_back({"mlp.down_proj", i, h, mlp_bias});
+  return out;
+}
+
+int64_t ModelConfig::parameters_per_layer() const {
+  int64_t n = 0;
+  for (const auto& l : decoder_linears()) n += l.in * l.out + (l.bias ? l.out : 0);
+  const int64_t norms = family->sandwich_norms ? 4 : 2;
+  return n + norms * hidden_size + (family->qk_norm ? 2 * head_dim : 0);
 }
 
 int64_t ModelConfig::num_parameters() const {

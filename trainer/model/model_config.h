@@ -1,4 +1,5 @@
-// The architecture of a Llama-family model, read from a Hugging Face config.json.
+// The architecture of a decoder-only model, read from a Hugging Face config.json: its family
+// (family.h) and the sizes and options of this checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -6,24 +7,46 @@
 #include <string>
 #include <vector>
 
+#include "trainer/model/family.h"
+
 namespace kubetune::model {
 
-// How RoPE frequencies are rescaled for long context ("rope_scaling" in transformers 4,
-// "rope_parameters" in transformers 5). Supported types: default, linear, dynamic, llama3.
-struct RopeScaling {
+// Rotary position embeddings: the base and how the frequencies are rescaled for long context
+// ("rope_scaling" and "rope_theta" in transformers 4, "rope_parameters" in transformers 5).
+// Supported types: default, linear, dynamic, llama3, longrope.
+struct Rope {
   std::string type = "default";
+  double theta = 10000;
   double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
   int64_t original_max_position_embeddings = 8192;
+  // longrope: per-frequency divisors below and above original_max_position_embeddings, and the
+  // factor cos and sin are multiplied by (1 for the other types).
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1;
+  // Only the first partial_rotary_factor of each head is rotated (Phi-4-mini: 0.75).
+  double partial_rotary_factor = 1;
+};
+
+// A decoder linear layer as the checkpoint names it ("self_attn.q_proj") and its shape.
+struct LinearShape {
+  std::string module;
+  int64_t in, out;
+  bool bias;
 };
 
 struct ModelConfig {
-  std::string model_type;  // "llama" | "qwen2" | "mistral"
+  // Never null: Llama's in a config built by hand (tests), the config.json's once read.
+  const Family* family = find_family("llama");
+  std::string model_type;  // the family's, as in config.json
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0,
           num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0,
           max_position_embeddings = 2048;
-  double rms_norm_eps = 1e-6, rope_theta = 10000;
-  RopeScaling rope_scaling;
-  // attention_bias: bias on q,k,v (and o for llama; Qwen2 has q,k,v bias but none on o).
+  double rms_norm_eps = 1e-6;
+  Rope rope;               // the full-attention layers' (every layer's, unless the family has two)
+  Rope local_rope;         // the sliding-window layers' (equal to `rope` unless the family has two)
+  bool gelu_tanh = false;  // the MLP's gate goes through tanh-approximated GELU instead of SiLU
+  double attention_scale = 0;  // softmax scale: head_dim^-0.5 or query_pre_attn_scalar^-0.5
+  // attention_bias: bias on q,k,v (and o unless the family's rule says otherwise).
   bool tie_word_embeddings = false, attention_bias = false, mlp_bias = false;
   // config.json's quantization_config says bitsandbytes 4-bit: the linear weights are stored as
   // bitsandbytes' Linear4bit saves them (method.type qlora trains on them as they are).
@@ -42,8 +65,15 @@ struct ModelConfig {
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source_name);
   static ModelConfig from_dir(const std::string& dir);
 
-  bool o_proj_bias() const { return attention_bias && model_type != "qwen2"; }
+  bool o_proj_bias() const {
+    return attention_bias && family->attention_bias != AttentionBias::kQkvOnly;
+  }
   int64_t window_for_layer(int64_t layer) const;  // 0 when the layer attends to the full prefix
+  const Rope& rope_for_layer(int64_t layer) const;
+  int64_t rotary_dim() const;  // of each head: head_dim, or its partial_rotary_factor
+  // The linear layers of one decoder layer in the checkpoint's names (q_proj, ... or the fused
+  // qkv_proj and gate_up_proj), in forward order.
+  std::vector<LinearShape> decoder_linears() const;
   int64_t num_parameters() const;
   int64_t parameters_per_layer() const;  // of one decoder layer
 };

@@ -18,9 +18,8 @@ at::Tensor default_inv_freq(double base, int64_t dim) {
 
 // transformers' _compute_llama3_parameters: long wavelengths are divided by `factor`, short
 // ones are kept, and the band between is interpolated smoothly.
-at::Tensor llama3_inv_freq(const ModelConfig& c, int64_t dim) {
-  const RopeScaling& s = c.rope_scaling;
-  at::Tensor inv_freq = default_inv_freq(c.rope_theta, dim);
+at::Tensor llama3_inv_freq(const Rope& s, int64_t dim) {
+  at::Tensor inv_freq = default_inv_freq(s.theta, dim);
   const double old_len = static_cast<double>(s.original_max_position_embeddings);
   const double low_freq_wavelen = old_len / s.low_freq_factor;
   const double high_freq_wavelen = old_len / s.high_freq_factor;
@@ -36,36 +35,58 @@ at::Tensor llama3_inv_freq(const ModelConfig& c, int64_t dim) {
 
 // transformers' _compute_dynamic_ntk_parameters: the base grows once seq_len exceeds
 // max_position_embeddings (computed with fp32 tensors there, so here too).
-at::Tensor dynamic_inv_freq(const ModelConfig& c, int64_t dim, int64_t seq_len) {
-  const double factor = c.rope_scaling.factor;
+at::Tensor dynamic_inv_freq(const ModelConfig& c, const Rope& rope, int64_t dim, int64_t seq_len) {
+  const double factor = rope.factor;
   at::Tensor len = at::scalar_tensor(std::max(seq_len, c.max_position_embeddings), at::kLong);
   at::Tensor ratio = (len * factor / static_cast<double>(c.max_position_embeddings)) - (factor - 1);
-  at::Tensor base = c.rope_theta * ratio.pow(static_cast<double>(dim) / (dim - 2));
+  at::Tensor base = rope.theta * ratio.pow(static_cast<double>(dim) / (dim - 2));
   at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
   return rdiv(1.0, at::pow(base, exponents));
 }
 
+// transformers' _compute_longrope_parameters: the default frequencies divided by one factor per
+// frequency, the short ones up to original_max_position_embeddings, the long ones beyond.
+at::Tensor longrope_inv_freq(const Rope& rope, int64_t dim, int64_t seq_len) {
+  const bool long_context = seq_len > rope.original_max_position_embeddings;
+  const std::vector<double>& factors = long_context ? rope.long_factor : rope.short_factor;
+  at::Tensor ext = at::tensor(factors, at::kDouble).to(at::kFloat);
+  at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  return rdiv(1.0, ext * at::pow(rope.theta, exponents));
+}
+
 }  // namespace
 
-at::Tensor rope_inv_freq(const ModelConfig& c, int64_t seq_len) {
-  const int64_t dim = c.head_dim;
-  const std::string& type = c.rope_scaling.type;
-  if (type == "llama3") return llama3_inv_freq(c, dim);
-  if (type == "linear") return default_inv_freq(c.rope_theta, dim) / c.rope_scaling.factor;
-  if (type == "dynamic") return dynamic_inv_freq(c, dim, seq_len);
-  return default_inv_freq(c.rope_theta, dim);
+bool rope_depends_on_length(const Rope& rope) {
+  return rope.type == "dynamic" || rope.type == "longrope";
+}
+
+at::Tensor rope_inv_freq(const ModelConfig& c, const Rope& rope, int64_t seq_len) {
+  const int64_t dim = static_cast<int64_t>(c.head_dim * rope.partial_rotary_factor);
+  const std::string& type = rope.type;
+  if (type == "llama3") return llama3_inv_freq(rope, dim);
+  if (type == "linear") return default_inv_freq(rope.theta, dim) / rope.factor;
+  if (type == "dynamic") return dynamic_inv_freq(c, rope, dim, seq_len);
+  if (type == "longrope") return longrope_inv_freq(rope, dim, seq_len);
+  return default_inv_freq(rope.theta, dim);
 }
 
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq,
-                                               const at::Tensor& position_ids,
-                                               at::ScalarType dtype) {
+                                               const at::Tensor& position_ids, at::ScalarType dtype,
+                                               double attention_factor) {
   at::Tensor freqs =
       position_ids.unsqueeze(-1).to(at::kFloat) * inv_freq.to(position_ids.device(), at::kFloat);
   at::Tensor emb = at::cat({freqs, freqs}, -1);
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  if (attention_factor == 1) return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  return {(emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)};
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t rotary = cos.size(-1);
+  if (rotary < x.size(-1)) {  // partial rotary: the rest of each head passes through
+    return at::cat(
+        {apply_rope(x.narrow(-1, 0, rotary), cos, sin), x.narrow(-1, rotary, x.size(-1) - rotary)},
+        -1);
+  }
   const int64_t half = x.size(-1) / 2;
   at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);

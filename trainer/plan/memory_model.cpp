@@ -53,23 +53,6 @@ double recompute_inputs(const TrainConfig& c, const model::ModelConfig& m, doubl
   return tokens * recompute_input_element_bytes(c) * static_cast<double>(m.hidden_size * on_gpu);
 }
 
-struct LinearShape {
-  const char* module;  // as named in the model: "self_attn.q_proj"
-  int64_t in, out;
-};
-
-std::array<LinearShape, 7> decoder_linears(const model::ModelConfig& m) {
-  const int64_t h = m.hidden_size, q = m.num_attention_heads * m.head_dim,
-                kv = m.num_key_value_heads * m.head_dim, i = m.intermediate_size;
-  return {{{"self_attn.q_proj", h, q},
-           {"self_attn.k_proj", h, kv},
-           {"self_attn.v_proj", h, kv},
-           {"self_attn.o_proj", q, h},
-           {"mlp.gate_proj", h, i},
-           {"mlp.up_proj", h, i},
-           {"mlp.down_proj", i, h}}};
-}
-
 }  // namespace
 
 int64_t MemoryEstimate::total() const {
@@ -93,12 +76,12 @@ int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) 
   if (c.method.type == api::MethodType::kFull) return m.num_parameters();
   int64_t n = 0;
   for (int64_t layer = 0; layer < m.num_hidden_layers; ++layer) {
-    for (const auto& linear : decoder_linears(m)) {
-      const std::string name =
-          "model.layers." + std::to_string(layer) + "." + std::string(linear.module);
-      const auto& targets = lora_target_modules(c.method.lora);
-      if (std::any_of(targets.begin(), targets.end(),
-                      [&](const std::string& t) { return model::matches_target(name, t); }))
+    for (const auto& linear : m.decoder_linears()) {
+      const std::string name = "model.layers." + std::to_string(layer) + "." + linear.module;
+      const auto& targets = lora_target_modules(c.method.lora);  // none: all of them
+      if (targets.empty() || std::any_of(targets.begin(), targets.end(), [&](const std::string& t) {
+            return model::matches_target(name, t);
+          }))
         n += c.method.lora.r * (linear.in + linear.out);
     }
   }
@@ -141,7 +124,7 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   if (weights_sharded && !full)
     e.frozen_weights = static_cast<int64_t>(sharded_elements(m, all, world_size) * (bf16 ? 2 : 4));
   int64_t linear = 0;  // the decoder layers' linear weights
-  for (const auto& l : decoder_linears(m)) linear += l.in * l.out;
+  for (const auto& l : m.decoder_linears()) linear += l.in * l.out;
   linear *= m.num_hidden_layers;
   const bool fp8 = c.model.precision == api::ModelPrecision::kFp8;
   // model.precision fp8 changes nothing here: lora's frozen decoder linears take one byte each,

@@ -152,6 +152,13 @@ PreflightReport preflight(const TrainConfig& configured, const PreflightOptions&
   try {
     model = model::ModelConfig::from_dir(c.model.path);
     check_weights_fit_method(model, c.model.path, c.method.type == api::MethodType::kQlora);
+    if (c.method.type != api::MethodType::kFull) {
+      try {
+        model::check_lora_targets(model, lora_target_modules(c.method.lora));
+      } catch (const std::exception& e) {
+        throw std::runtime_error("method.lora.targetModules: " + std::string(e.what()));
+      }
+    }
     text = load_text_tools(c.model.path);
   } catch (const std::exception& e) {
     throw UserInputError(e.what());

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""The model families of trainer/model/family.h end to end (issue 45), each a ctest entry:
+`families_test.py FAMILY`. For a tiny random checkpoint of the family saved by transformers in the
+Hub layout (sharded safetensors), with the demo tokenizer:
+
+1. LoRA on all linear layers from a FineTuneJob run by `kubetune run` (two CPU workers, DDP over
+   Gloo, a checkpoint and a resume in the middle): the adapter loads in PEFT and scores a record
+   with the loss `kubetune-trainer eval --adapter` reports.
+2. Full fine-tuning in one process: the HF folder it writes loads in transformers (as the same
+   architecture) and scores the record with the loss our eval reports for that folder.
+
+References: transformers and PEFT."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import torch
+
+import harness as h
+
+RECORD = {"messages": [{"role": "user", "content": "upper: fine tune"},
+                       {"role": "assistant", "content": "FINE TUNE"}]}
+
+
+def tiny_checkpoint(family, dest):
+    """The family's smallest interesting shape: the demo tokenizer's vocabulary, 2-3 layers, the
+    options its real checkpoints use (head_dim apart from hidden/heads, windows, two RoPEs...)."""
+    import transformers as tf
+
+    demo = json.loads((h.EXAMPLE / "model_config.json").read_text())
+    common = dict(vocab_size=demo["vocab_size"], hidden_size=64, intermediate_size=96,
+                  num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                  max_position_embeddings=256, bos_token_id=demo.get("bos_token_id"),
+                  eos_token_id=demo.get("eos_token_id"), pad_token_id=demo.get("pad_token_id"))
+    if family == "qwen3":
+        model = tf.Qwen3ForCausalLM(tf.Qwen3Config(**common, head_dim=24, tie_word_embeddings=True))
+    elif family == "gemma3":
+        model = tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(
+            **{**common, "num_hidden_layers": 3}, head_dim=32, query_pre_attn_scalar=32,
+            sliding_window=16, layer_types=["sliding_attention", "sliding_attention", "full_attention"]))
+    elif family == "phi3":  # Phi-4's layout: fused qkv_proj and gate_up_proj
+        model = tf.Phi3ForCausalLM(tf.Phi3Config(**common, rope_parameters={
+            "rope_type": "default", "rope_theta": 250000.0}))
+    else:
+        raise SystemExit(f"unknown family {family}")
+    torch.manual_seed(0)
+    with torch.no_grad():  # transformers' 0.02 init gives flat logits; larger weights train visibly
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.normal_(0, 0.08)
+    model.save_pretrained(dest, max_shard_size="100KB")
+    for f in (h.EXAMPLE / "tokenizer").iterdir():
+        (dest / f.name).write_bytes(f.read_bytes())
+    return dest
+
+
+def our_eval(model_dir, data, adapter=None):
+    args = ["eval", "--model", model_dir, "--data", data, "--json"]
+    if adapter:
+        args += ["--adapter", adapter]
+    return json.loads(h.run(args).stdout)["mean_loss"]
+
+
+def hf_loss(model, model_dir):
+    """The record tokenised and masked as the README documents (loss on the assistant's turn)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    msgs = RECORD["messages"]
+    full = tok.apply_chat_template(msgs, tokenize=False)
+    prefix = tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
+    enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
+    labels = [t if s >= len(prefix) else -100 for t, (s, _) in zip(enc["input_ids"], enc["offset_mapping"])]
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([enc["input_ids"]]), labels=torch.tensor([labels])).loss.item()
+
+
+def lora_job(w, model_dir, data):
+    """A FineTuneJob for `kubetune run`: two CPU workers, a checkpoint every 3 steps."""
+    spec = h.config(model_dir, data, w / "adapter", method="lora", maxSteps=6, learningRate=5e-2)
+    spec["method"]["lora"]["targetModules"] = ["all-linear"]
+    spec.update(checkpoint={"resume": "auto", "everySteps": 3}, distributed={"timeoutSeconds": 120},
+                metrics={"port": 0, "lingerSeconds": 0}, workers={"replicas": 2, "gpusPerWorker": 0},
+                runPolicy={"backoffLimit": 0},
+                volumes=[{"name": "work", "mountPath": str(w), "hostPath": {"path": str(w)}}])
+    job = {"apiVersion": "kubetune.io/v1alpha1", "kind": "FineTuneJob",
+           "metadata": {"name": "lora"}, "spec": spec}
+    path = w / "lora.yaml"
+    path.write_text(json.dumps(job))
+    p = subprocess.run([os.environ["KUBETUNE_CLI"], "run", str(path)], capture_output=True, text=True,
+                       timeout=500, env={**os.environ, "KUBETUNE_TRAINER": h.TRAINER})
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    return w / "adapter"
+
+
+def check_family(family):
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    w = h.workdir(f"family-{family}")
+    model_dir = tiny_checkpoint(family, w / "model")
+    data = h.subset(h.EXAMPLE / "train.jsonl", w / "data.jsonl", 24)
+    one = w / "one.jsonl"
+    one.write_text(json.dumps(RECORD) + "\n")
+    architecture = AutoConfig.from_pretrained(model_dir).architectures
+
+    base = our_eval(model_dir, one)
+    base_hf = hf_loss(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), model_dir)
+    print(f"{family} base: ours {base:.6f} transformers {base_hf:.6f}")
+    assert math.isclose(base, base_hf, rel_tol=1e-4)
+
+    adapter = lora_job(w, model_dir, data)
+    ours = our_eval(model_dir, one, adapter)
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                                           adapter)
+    peft = hf_loss(peft_model, model_dir)
+    print(f"{family} LoRA (FineTuneJob, 2 workers): ours {ours:.6f} peft {peft:.6f}")
+    assert abs(ours - base) > 1e-3, "the adapter changed nothing"
+    assert math.isclose(ours, peft, rel_tol=1e-4)
+
+    cfg = h.config(model_dir, data, w / "full", method="full", maxSteps=3, learningRate=1e-3)
+    h.run(["train", "--config", h.write_config(w / "full.json", cfg)])
+    tuned = AutoModelForCausalLM.from_pretrained(w / "full", dtype=torch.float32)
+    assert [type(tuned).__name__] == architecture, (type(tuned).__name__, architecture)
+    ours_full, hf_full = our_eval(w / "full", one), hf_loss(tuned, model_dir)
+    print(f"{family} full fine-tuning: ours {ours_full:.6f} transformers {hf_full:.6f}")
+    assert abs(ours_full - base) > 1e-4, "full fine-tuning changed nothing"
+    assert math.isclose(ours_full, hf_full, rel_tol=1e-4)
+
+
+if __name__ == "__main__":
+    check_family(sys.argv[1])
+    print(f"{sys.argv[1]}: ok")

@@ -1,0 +1,89 @@
+#include "trainer/model/family.h"
+
+namespace kubetune::model {
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> kFamilies = [] {
+    std::vector<Family> f;
+
+    // Llama 2, 3, 3.1, 3.2, 3.3 (and SmolLM, TinyLlama and other LlamaForCausalLM checkpoints).
+    Family llama{"llama", "LlamaForCausalLM", "Llama"};
+    llama.attention_bias = AttentionBias::kConfigFlags;
+    f.push_back(llama);
+
+    // Qwen2 and Qwen2.5: biases on q, k and v; a window on the layers use_sliding_window marks.
+    Family qwen2{"qwen2", "Qwen2ForCausalLM", "Qwen2 / Qwen2.5"};
+    qwen2.attention_bias = AttentionBias::kQkvOnly;
+    qwen2.sliding = SlidingLayers::kMarkedWhenEnabled;
+    f.push_back(qwen2);
+
+    // Qwen3 (dense): Qwen2's layout without its biases, with RMSNorms over each head of q and k,
+    // and a head_dim of its own (128 where hidden_size / heads is 80 or 160).
+    Family qwen3{"qwen3", "Qwen3ForCausalLM", "Qwen3"};
+    qwen3.attention_bias = AttentionBias::kAttentionFlag;
+    qwen3.sliding = SlidingLayers::kMarkedWhenEnabled;
+    qwen3.qk_norm = true;
+    f.push_back(qwen3);
+
+    // Mistral 7B and Nemo: Llama's layout, a window on every layer when sliding_window is set.
+    Family mistral{"mistral", "MistralForCausalLM", "Mistral"};
+    mistral.sliding = SlidingLayers::kEveryLayer;
+    f.push_back(mistral);
+
+    // Gemma 3 (text; the 1B checkpoint, and the language model of 4B-27B): (1 + w) norms around
+    // both halves of each layer, q and k norms, GeGLU, embeddings scaled by sqrt(hidden), a softmax
+    // scale from query_pre_attn_scalar, and five sliding-window layers to each global one, with
+    // RoPE bases of their own (10k local, 1M global, the global one scaled in 4B-27B).
+    Family gemma3{"gemma3_text", "Gemma3ForCausalLM", "Gemma 3"};
+    gemma3.attention_bias = AttentionBias::kAttentionFlag;
+    gemma3.sliding = SlidingLayers::kLayerTypes;
+    gemma3.norm_weight = NormWeight::kOnePlusScale;
+    gemma3.qk_norm = true;
+    gemma3.sandwich_norms = true;
+    gemma3.scaled_embedding = true;
+    gemma3.rope_per_layer_type = true;
+    gemma3.query_pre_attn_scalar = true;
+    gemma3.activation_field = "hidden_activation";
+    gemma3.default_activation = "gelu_pytorch_tanh";
+    gemma3.default_rope_theta = 1'000'000;
+    gemma3.default_local_rope_theta = 10'000;
+    f.push_back(gemma3);
+
+    // Phi-3, Phi-3.5 and Phi-4 (Phi3ForCausalLM): q, k and v in one qkv_proj, gate and up in one
+    // gate_up_proj (as stored, and as PEFT adapts them), LongRoPE in the long-context checkpoints,
+    // partial rotary embeddings in Phi-4-mini.
+    Family phi3{"phi3", "Phi3ForCausalLM", "Phi-3 / Phi-4"};
+    phi3.sliding = SlidingLayers::kEveryLayer;
+    phi3.fused_qkv = true;
+    phi3.fused_gate_up = true;
+    phi3.has_residual_dropout = true;
+    f.push_back(phi3);
+    return f;
+  }();
+  return kFamilies;
+}
+
+const Family* find_family(const std::string& model_type) {
+  for (const auto& f : families())
+    if (model_type == f.model_type) return &f;
+  return nullptr;
+}
+
+const Family* find_family_by_architecture(const std::string& architecture) {
+  for (const auto& f : families())
+    if (architecture == f.architecture) return &f;
+  return nullptr;
+}
+
+namespace {
+std::string joined(const char* Family::*field) {
+  std::string out;
+  for (const auto& f : families()) out += (out.empty() ? "" : ", ") + std::string(f.*field);
+  return out;
+}
+}  // namespace
+
+std::string supported_architectures() { return joined(&Family::architecture); }
+std::string supported_model_types() { return joined(&Family::model_type); }
+
+}  // namespace kubetune::model

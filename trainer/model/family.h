@@ -1,0 +1,79 @@
+// What sets one decoder family apart from another, as data the model code reads.
+//
+// Every family kubetune trains is a stack of the same parts: an embedding, decoder layers of
+// attention and a gated MLP between RMSNorms, a final norm and an output layer. Families differ
+// in which of those parts they have and how a few of them compute, and each difference is a field
+// below. A new family whose blocks are made of these parts is one entry of the table in
+// family.cpp, with a tiny checkpoint of it in tests/model/make_fixtures.py; only a part the model
+// code does not have yet needs code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kubetune::model {
+
+// How an RMSNorm applies its weight to the normalised x.
+enum class NormWeight {
+  kScale,         // w * x̂, x̂ cast to the input's dtype first (Llama)
+  kOnePlusScale,  // (1 + w) * x̂ in fp32, then cast; w starts at 0 (Gemma)
+};
+
+// Which attention projections carry a bias.
+enum class AttentionBias {
+  kNone,           // never (Mistral, Gemma 3, Phi-3)
+  kConfigFlags,    // q, k, v and o when config.json's attention_bias, the MLP when mlp_bias (Llama)
+  kQkvOnly,        // q, k and v always, o never (Qwen2)
+  kAttentionFlag,  // q, k, v and o when attention_bias; the MLP never (Qwen3)
+};
+
+// Which layers attend through config.json's sliding_window.
+enum class SlidingLayers {
+  kNone,        // no layer (Llama)
+  kEveryLayer,  // every layer when sliding_window is set (Mistral, Phi-3)
+  // The layers layer_types marks "sliding_attention", or without layer_types those from
+  // max_window_layers on, and only when use_sliding_window (Qwen2, Qwen3).
+  kMarkedWhenEnabled,
+  // The layers layer_types marks "sliding_attention", or without it all but every
+  // sliding_window_pattern-th (Gemma 3: five local layers to one global).
+  kLayerTypes,
+};
+
+struct Family {
+  const char* model_type;    // config.json's "model_type"
+  const char* architecture;  // config.json's "architectures" entry
+  const char* display_name;  // for messages and the README's table
+  AttentionBias attention_bias = AttentionBias::kNone;
+  SlidingLayers sliding = SlidingLayers::kNone;
+  NormWeight norm_weight = NormWeight::kScale;
+  bool qk_norm = false;  // an RMSNorm over each head of q and of k, before RoPE (q_norm, k_norm)
+  // Norms on the attention's and the MLP's outputs before each residual sum, and the MLP's own
+  // input norm (post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm).
+  bool sandwich_norms = false;
+  bool fused_qkv = false;         // one qkv_proj whose rows are q, then k, then v
+  bool fused_gate_up = false;     // one gate_up_proj whose rows are gate, then up
+  bool scaled_embedding = false;  // embeddings times sqrt(hidden_size), rounded to their dtype
+  // rope_parameters holds one entry per layer type ("full_attention", "sliding_attention").
+  bool rope_per_layer_type = false;
+  // The attention's softmax scale is query_pre_attn_scalar^-0.5 instead of head_dim^-0.5.
+  bool query_pre_attn_scalar = false;
+  // Dropout fields other families lack, which kubetune refuses unless 0 (Phi-3's resid_pdrop and
+  // embd_pdrop): dropout on the residual branches is not implemented.
+  bool has_residual_dropout = false;
+  const char* activation_field = "hidden_act";  // Gemma names it hidden_activation
+  const char* default_activation = "silu";
+  double default_rope_theta = 10000;
+  double default_local_rope_theta = 10000;  // sliding layers' base, with rope_per_layer_type
+};
+
+// The family of config.json's model_type, or null when kubetune has none.
+const Family* find_family(const std::string& model_type);
+// The family whose architecture is `architecture`, or null.
+const Family* find_family_by_architecture(const std::string& architecture);
+// Every family, in the README's order.
+const std::vector<Family>& families();
+// "LlamaForCausalLM, Qwen2ForCausalLM, ..." and "llama, qwen2, ...", for messages.
+std::string supported_architectures();
+std::string supported_model_types();
+
+}  // namespace kubetune::model
