@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <optional>
+#include <string>
 
 #include "kernels/quant4.h"
 #include "kernels/swiglu.h"
@@ -51,7 +52,8 @@ struct Grads {
 // are returned.
 Grads run(bool grouped, bool mlp, std::vector<Linear>& layers, const torch::Tensor& x0,
           const std::vector<torch::Tensor>& dys, bool autocast, bool input_grad = true,
-          int64_t chunk_rows = 0, bool output_read = true) {
+          int64_t chunk_rows = 0, bool output_read = true,
+          kernels::GateActivation act = kernels::GateActivation::kSilu) {
   for (auto& l : layers)
     if (l->has_lora()) {
       l->lora_A().mutable_grad() = torch::Tensor();
@@ -69,10 +71,10 @@ Grads run(bool grouped, bool mlp, std::vector<Linear>& layers, const torch::Tens
   if (mlp) {
     if (grouped) {
       EXPECT_TRUE(can_group(x, ptrs, /*require_cuda=*/false));
-      outs = {frozen_swiglu_mlp(x, *ptrs[0], *ptrs[1], *ptrs[2], chunk_rows)};
+      outs = {frozen_gated_mlp(x, *ptrs[0], *ptrs[1], *ptrs[2], act, chunk_rows)};
     } else {
       auto gate = peft_formula(x, *ptrs[0]), up = peft_formula(x, *ptrs[1]);
-      outs = {peft_formula(kernels::swiglu_reference(gate, up), *ptrs[2])};
+      outs = {peft_formula(kernels::gated_reference(gate, up, act), *ptrs[2])};
     }
   } else {
     if (grouped) {
@@ -134,32 +136,37 @@ void check(torch::Device device, bool autocast, double tol, bool qlora = false) 
   expect_close(run(true, false, qkv, x, dys, autocast, /*input_grad=*/false),
                run(false, false, qkv, x, dys, autocast, false), tol,
                "q/k/v group, no input gradient");
-  std::vector<Linear> mlp{make_linear(H, I, true, device), make_linear(H, I, true, device),
-                          make_linear(I, H, true, device)};
-  std::vector<torch::Tensor> dy{torch::randn({2, 5, H}).to(device)};
-  if (qlora) quantize(mlp, autocast);
-  const Grads reference = run(false, true, mlp, x, dy, autocast);
-  expect_close(run(true, true, mlp, x, dy, autocast), reference, tol, "SwiGLU MLP");
-  // Long sequences run over chunks of tokens (10 tokens here: chunks of 3, 3, 3 and 1).
-  expect_close(run(true, true, mlp, x, dy, autocast, true, /*chunk_rows=*/3), reference, tol,
-               "SwiGLU MLP in chunks");
-  expect_close(run(true, true, mlp, x, dy, autocast, /*input_grad=*/false, 3),
-               run(false, true, mlp, x, dy, autocast, false), tol,
-               "SwiGLU MLP in chunks, no input gradient");
-  // In a checkpointed layer's recompute the output is not read: the same gradients, whole and in
-  // chunks.
-  const Grads grads_only = run(false, true, mlp, x, dy, autocast, true, 0, /*output_read=*/false);
-  expect_close(run(true, true, mlp, x, dy, autocast, true, 0, false), grads_only, tol,
-               "SwiGLU MLP, output not read");
-  expect_close(run(true, true, mlp, x, dy, autocast, true, 3, false), grads_only, tol,
-               "SwiGLU MLP in chunks, output not read");
-  // Down without an adapter (a target list that leaves it out), chunked.
-  std::vector<Linear> mlp_no_down{make_linear(H, I, true, device), make_linear(H, I, true, device),
-                                  make_linear(I, H, false, device)};
-  if (qlora) quantize(mlp_no_down, autocast);
-  expect_close(run(true, true, mlp_no_down, x, dy, autocast, true, 4),
-               run(false, true, mlp_no_down, x, dy, autocast), tol,
-               "SwiGLU MLP in chunks, down without an adapter");
+  // The MLP with SwiGLU (Llama) and GeGLU (Gemma) between.
+  const std::vector<torch::Tensor> dy{torch::randn({2, 5, H}).to(device)};
+  for (const auto act : {kernels::GateActivation::kSilu, kernels::GateActivation::kGeluTanh}) {
+    const std::string name = act == kernels::GateActivation::kSilu ? "SwiGLU MLP" : "GeGLU MLP";
+    auto mlp_run = [&](bool grouped, std::vector<Linear>& layers, bool input_grad = true,
+                       int64_t chunk_rows = 0, bool output_read = true) {
+      return run(grouped, true, layers, x, dy, autocast, input_grad, chunk_rows, output_read, act);
+    };
+    std::vector<Linear> mlp{make_linear(H, I, true, device), make_linear(H, I, true, device),
+                            make_linear(I, H, true, device)};
+    if (qlora) quantize(mlp, autocast);
+    const Grads reference = mlp_run(false, mlp);
+    expect_close(mlp_run(true, mlp), reference, tol, name);
+    // Long sequences run over chunks of tokens (10 tokens here: chunks of 3, 3, 3 and 1).
+    expect_close(mlp_run(true, mlp, true, /*chunk_rows=*/3), reference, tol, name + " in chunks");
+    expect_close(mlp_run(true, mlp, /*input_grad=*/false, 3), mlp_run(false, mlp, false), tol,
+                 name + " in chunks, no input gradient");
+    // In a checkpointed layer's recompute the output is not read: the same gradients, whole and
+    // in chunks.
+    const Grads grads_only = mlp_run(false, mlp, true, 0, /*output_read=*/false);
+    expect_close(mlp_run(true, mlp, true, 0, false), grads_only, tol, name + ", output not read");
+    expect_close(mlp_run(true, mlp, true, 3, false), grads_only, tol,
+                 name + " in chunks, output not read");
+    // Down without an adapter (a target list that leaves it out), chunked.
+    std::vector<Linear> mlp_no_down{make_linear(H, I, true, device),
+                                    make_linear(H, I, true, device),
+                                    make_linear(I, H, false, device)};
+    if (qlora) quantize(mlp_no_down, autocast);
+    expect_close(mlp_run(true, mlp_no_down, true, 4), mlp_run(false, mlp_no_down), tol,
+                 name + " in chunks, down without an adapter");
+  }
 }
 
 TEST(FrozenLinearGroup, MlpChunksOnlyLongSequences) {

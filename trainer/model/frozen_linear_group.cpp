@@ -382,17 +382,20 @@ std::pair<Tensor, Tensor> gate_and_up(const Tensor& x2, std::vector<Member>& mem
   return {member_forward(x2, members[0], shared), member_forward(x2, members[1], shared)};
 }
 
-// down(swiglu(gate(x), up(x))) over all of x2's rows at once; returns y and keeps gate and up in
+// down(act(gate(x)) * up(x)) over all of x2's rows at once; returns y and keeps gate and up in
 // `gate_up` for backward (down's x A^T is set on members[2]).
-Tensor mlp_forward(const Tensor& x2, std::vector<Member>& members, std::vector<Tensor>& gate_up) {
+Tensor mlp_forward(const Tensor& x2, std::vector<Member>& members, std::vector<Tensor>& gate_up,
+                   kernels::GateActivation act) {
   auto [gate, up] = gate_and_up(x2, members);
   gate_up = {gate, up};
   if (!members[2].fp8) {
-    const Tensor hidden = kernels::swiglu_forward_op(gate, up);
+    const Tensor hidden = kernels::swiglu_forward_op(gate, up, act);
     set_adapter_inputs(hidden, {&members[2]});
     return member_forward(hidden, members[2]);
   }
-  // Down's FP8 input written by the SwiGLU kernel itself.
+  // Down's FP8 input written by the SwiGLU kernel itself (there is no GeGLU one: MLPImpl keeps
+  // GeGLU under FP8 out of the group).
+  TORCH_CHECK(act == kernels::GateActivation::kSilu, "the FP8 MLP node computes SwiGLU only");
   const auto [hidden, hidden_fp8] = kernels::swiglu_forward_fp8(gate, up);
   set_adapter_inputs(hidden, {&members[2]});
   return member_forward(hidden, members[2], &hidden_fp8);
@@ -400,12 +403,13 @@ Tensor mlp_forward(const Tensor& x2, std::vector<Member>& members, std::vector<T
 
 // The same `rows` tokens at a time, keeping nothing: backward recomputes gate and up chunk by
 // chunk. The x A^T products of the last chunk are dropped (backward makes each chunk's again).
-Tensor chunked_mlp_forward(const Tensor& x2, std::vector<Member>& members, int64_t rows) {
+Tensor chunked_mlp_forward(const Tensor& x2, std::vector<Member>& members, int64_t rows,
+                           kernels::GateActivation act) {
   Tensor y = at::empty({x2.size(0), members[2].out_features()}, x2.options());
   std::vector<Tensor> unused;
   for (int64_t start = 0; start < x2.size(0); start += rows) {
     const int64_t n = std::min(rows, x2.size(0) - start);
-    y.narrow(0, start, n).copy_(mlp_forward(x2.narrow(0, start, n), members, unused));
+    y.narrow(0, start, n).copy_(mlp_forward(x2.narrow(0, start, n), members, unused, act));
   }
   for (auto& m : members) m.xa = Tensor();
   return y;
@@ -419,7 +423,7 @@ struct MlpGradients {
 };
 MlpGradients mlp_backward(const Tensor& x2, const Tensor& gate_out, const Tensor& up_out,
                           const Tensor& dy, std::vector<Member>& members, bool need_x,
-                          at::ScalarType adapter_dtype) {
+                          at::ScalarType adapter_dtype, kernels::GateActivation act) {
   Member &gate = members[0], &up = members[1], &down = members[2];
   AdapterInputGradients down_dx;
   const Tensor t_down = adapter_input_gradient(dy, down, /*need_x=*/true, down_dx);
@@ -431,13 +435,14 @@ MlpGradients mlp_backward(const Tensor& x2, const Tensor& gate_out, const Tensor
   std::optional<kernels::Fp8Rows> fp8_gradients;
   const std::vector<const LinearImpl*> fp8_bases{gate.fp8, up.fp8};
   if (need_x && gate.fp8 && up.fp8) {
+    TORCH_CHECK(act == kernels::GateActivation::kSilu, "the FP8 MLP node computes SwiGLU only");
     auto s =
         kernels::swiglu_backward_fp8(d_hidden, gate_out, up_out, fp8_group_row_scales(fp8_bases));
     std::tie(d_gate, d_up, hidden) = std::tie(s.d_gate, s.d_up, s.output);
     fp8_gradients = std::move(s.d_gate_up);
   } else {
     std::tie(d_gate, d_up, hidden) =
-        kernels::swiglu_backward_with_output(d_hidden, gate_out, up_out);
+        kernels::swiglu_backward_with_output(d_hidden, gate_out, up_out, act);
   }
   d_hidden = Tensor();
   if (!down.xa.defined()) set_adapter_inputs(hidden, {&down});
@@ -461,7 +466,8 @@ MlpGradients mlp_backward(const Tensor& x2, const Tensor& gate_out, const Tensor
 // mlp_backward `rows` tokens at a time, gate and up recomputed for each chunk; the adapters'
 // gradients are summed over the chunks in fp32.
 MlpGradients chunked_mlp_backward(const Tensor& x2, const Tensor& dy, std::vector<Member>& members,
-                                  bool need_x, at::ScalarType adapter_dtype, int64_t rows) {
+                                  bool need_x, at::ScalarType adapter_dtype, int64_t rows,
+                                  kernels::GateActivation act) {
   MlpGradients total;
   if (need_x) total.dx = at::empty_like(x2);
   for (int64_t start = 0; start < x2.size(0); start += rows) {
@@ -470,7 +476,7 @@ MlpGradients chunked_mlp_backward(const Tensor& x2, const Tensor& dy, std::vecto
     auto [gate, up] = gate_and_up(xc, members);
     members[2].xa = Tensor();  // down's, made again from this chunk's SwiGLU output
     MlpGradients part =
-        mlp_backward(xc, gate, up, dy.narrow(0, start, n), members, need_x, at::kFloat);
+        mlp_backward(xc, gate, up, dy.narrow(0, start, n), members, need_x, at::kFloat, act);
     if (need_x) total.dx.narrow(0, start, n).copy_(part.dx);
     for (size_t i = 0; i < part.adapters.size(); ++i) {
       if (i < total.adapters.size())
@@ -483,10 +489,11 @@ MlpGradients chunked_mlp_backward(const Tensor& x2, const Tensor& dy, std::vecto
   return total;
 }
 
-struct SwigluMlpFunction : public torch::autograd::Function<SwigluMlpFunction> {
+struct GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, torch::TensorList adapters,
                         const std::vector<LinearImpl*>& linears,  // gate, up, down
-                        int64_t chunk_rows) {
+                        int64_t chunk_rows, int64_t activation) {
+    const auto act = static_cast<kernels::GateActivation>(activation);
     const auto dtype = product_dtype(x);
     const Tensor x2 = x.reshape({-1, x.size(-1)}).to(dtype);
     auto members = members_of(linears, adapters, dtype);
@@ -501,11 +508,12 @@ struct SwigluMlpFunction : public torch::autograd::Function<SwigluMlpFunction> {
       }
       y = at::empty({x2.size(0), members[2].out_features()}, x2.options());
     } else {
-      y = chunked ? chunked_mlp_forward(x2, members, chunk_rows)
-                  : mlp_forward(x2, members, gate_up);
+      y = chunked ? chunked_mlp_forward(x2, members, chunk_rows, act)
+                  : mlp_forward(x2, members, gate_up, act);
     }
     save(ctx, x2, gate_up, members, x, adapters);
     ctx->saved_data["chunk_rows"] = chunked ? chunk_rows : int64_t{0};
+    ctx->saved_data["activation"] = activation;
     return y.view(with_last(x.sizes().vec(), y.size(-1)));
   }
 
@@ -514,14 +522,16 @@ struct SwigluMlpFunction : public torch::autograd::Function<SwigluMlpFunction> {
     const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
     const Tensor dy = grads[0].reshape({-1, s.members[2].out_features()}).to(s.x2.scalar_type());
     const bool need_x = ctx->needs_input_grad(0);
-    MlpGradients g =
-        chunk_rows > 0
-            ? chunked_mlp_backward(s.x2, dy, s.members, need_x, s.adapter_dtype, chunk_rows)
-            : mlp_backward(s.x2, s.extra[0], s.extra[1], dy, s.members, need_x, s.adapter_dtype);
+    const auto act = static_cast<kernels::GateActivation>(ctx->saved_data["activation"].toInt());
+    MlpGradients g = chunk_rows > 0 ? chunked_mlp_backward(s.x2, dy, s.members, need_x,
+                                                           s.adapter_dtype, chunk_rows, act)
+                                    : mlp_backward(s.x2, s.extra[0], s.extra[1], dy, s.members,
+                                                   need_x, s.adapter_dtype, act);
     variable_list out{g.dx.defined() ? g.dx.view(s.x_sizes) : Tensor()};
     out.insert(out.end(), g.adapters.begin(), g.adapters.end());
     out.push_back(Tensor());  // linears
     out.push_back(Tensor());  // chunk_rows
+    out.push_back(Tensor());  // activation
     return out;
   }
 };
@@ -566,8 +576,8 @@ int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate) {
   return tokens > 2 * rows ? rows : 0;
 }
 
-Tensor frozen_swiglu_mlp(const Tensor& x, LinearImpl& gate, LinearImpl& up, LinearImpl& down,
-                         int64_t chunk_rows) {
+Tensor frozen_gated_mlp(const Tensor& x, LinearImpl& gate, LinearImpl& up, LinearImpl& down,
+                        kernels::GateActivation act, int64_t chunk_rows) {
   const std::vector<LinearImpl*> linears{&gate, &up, &down};
   const auto adapters = adapters_of(linears);
   // Chunks only where they cost nothing: a forward that keeps nothing for backward (a checkpointed
@@ -578,7 +588,8 @@ Tensor frozen_swiglu_mlp(const Tensor& x, LinearImpl& gate, LinearImpl& up, Line
     chunk_rows =
         free_to_chunk ? swiglu_mlp_chunk_rows(x.numel() / x.size(-1), gate.out_features()) : 0;
   }
-  return SwigluMlpFunction::apply(x, torch::TensorList(adapters), linears, chunk_rows);
+  return GatedMlpFunction::apply(x, torch::TensorList(adapters), linears, chunk_rows,
+                                 static_cast<int64_t>(act));
 }
 
 }  // namespace kubetune::model

@@ -21,6 +21,7 @@
 
 #include <vector>
 
+#include "kernels/swiglu.h"
 #include "trainer/model/layers.h"
 
 namespace kubetune::model {
@@ -63,9 +64,12 @@ class MlpOutputNotRead {
 // nothing, as the forward products are skipped there. Chunks are 512 MiB of the intermediate width.
 int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate);
 
-// down(swiglu(gate(x), up(x))) as one node; over chunks of `chunk_rows` tokens when positive
-// (-1: swiglu_mlp_chunk_rows's choice under no grad mode or MlpOutputNotRead, else none).
-torch::Tensor frozen_swiglu_mlp(const torch::Tensor& x, LinearImpl& gate, LinearImpl& up,
-                                LinearImpl& down, int64_t chunk_rows = -1);
+// down(act(gate(x)) * up(x)) as one node, act SiLU (SwiGLU) or tanh GELU (GeGLU; not with FP8
+// products); over chunks of `chunk_rows` tokens when positive (-1: swiglu_mlp_chunk_rows's choice
+// under no grad mode or MlpOutputNotRead, else none).
+torch::Tensor frozen_gated_mlp(const torch::Tensor& x, LinearImpl& gate, LinearImpl& up,
+                               LinearImpl& down,
+                               kernels::GateActivation act = kernels::GateActivation::kSilu,
+                               int64_t chunk_rows = -1);
 
 }  // namespace kubetune::model
