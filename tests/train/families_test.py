@@ -8,6 +8,9 @@ Hub layout (sharded safetensors), with the demo tokenizer:
    with the loss `kubetune-trainer eval --adapter` reports.
 2. Full fine-tuning in one process: the HF folder it writes loads in transformers (as the same
    architecture) and scores the record with the loss our eval reports for that folder.
+3. Full fine-tuning on two processes with the optimizer sharded (ZeRO-2) and with the weights
+   sharded (ZeRO-3), and a sharded run's checkpoint resumed on one process: the weights of one
+   process without sharding.
 
 References: transformers and PEFT."""
 import json
@@ -95,6 +98,38 @@ def lora_job(w, model_dir, data):
     return w / "adapter"
 
 
+def sharded_runs_equal_one_process(w, model_dir, data):
+    def run(name, world, micro, accum, sharding, checkpoint=None):
+        cfg = h.config(model_dir, data, w / name, method="full", maxSteps=4, microBatchSize=micro,
+                       gradientAccumulationSteps=accum, learningRate=1e-2, maxGradNorm=0.05)
+        cfg["distributed"].update(sharding=sharding)
+        if checkpoint:
+            cfg["checkpoint"] = checkpoint
+        path = h.write_config(w / f"{name}.json", cfg)
+        args = ["train", "--config", path]
+        if world > 1:
+            args = ["launch", "--nproc-per-node", world, "--master-port", h.free_port(), "--"] + args
+        p = h.run(args)
+        return p.stdout + p.stderr
+
+    run("one", 1, 2, 2, "none")
+    reference = h.weights(w / "one")
+    moved = h.max_abs_diff(h.weights(model_dir), reference)
+    assert moved > 1e-3, moved  # the comparisons below can fail
+    halfway = w / "ck" / "step-00000002"
+    for sharding in ("optimizer", "full"):
+        run(sharding, 2, 1, 2, sharding,
+            checkpoint={"resume": "never", "dir": str(w / "ck"), "everySteps": 2} if sharding == "full" else None)
+        diff = h.max_abs_diff(reference, h.weights(w / sharding))
+        print(f"sharding {sharding} on 2 processes: max |w - w_one| = {diff:.3g}")
+        assert diff <= 1e-5, (sharding, diff)
+    out = run("resumed", 1, 2, 2, "none", checkpoint={"resume": str(halfway), "dir": str(w / "ck1"), "everySteps": 0})
+    assert f"resuming from {halfway} at step=2/4" in out, out[-2000:]
+    diff = h.max_abs_diff(reference, h.weights(w / "resumed"))
+    print(f"ZeRO-3 checkpoint of 2 processes resumed on 1: max |w - w_one| = {diff:.3g}")
+    assert diff <= 1e-5, diff
+
+
 def check_family(family):
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -128,6 +163,8 @@ def check_family(family):
     print(f"{family} full fine-tuning: ours {ours_full:.6f} transformers {hf_full:.6f}")
     assert abs(ours_full - base) > 1e-4, "full fine-tuning changed nothing"
     assert math.isclose(ours_full, hf_full, rel_tol=1e-4)
+
+    sharded_runs_equal_one_process(w, model_dir, data)
 
 
 if __name__ == "__main__":
