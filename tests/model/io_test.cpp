@@ -157,6 +157,10 @@ TEST(ModelConfig, UnknownArchitectureNamesFileAndValue) {
   EXPECT_NE(msg.find(dir + "/config.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find("GPT2LMHeadModel"), std::string::npos) << msg;
 
+  cfg["architectures"] = {"Gemma3ForConditionalGeneration"};
+  msg = error_of([&] { model::ModelConfig::from_json(cfg, "cfg.json"); });
+  EXPECT_NE(msg.find("Gemma3ForCausalLM"), std::string::npos) << msg;
+
   cfg.erase("architectures");
   cfg["model_type"] = "gpt2";
   msg = error_of([&] { model::ModelConfig::from_json(cfg, "cfg.json"); });

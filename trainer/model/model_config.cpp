@@ -70,10 +70,18 @@ void read_family(ModelConfig& c, const json& j, const std::string& source) {
     if (!j["architectures"].is_array()) fail(source, "architectures", "expected an array");
     for (const auto& a : j["architectures"]) {
       std::string name = a.is_string() ? a.get<std::string>() : a.dump();
-      if (!find_family_by_architecture(name))
-        fail(source, "architectures",
-             "unsupported architecture \"" + name + "\" (supported: " + supported_architectures() +
-                 ")");
+      if (find_family_by_architecture(name)) continue;
+      // Gemma 3 from 4B up is published with its vision tower: its language model alone, saved
+      // as Gemma3ForCausalLM, is what kubetune reads.
+      const std::string hint =
+          name == "Gemma3ForConditionalGeneration"
+              ? "; the language model of a multimodal Gemma 3 trains once saved on its own: a "
+                "Gemma3ForCausalLM made from its text_config, with the weights "
+                "model.language_model.* as model.* and lm_head"
+              : "";
+      fail(source, "architectures",
+           "unsupported architecture \"" + name + "\" (supported: " + supported_architectures() +
+               ")" + hint);
     }
   }
   c.model_type = optional_value<std::string>(j, "model_type", "", source);
