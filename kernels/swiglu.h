@@ -37,7 +37,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> swiglu_backward_with_out
     const torch::Tensor& grad, const torch::Tensor& gate, const torch::Tensor& up,
     GateActivation act = GateActivation::kSilu);
 
-// The plain-LibTorch formulas the kernels are checked against.
+// The plain-LibTorch formulas (transformers' own): what the kernels are checked against, and the
+// model's CPU path.
 torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& up);
 torch::Tensor gated_reference(const torch::Tensor& gate, const torch::Tensor& up,
                               GateActivation act);

@@ -6,14 +6,14 @@ FIXTURE_DIR/ours/adapter/<family>/ (adapter_config.json, adapter_model.safetenso
 our_logits.safetensors) and the base model FIXTURE_DIR/<family>/. Exits non-zero when PEFT cannot
 load an adapter, adapts other layers than ours did, or the logits differ by more than 1e-4 relative.
 """
-import json
 import os
-import sys
 
 import torch
 from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
+
+from each_lora_family import check_each_lora_family
 
 
 def check(fixtures, family):
@@ -31,15 +31,5 @@ def check(fixtures, family):
     return n_lora == len(saved) and n_lora > 0 and rel <= 1e-4
 
 
-def main():
-    fixtures = sys.argv[1]
-    with open(os.path.join(fixtures, "fixtures.json")) as f:
-        families = json.load(f)["lora"]
-    failed = [family for family in families if not check(fixtures, family)]
-    if failed:
-        print("failed:", ", ".join(failed))
-        sys.exit(1)
-
-
 if __name__ == "__main__":
-    main()
+    check_each_lora_family(check)

@@ -6,13 +6,13 @@ FIXTURE_DIR/ours/merged/<family>/ (config.json, model-*.safetensors + index,
 our_logits.safetensors). Exits non-zero when AutoModelForCausalLM cannot load one, loads it as
 another architecture than the base's, or the logits differ by more than 1e-4 relative from ours.
 """
-import json
 import os
-import sys
 
 import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
+
+from each_lora_family import check_each_lora_family
 
 
 def check(fixtures, family):
@@ -28,15 +28,5 @@ def check(fixtures, family):
     return [type(model).__name__] == expected and rel <= 1e-4
 
 
-def main():
-    fixtures = sys.argv[1]
-    with open(os.path.join(fixtures, "fixtures.json")) as f:
-        families = json.load(f)["lora"]
-    failed = [family for family in families if not check(fixtures, family)]
-    if failed:
-        print("failed:", ", ".join(failed))
-        sys.exit(1)
-
-
 if __name__ == "__main__":
-    main()
+    check_each_lora_family(check)

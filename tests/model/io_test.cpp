@@ -235,7 +235,7 @@ TEST(ModelConfig, ReadsPhi3HubLongRope) {
   EXPECT_DOUBLE_EQ(v4.rope.attention_factor, v5.rope.attention_factor);
   // factor = 64 / 16: sqrt(1 + ln 4 / ln 16) = sqrt(1.5)
   EXPECT_DOUBLE_EQ(v4.rope.attention_factor, std::sqrt(1.5));
-  EXPECT_EQ(v4.rotary_dim(), 12);
+  EXPECT_EQ(v4.rotary_dim(v4.rope), 12);
 
   cfg["rope_scaling"]["long_factor"] = json::array({1.0, 2.0});
   std::string msg = error_of([&] { model::ModelConfig::from_json(cfg, "v4.json"); });

@@ -576,6 +576,10 @@ int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate) {
   return tokens > 2 * rows ? rows : 0;
 }
 
+bool mlp_node_computes(kernels::GateActivation act, bool fp8_products) {
+  return act == kernels::GateActivation::kSilu || !fp8_products;
+}
+
 Tensor frozen_gated_mlp(const Tensor& x, LinearImpl& gate, LinearImpl& up, LinearImpl& down,
                         kernels::GateActivation act, int64_t chunk_rows) {
   const std::vector<LinearImpl*> linears{&gate, &up, &down};

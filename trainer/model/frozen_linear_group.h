@@ -64,6 +64,11 @@ class MlpOutputNotRead {
 // nothing, as the forward products are skipped there. Chunks are 512 MiB of the intermediate width.
 int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate);
 
+// Whether the MLP node computes `act` under these products: SwiGLU always, GeGLU only without FP8
+// products (there is no GeGLU kernel that writes FP8). The node takes separate gate and up layers,
+// so an MLP with a fused gate_up_proj (Phi-3) keeps its plain layers too.
+bool mlp_node_computes(kernels::GateActivation act, bool fp8_products);
+
 // down(act(gate(x)) * up(x)) as one node, act SiLU (SwiGLU) or tanh GELU (GeGLU; not with FP8
 // products); over chunks of `chunk_rows` tokens when positive (-1: swiglu_mlp_chunk_rows's choice
 // under no grad mode or MlpOutputNotRead, else none).

@@ -380,22 +380,25 @@ std::vector<std::vector<LinearImpl*>> MLPImpl::input_gradient_groups() {
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   const auto act = gelu_tanh_ ? kernels::GateActivation::kGeluTanh : kernels::GateActivation::kSilu;
-  if (gate_proj && can_group(x, {gate_proj.get(), up_proj.get(), down_proj.get()}) &&
-      (!gelu_tanh_ || !(gate_proj->uses_fp8() || up_proj->uses_fp8() || down_proj->uses_fp8())))
+  if (gate_proj &&
+      mlp_node_computes(act,
+                        gate_proj->uses_fp8() || up_proj->uses_fp8() || down_proj->uses_fp8()) &&
+      can_group(x, {gate_proj.get(), up_proj.get(), down_proj.get()}))
     return frozen_gated_mlp(x, *gate_proj, *up_proj, *down_proj, act);
   // On GPUs the fused kernels save a pass over memory and one saved activation (and read a fused
   // gate_up_proj's halves in place); the CPU keeps transformers' formulas, which the parity tests
   // hold against transformers.
+  torch::Tensor gate, up;
   if (gate_up_proj) {  // Phi-3: the first half of the columns is the gate
     const torch::Tensor gate_up = gate_up_proj->forward(x);
     if (x.is_cuda()) return down_proj->forward(kernels::gated_activation_packed(gate_up, act));
     const int64_t i = gate_up.size(-1) / 2;
-    const torch::Tensor gate = gate_up.narrow(-1, 0, i), up = gate_up.narrow(-1, i, i);
-    return down_proj->forward(up * (gelu_tanh_ ? at::gelu(gate, "tanh") : at::silu(gate)));
+    gate = gate_up.narrow(-1, 0, i), up = gate_up.narrow(-1, i, i);
+  } else {
+    gate = gate_proj->forward(x), up = up_proj->forward(x);
+    if (x.is_cuda()) return down_proj->forward(kernels::gated_activation(gate, up, act));
   }
-  const torch::Tensor gate = gate_proj->forward(x), up = up_proj->forward(x);
-  if (x.is_cuda()) return down_proj->forward(kernels::gated_activation(gate, up, act));
-  return down_proj->forward((gelu_tanh_ ? at::gelu(gate, "tanh") : at::silu(gate)) * up);
+  return down_proj->forward(kernels::gated_reference(gate, up, act));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const torch::TensorOptions& opts) {

@@ -152,7 +152,7 @@ void read_rope_object(Rope& rope, const json& r, const std::string& key, const M
     rope.attention_factor =
         rope.factor <= 1 ? 1.0 : std::sqrt(1 + std::log(rope.factor) / std::log(original));
     rope.attention_factor = positive(r, "attention_factor", rope.attention_factor, source, key);
-    const int64_t rotated = static_cast<int64_t>(c.head_dim * rope.partial_rotary_factor) / 2;
+    const int64_t rotated = c.rotary_dim(rope) / 2;
     rope.short_factor = factor_list(r, "short_factor", rotated, source, key);
     rope.long_factor = factor_list(r, "long_factor", rotated, source, key);
   } else if (type != "default" && !has_value(r, "factor")) {
@@ -189,7 +189,7 @@ void read_rope(ModelConfig& c, const json& j, const std::string& source) {
     c.local_rope.theta = local_theta;
   }
   for (const Rope* rope : {&c.rope, &c.local_rope})
-    if (static_cast<int64_t>(c.head_dim * rope->partial_rotary_factor) % 2 != 0)
+    if (c.rotary_dim(*rope) % 2 != 0)
       fail(source, "partial_rotary_factor", "must leave an even number of rotated dimensions");
 }
 
@@ -370,8 +370,8 @@ const Rope& ModelConfig::rope_for_layer(int64_t layer) const {
   return sliding && family->rope_per_layer_type ? local_rope : rope;
 }
 
-int64_t ModelConfig::rotary_dim() const {
-  return static_cast<int64_t>(head_dim * rope.partial_rotary_factor);
+int64_t ModelConfig::rotary_dim(const Rope& r) const {
+  return static_cast<int64_t>(head_dim * r.partial_rotary_factor);
 }
 
 std::vector<LinearShape> ModelConfig::decoder_linears() const {

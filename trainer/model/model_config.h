@@ -70,7 +70,8 @@ struct ModelConfig {
   }
   int64_t window_for_layer(int64_t layer) const;  // 0 when the layer attends to the full prefix
   const Rope& rope_for_layer(int64_t layer) const;
-  int64_t rotary_dim() const;  // of each head: head_dim, or its partial_rotary_factor
+  // The dimensions of each head `rope` rotates: head_dim, or its partial_rotary_factor.
+  int64_t rotary_dim(const Rope& rope) const;
   // The linear layers of one decoder layer in the checkpoint's names (q_proj, ... or the fused
   // qkv_proj and gate_up_proj), in forward order.
   std::vector<LinearShape> decoder_linears() const;

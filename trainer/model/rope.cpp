@@ -61,7 +61,7 @@ bool rope_depends_on_length(const Rope& rope) {
 }
 
 at::Tensor rope_inv_freq(const ModelConfig& c, const Rope& rope, int64_t seq_len) {
-  const int64_t dim = static_cast<int64_t>(c.head_dim * rope.partial_rotary_factor);
+  const int64_t dim = c.rotary_dim(rope);
   const std::string& type = rope.type;
   if (type == "llama3") return llama3_inv_freq(rope, dim);
   if (type == "linear") return default_inv_freq(rope.theta, dim) / rope.factor;

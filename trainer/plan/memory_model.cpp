@@ -90,10 +90,11 @@ api::MemoryReport MemoryEstimate::to_report() const {
 int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) {
   if (c.method.type == api::MethodType::kFull) return m.num_parameters();
   int64_t n = 0;
+  const auto targets = lora_target_modules(c.method.lora);  // none: all of them
+  const auto linears = m.decoder_linears();
   for (int64_t layer = 0; layer < m.num_hidden_layers; ++layer) {
-    for (const auto& linear : m.decoder_linears()) {
+    for (const auto& linear : linears) {
       const std::string name = "model.layers." + std::to_string(layer) + "." + linear.module;
-      const auto& targets = lora_target_modules(c.method.lora);  // none: all of them
       if (targets.empty() || std::any_of(targets.begin(), targets.end(), [&](const std::string& t) {
             return model::matches_target(name, t);
           }))
@@ -175,10 +176,11 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   // autocast kept a bf16 copy.
   if (fp8 && full && e.autocast_copies > 0) e.autocast_copies = (trainable - linear) * 2 + linear;
   const int64_t tokens = micro_batch_size(c) * c.data.max_length;
-  // The MLP runs as one node (frozen_linear_group.h) with separate gate and up layers, and GeGLU
-  // only without FP8 products; a fused gate_up_proj (Phi-3) keeps the plain layers.
+  // Whether the MLP runs as one node (frozen_linear_group.h: separate gate and up layers).
   const bool mlp_grouped =
-      !m.family->fused_gate_up && !(m.gelu_tanh && c.model.precision == api::ModelPrecision::kFp8);
+      !m.family->fused_gate_up &&
+      model::mlp_node_computes(
+          m.gelu_tanh ? kernels::GateActivation::kGeluTanh : kernels::GateActivation::kSilu, fp8);
   const bool mlp_output_recomputed =
       trains_adapters(c) && c.method.lora.dropout == 0 && mlp_grouped;
   // Under recompute that MLP node runs over chunks of a long sequence's tokens, keeping only its
