@@ -21,9 +21,10 @@ import torch
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
-                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config,
-                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig,
+                          MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 VOCAB = 300
 T = 17
@@ -89,12 +90,28 @@ def families():
         # Phi-4 (14B's layout): fused projections, plain RoPE, no window, untied.
         "phi4": (Phi3ForCausalLM, Phi3Config(**COMMON, rope_parameters={"rope_type": "default",
                                                                          "rope_theta": 250000.0}), {}),
+        # Qwen3-MoE: 6 experts, top 2 renormalised, the middle layer dense (mlp_only_layers), the
+        # router's load-balancing loss in the loss (output_router_logits); sharded. With 34 tokens
+        # some expert of some layer gets none.
+        "qwen3_moe": (Qwen3MoeForCausalLM, Qwen3MoeConfig(
+                      **{**COMMON, "num_hidden_layers": 3}, moe_intermediate_size=24,
+                      num_experts=6, num_experts_per_tok=2, norm_topk_prob=True,
+                      mlp_only_layers=[1], output_router_logits=True, router_aux_loss_coef=0.05,
+                      tie_word_embeddings=False), {"max_shard_size": "60KB"}),
+        # Mixtral: 4 experts stored as block_sparse_moe.experts.N.w1/w2/w3, top 2, a window.
+        "mixtral": (MixtralForCausalLM, MixtralConfig(**COMMON, num_local_experts=4,
+                    num_experts_per_tok=2, sliding_window=8), {}),
     }
 
 
 # Families with a PEFT LoRA fixture (all linear layers: Phi-3's fused qkv_proj and gate_up_proj
 # as PEFT names them).
-LORA_FAMILIES = {"llama32": 11, "qwen2": 12, "qwen3": 13, "gemma3": 14, "phi3": 15}
+LORA_FAMILIES = {"llama32": 11, "qwen2": 12, "qwen3": 13, "gemma3": 14, "phi3": 15,
+                 "qwen3_moe": 16, "mixtral": 17}
+
+# A mixture of experts' stacks are adapted through PEFT's target_parameters ("all-linear" leaves
+# them out).
+EXPERT_STACKS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
 
 
 def randomize(model, seed):
@@ -168,14 +185,36 @@ def full_finetune_fixture(out_dir, name, cls, config, save_opts, seed):
 def our_lora_name(peft_name):
     # base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight
     #   -> model.layers.0.self_attn.q_proj.lora_A.weight
-    return peft_name.removeprefix("base_model.model.").replace(".default.", ".")
+    # With both expert stacks adapted PEFT wraps the experts module twice, down_proj outermost:
+    #   ...mlp.experts.base_layer.lora_A.default.weight -> ...mlp.experts.gate_up_lora.lora_A.weight
+    #   ...mlp.experts.lora_A.default.weight            -> ...mlp.experts.down_lora.lora_A.weight
+    name = peft_name.removeprefix("base_model.model.").replace(".default.", ".")
+    name = name.replace(".experts.base_layer.lora_", ".experts.gate_up_lora.lora_")
+    return name.replace(".experts.lora_", ".experts.down_lora.lora_")
 
 
 def lora_fixture(out_dir, name, model, seed):
     torch.manual_seed(seed)
-    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear",
-                     task_type="CAUSAL_LM")
+    moe = hasattr(model.config, "num_experts_per_tok")
+    if name == "qwen3_moe":
+        # The Unsloth/TRL habit: per-expert names, which peft maps onto the fused stacks
+        # (gate_proj + up_proj -> experts.gate_up_proj with twice the rank and alpha, in
+        # rank_pattern and alpha_pattern); the dense layer's MLP is then left alone.
+        targets, parameters = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                               "down_proj"], None
+    elif moe:  # PEFT's all-linear would adapt the router too; kubetune keeps it frozen
+        targets, parameters = ["q_proj", "k_proj", "v_proj", "o_proj"], EXPERT_STACKS
+    else:
+        targets, parameters = "all-linear", None
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets,
+                     target_parameters=parameters, task_type="CAUSAL_LM")
     peft_model = get_peft_model(model, cfg)
+    if moe:  # the layout our_lora_name assumes: gate_up_proj's factors under base_layer
+        shapes = {n: tuple(p.shape) for n, p in peft_model.named_parameters() if "lora_" in n}
+        inner = "base_model.model.model.layers.0.mlp.experts.base_layer.lora_B.default.weight"
+        width = (model.config.moe_intermediate_size if model.config.model_type == "qwen3_moe"
+                 else model.config.intermediate_size)
+        assert shapes[inner][0] == 2 * width, shapes
     g = torch.Generator().manual_seed(seed + 7)
     with torch.no_grad():
         for pname, p in peft_model.named_parameters():

@@ -46,6 +46,13 @@ def tiny_checkpoint(family, dest):
     elif family == "phi3":  # Phi-4's layout: fused qkv_proj and gate_up_proj
         model = tf.Phi3ForCausalLM(tf.Phi3Config(**common, rope_parameters={
             "rope_type": "default", "rope_theta": 250000.0}))
+    elif family == "qwen3_moe":  # 4 experts, top 2, the router's load-balancing loss on
+        model = tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(
+            **common, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+            norm_topk_prob=True, output_router_logits=True, router_aux_loss_coef=0.02))
+    elif family == "mixtral":
+        model = tf.MixtralForCausalLM(tf.MixtralConfig(**common, num_local_experts=4,
+                                                       num_experts_per_tok=2))
     else:
         raise SystemExit(f"unknown family {family}")
     torch.manual_seed(0)
@@ -76,8 +83,11 @@ def hf_loss(model, model_dir):
     prefix = tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
     enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
     labels = [t if s >= len(prefix) else -100 for t, (s, _) in zip(enc["input_ids"], enc["offset_mapping"])]
+    # The next-token loss alone, as our eval reports it (without a router's load-balancing loss).
+    extra = {"output_router_logits": False} if hasattr(model.config, "num_experts_per_tok") else {}
     with torch.no_grad():
-        return model(input_ids=torch.tensor([enc["input_ids"]]), labels=torch.tensor([labels])).loss.item()
+        return model(input_ids=torch.tensor([enc["input_ids"]]), labels=torch.tensor([labels]),
+                     **extra).loss.item()
 
 
 def lora_job(w, model_dir, data):
@@ -98,7 +108,11 @@ def lora_job(w, model_dir, data):
     return w / "adapter"
 
 
-def sharded_runs_equal_one_process(w, model_dir, data):
+def sharded_runs_equal_one_process(w, model_dir, data, per_example_forwards=False):
+    """With per_example_forwards the one-process runs take the examples one per forward, as the
+    two-process runs do: a router's load-balancing loss depends on which tokens share a forward."""
+    micro, accum = (1, 4) if per_example_forwards else (2, 2)
+
     def run(name, world, micro, accum, sharding, checkpoint=None):
         cfg = h.config(model_dir, data, w / name, method="full", maxSteps=4, microBatchSize=micro,
                        gradientAccumulationSteps=accum, learningRate=1e-2, maxGradNorm=0.05)
@@ -112,7 +126,7 @@ def sharded_runs_equal_one_process(w, model_dir, data):
         p = h.run(args)
         return p.stdout + p.stderr
 
-    run("one", 1, 2, 2, "none")
+    run("one", 1, micro, accum, "none")
     reference = h.weights(w / "one")
     moved = h.max_abs_diff(h.weights(model_dir), reference)
     assert moved > 1e-3, moved  # the comparisons below can fail
@@ -123,7 +137,7 @@ def sharded_runs_equal_one_process(w, model_dir, data):
         diff = h.max_abs_diff(reference, h.weights(w / sharding))
         print(f"sharding {sharding} on 2 processes: max |w - w_one| = {diff:.3g}")
         assert diff <= 1e-5, (sharding, diff)
-    out = run("resumed", 1, 2, 2, "none", checkpoint={"resume": str(halfway), "dir": str(w / "ck1"), "everySteps": 0})
+    out = run("resumed", 1, micro, accum, "none", checkpoint={"resume": str(halfway), "dir": str(w / "ck1"), "everySteps": 0})
     assert f"resuming from {halfway} at step=2/4" in out, out[-2000:]
     diff = h.max_abs_diff(reference, h.weights(w / "resumed"))
     print(f"ZeRO-3 checkpoint of 2 processes resumed on 1: max |w - w_one| = {diff:.3g}")
@@ -164,7 +178,8 @@ def check_family(family):
     assert abs(ours_full - base) > 1e-4, "full fine-tuning changed nothing"
     assert math.isclose(ours_full, hf_full, rel_tol=1e-4)
 
-    sharded_runs_equal_one_process(w, model_dir, data)
+    sharded_runs_equal_one_process(w, model_dir, data,
+                                   per_example_forwards=family == "qwen3_moe")
 
 
 if __name__ == "__main__":

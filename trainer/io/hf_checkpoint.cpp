@@ -14,6 +14,7 @@
 #include "common/strict_json.h"
 #include "kernels/quant4.h"
 #include "trainer/io/safetensors.h"
+#include "trainer/model/checkpoint_names.h"
 #include "trainer/model/layers.h"
 #include "trainer/model/lora.h"
 
@@ -178,6 +179,7 @@ HfWeights::HfWeights(const std::string& dir) {
   if (!fs::exists(dir + "/config.json"))
     throw std::runtime_error(dir + "/config.json: missing (is this a Hugging Face model folder?)");
   reader_ = std::make_unique<CheckpointReader>(dir);
+  config_ = model::ModelConfig::from_dir(dir);
 }
 
 HfWeights::~HfWeights() = default;
@@ -207,13 +209,16 @@ void HfWeights::load_into(torch::nn::Module& part, const std::string& prefix) {
   for (auto& item : part.named_parameters()) {
     const std::string name = full_name(item.key());
     if (is_lora_name(name) || quantized.count(name)) continue;
-    at::Tensor src = reader.get(name);
-    at::Tensor& dst = item.value();
-    if (src.sizes() != dst.sizes())
-      throw std::runtime_error(reader.file_of(name) + ": tensor \"" + name + "\" has shape " +
-                               shape_text(src.sizes()) + " but the model expects " +
-                               shape_text(dst.sizes()));
-    dst.copy_(src);
+    // Most parameters are one tensor; an expert stack is one per expert (checkpoint_names.h).
+    for (const auto& slice : model::stored_slices(config_, name)) {
+      at::Tensor src = reader.get(slice.name);
+      at::Tensor dst = model::slice_of(item.value(), slice);
+      if (src.sizes() != dst.sizes())
+        throw std::runtime_error(reader.file_of(slice.name) + ": tensor \"" + slice.name +
+                                 "\" has shape " + shape_text(src.sizes()) +
+                                 " but the model expects " + shape_text(dst.sizes()));
+      dst.copy_(src);
+    }
   }
 }
 
@@ -240,8 +245,9 @@ void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::Scal
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().emplace_back(item.key(),
-                               value_of ? value_of(item.key(), item.value()) : item.value());
+    const at::Tensor value = value_of ? value_of(item.key(), item.value()) : item.value();
+    for (const auto& slice : model::stored_slices(model->config(), item.key()))
+      shards.back().emplace_back(slice.name, model::slice_of(value, slice));
     shard_bytes += bytes;
     total_bytes += bytes;
   }

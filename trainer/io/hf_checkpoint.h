@@ -29,6 +29,7 @@ class HfWeights {
 
  private:
   std::unique_ptr<CheckpointReader> reader_;
+  model::ModelConfig config_;  // where each parameter is stored (model/checkpoint_names.h)
 };
 
 // Loads every base parameter of `model` from `dir`/model.safetensors or from the shards named

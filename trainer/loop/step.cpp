@@ -107,9 +107,13 @@ StepBatch step_batch(Run& run, int64_t epoch, int64_t step_in_epoch, StepStats& 
 
 // One micro-batch's forward; its loss scaled by 1/global_targets (gradients are summed over
 // ranks, so the result is the sum over all targets / global_targets). A micro-batch with no
-// examples, or after this rank ran out of memory, contributes zero gradients.
+// examples, or after this rank ran out of memory, contributes zero gradients. A mixture of
+// experts whose config asks for the router's load-balancing loss adds it with weight
+// 1 / (micro-batches x ranks): the step's is then the mean over its micro-batches, what one
+// forward over them all would give transformers. (loss_sum, what is reported, is the next-token
+// loss alone.)
 torch::Tensor micro_batch_loss(Run& run, const data::MicroBatch& micro, const torch::Tensor& scale,
-                               torch::Tensor& loss_sum) {
+                               torch::Tensor& loss_sum, double router_weight) {
   // Autocast for the forward only: backward runs outside it (autograd's threads inherit it).
   AutocastScope autocast(run.device, run.dtype);
   if (micro.batch == 0 || run.out_of_memory_pending)
@@ -119,7 +123,8 @@ torch::Tensor micro_batch_loss(Run& run, const data::MicroBatch& micro, const to
   auto hidden = run.model->hidden_states(t.input_ids, t.position_ids, t.segment_ids);
   auto [sum, n] = model::next_token_loss_sum(*run.model, hidden, t.labels, loss_chunk_rows(run));
   loss_sum += sum.detach().to(torch::kFloat64);
-  return sum * scale;
+  const torch::Tensor router = run.model->router_loss(router_weight);
+  return router.defined() ? sum * scale + router : sum * scale;
 }
 
 // This rank ran out of GPU memory in micro-batch `m`: it drops what the step computed and votes
@@ -191,10 +196,11 @@ torch::Tensor forward_backward(Run& run, const StepBatch& b, const torch::Tensor
       torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
   TORCH_CHECK(!b.micro.empty(), "a step without micro-batches");
   const size_t last = b.micro.size() - 1;
+  const double router_weight = 1.0 / (static_cast<double>(b.micro.size()) * run.comm.world_size());
   for (size_t m = 0; m < last; ++m) {
     if (run.out_of_memory_pending) continue;  // the step is dropped: only its collectives remain
     try {
-      micro_batch_loss(run, b.micro[m], scale, loss_sum).backward();
+      micro_batch_loss(run, b.micro[m], scale, loss_sum, router_weight).backward();
       run.weight_sync->after_backward();
     } catch (const c10::OutOfMemoryError& e) {
       drop_step_after_out_of_memory(run, e, m, b, loss_sum);
@@ -203,10 +209,11 @@ torch::Tensor forward_backward(Run& run, const StepBatch& b, const torch::Tensor
   run.comm.begin_synced_micro_step();
   torch::Tensor loss;
   try {
-    loss = micro_batch_loss(run, b.micro[last], scale, loss_sum);
+    loss = micro_batch_loss(run, b.micro[last], scale, loss_sum, router_weight);
   } catch (const c10::OutOfMemoryError& e) {
     drop_step_after_out_of_memory(run, e, last, b, loss_sum);
-    loss = micro_batch_loss(run, b.micro[last], scale, loss_sum);  // now the empty batch's
+    loss = micro_batch_loss(run, b.micro[last], scale, loss_sum,
+                            router_weight);  // now the empty batch's
   }
   synced_backward(run, loss, last, b, loss_sum, timeline);
   return loss_sum;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 
+#include "trainer/model/experts.h"
 #include "trainer/model/frozen_linear_group.h"
 #include "trainer/model/host_offload.h"
 #include "trainer/model/rope.h"
@@ -17,7 +18,7 @@ namespace kubetune::model {
 DecoderStackImpl::DecoderStackImpl(const ModelConfig& c, const torch::TensorOptions& opts) {
   embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, opts));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, opts));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, opts, i));
   norm =
       register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, opts, c.family->norm_weight));
 }
@@ -31,6 +32,21 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config, const torch::TensorOptions
     lm_head =
         register_module("lm_head", Linear(config.hidden_size, config.vocab_size, false, opts));
   if (!opts.device().is_meta()) init_like_hf(*this, config.initializer_range);
+  if (config.family->has_experts()) {
+    routing_ = std::make_shared<RoutingRecord>();
+    routing_->coefficient = config.router_aux_loss_coef;
+    for (size_t i = 0; i < model->layers->size(); ++i)
+      if (auto& moe = model->layers->ptr<DecoderLayerImpl>(i)->moe) moe->record = routing_;
+  }
+}
+
+torch::Tensor CausalLMImpl::router_loss(double weight) {
+  if (!routing_ || routing_->coefficient <= 0 || routing_->probability_sums.empty()) return {};
+  routing_->loss_weight = weight;
+  torch::Tensor loss = routing_->balance_term(routing_->probability_sums[0]);
+  for (size_t l = 1; l < routing_->probability_sums.size(); ++l)
+    loss = loss + routing_->balance_term(routing_->probability_sums[l]);
+  return loss;
 }
 
 void CausalLMImpl::set_recompute_offload(bool on) {
@@ -151,7 +167,7 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
 
     const bool need_x = ctx->needs_input_grad(0);
     torch::Tensor xd = x.detach().requires_grad_(need_x);
-    torch::Tensor out;
+    torch::Tensor out, balance;
     {
       // Hold the generator lock only while swapping states: dropout inside forward takes it too.
       at::Generator gen = at::globalContext().defaultGenerator(x.device());
@@ -164,6 +180,9 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
       MlpOutputNotRead output_not_read;
       out = layer->forward(xd, in);
       swap_rng_state(gen, current);
+      // This layer's part of the router's load-balancing loss: its forward ran without a graph.
+      if (layer->moe && layer->moe->record && layer->moe->record->loss_weight != 0)
+        balance = layer->moe->record->balance_term(layer->moe->last_probability_sum);
     }
     std::vector<torch::Tensor> wrt;
     if (need_x) wrt.push_back(xd);
@@ -171,7 +190,12 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
       if (p.requires_grad()) wrt.push_back(p);
     TORCH_CHECK(static_cast<int64_t>(wrt.size()) == n_params + (need_x ? 1 : 0),
                 "trainable parameters changed between forward and backward");
-    auto grads = torch::autograd::grad({out}, wrt, {grad_out[0]}, /*retain_graph=*/false,
+    std::vector<torch::Tensor> roots{out}, root_grads{grad_out[0]};
+    if (balance.defined()) {
+      roots.push_back(balance);
+      root_grads.push_back(torch::ones_like(balance));
+    }
+    auto grads = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
     if (!need_x) grads.insert(grads.begin(), torch::Tensor());
     grads.push_back({});  // layer pointer
@@ -212,6 +236,11 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
 
   std::map<int64_t, torch::Tensor> masks;  // one per distinct window (0 = full attention)
   const bool checkpoint = recompute_ && torch::GradMode::is_enabled();
+  if (routing_) {
+    routing_->start(segment_ids.defined()
+                        ? (segment_ids != 0).reshape({-1}).to(h.device(), at::kFloat)
+                        : torch::Tensor());
+  }
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const int64_t window = config_.window_for_layer(l);
     if (!masks.count(window))
@@ -234,6 +263,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
     if (after_layer) after_layer(l, h);
   }
   if (before_stage) before_stage(config_.num_hidden_layers);
+  if (routing_) routing_->open = false;  // a layer recomputed in backward records nothing
   return model->norm->forward(h);
 }
 

@@ -29,6 +29,7 @@ class DecoderStackImpl : public torch::nn::Module {
 TORCH_MODULE(DecoderStack);
 
 class HostOffload;
+struct RoutingRecord;
 
 class CausalLMImpl : public torch::nn::Module {
  public:
@@ -50,6 +51,16 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor logits(const torch::Tensor& hidden);  // lm_head, or the tied embedding
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                         const torch::Tensor& segment_ids = {});
+
+  // Mixture of experts: `weight` x config.json's router_aux_loss_coef x the router's
+  // load-balancing loss of the last forward (0-dim fp32, differentiable), to add to the loss that
+  // backward runs on, as transformers adds it (weight 1 there); undefined when the config asks
+  // for none (output_router_logits false). Layers recomputed in backward add the gradient of
+  // their part of it there, with the same weight.
+  torch::Tensor router_loss(double weight);
+  // What the last forward's routing did (experts.h): the real tokens sent to each expert over
+  // all sparse layers. Null for dense families.
+  const RoutingRecord* routing() const { return routing_.get(); }
 
   // The [vocab, hidden] matrix that maps hidden states to logits (tied: the embedding).
   torch::Tensor& output_weight();
@@ -78,7 +89,8 @@ class CausalLMImpl : public torch::nn::Module {
   // unless the family has two), fp32, CPU; moved next to the inputs per call.
   torch::Tensor inv_freq_, local_inv_freq_;
   bool recompute_ = false;
-  std::shared_ptr<HostOffload> offload_;  // null unless set_recompute_offload(true)
+  std::shared_ptr<HostOffload> offload_;    // null unless set_recompute_offload(true)
+  std::shared_ptr<RoutingRecord> routing_;  // shared with the sparse layers; null when dense
 };
 TORCH_MODULE(CausalLM);
 

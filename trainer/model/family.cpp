@@ -58,6 +58,32 @@ const std::vector<Family>& families() {
     phi3.fused_gate_up = true;
     phi3.has_residual_dropout = true;
     f.push_back(phi3);
+
+    // Qwen3-MoE (30B-A3B, 235B-A22B): Qwen3's attention; in the sparse layers 128 small experts
+    // of which each token takes 8, the top-k weights renormalised when norm_topk_prob; dense
+    // layers where decoder_sparse_step or mlp_only_layers say so.
+    Family qwen3_moe{"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3-MoE"};
+    qwen3_moe.attention_bias = AttentionBias::kAttentionFlag;
+    qwen3_moe.sliding = SlidingLayers::kMarkedWhenEnabled;
+    qwen3_moe.qk_norm = true;
+    qwen3_moe.experts.block = "mlp";
+    qwen3_moe.experts.sparse_step = true;
+    f.push_back(qwen3_moe);
+
+    // Mixtral 8x7B and 8x22B: Mistral's attention; every layer sparse, 8 experts stored as
+    // block_sparse_moe.experts.N.w1 (gate), w3 (up) and w2 (down), top 2 always renormalised.
+    Family mixtral{"mixtral", "MixtralForCausalLM", "Mixtral"};
+    mixtral.sliding = SlidingLayers::kEveryLayer;
+    mixtral.default_rope_theta = 1'000'000;
+    mixtral.experts.block = "block_sparse_moe";
+    mixtral.experts.gate = "w1";
+    mixtral.experts.up = "w3";
+    mixtral.experts.down = "w2";
+    mixtral.experts.count_field = "num_local_experts";
+    mixtral.experts.width_field = "intermediate_size";
+    mixtral.experts.normalizes_always = true;
+    mixtral.experts.weights_in_hidden_dtype = false;
+    f.push_back(mixtral);
     return f;
   }();
   return kFamilies;

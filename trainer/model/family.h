@@ -39,6 +39,25 @@ enum class SlidingLayers {
   kLayerTypes,
 };
 
+// Mixture-of-experts families: where a sparse layer's experts live in the checkpoint and how its
+// router weighs them. In the model (transformers 5's layout) a sparse layer's `mlp` holds the
+// router as `gate.weight` [E, hidden] and the experts as two stacks, `experts.gate_up_proj`
+// [E, 2 x expert width, hidden] and `experts.down_proj` [E, hidden, expert width];
+// checkpoints on the Hub store one tensor per expert and linear (trainer/model/checkpoint_names.h).
+struct ExpertLayout {
+  const char* block = nullptr;  // the sparse layer's module in the checkpoint; null: a dense family
+  const char *gate = "gate_proj", *up = "up_proj", *down = "down_proj";  // one expert's linears
+  const char* count_field = "num_experts";            // config.json's number of experts
+  const char* width_field = "moe_intermediate_size";  // and one expert's width
+  bool normalizes_always = false;  // top-k weights always renormalised (else norm_topk_prob)
+  // The top-k weights are cast to the hidden states' dtype before they scale the experts'
+  // outputs (Qwen3-MoE); Mixtral keeps them in fp32.
+  bool weights_in_hidden_dtype = true;
+  // decoder_sparse_step and mlp_only_layers choose which layers are sparse (Qwen3-MoE); without
+  // them every layer is.
+  bool sparse_step = false;
+};
+
 struct Family {
   const char* model_type;    // config.json's "model_type"
   const char* architecture;  // config.json's "architectures" entry
@@ -64,6 +83,8 @@ struct Family {
   const char* default_activation = "silu";
   double default_rope_theta = 10000;
   double default_local_rope_theta = 10000;  // sliding layers' base, with rope_per_layer_type
+  ExpertLayout experts = {};                // mixture-of-experts families only
+  bool has_experts() const { return experts.block != nullptr; }
 };
 
 // The family of config.json's model_type, or null when kubetune has none.

@@ -10,6 +10,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "trainer/model/device_copy.h"
+#include "trainer/model/experts.h"
 #include "trainer/model/fp8_linear.h"
 #include "trainer/model/frozen_linear_group.h"
 #include "trainer/model/linear_4bit.h"
@@ -401,9 +402,13 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return down_proj->forward(kernels::gated_reference(gate, up, act));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const torch::TensorOptions& opts) {
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const torch::TensorOptions& opts,
+                                   int64_t index) {
   self_attn = register_module("self_attn", Attention(c, opts));
-  mlp = register_module("mlp", MLP(c, opts));
+  if (c.is_sparse(index))
+    moe = register_module("mlp", std::make_shared<SparseMoeImpl>(c, opts));
+  else
+    mlp = register_module("mlp", MLP(c, opts));
   auto norm = [&](const char* name) {
     return register_module(name,
                            RMSNorm(c.hidden_size, c.rms_norm_eps, opts, c.family->norm_weight));
@@ -417,15 +422,18 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const torch::TensorOpti
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& in) {
+  auto feed_forward = [&](const torch::Tensor& h) {
+    return moe ? moe->forward(h) : mlp->forward(h);
+  };
   if (!pre_feedforward_layernorm) {  // Llama's layout: a norm before each half
     torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), in);
-    return h + mlp->forward(post_attention_layernorm->forward(h));
+    return h + feed_forward(post_attention_layernorm->forward(h));
   }
   // Gemma's: a norm before and after each half, the residual sums outside them.
   torch::Tensor h =
       x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), in));
   return h +
-         post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
+         post_feedforward_layernorm->forward(feed_forward(pre_feedforward_layernorm->forward(h)));
 }
 
 }  // namespace kubetune::model

@@ -210,12 +210,17 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
+class SparseMoeImpl;
+
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const ModelConfig& c, const torch::TensorOptions& opts);
+  DecoderLayerImpl(const ModelConfig& c, const torch::TensorOptions& opts, int64_t index = 0);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& in);
   Attention self_attn{nullptr};
+  // The gated MLP, or in a mixture of experts' sparse layers (config.is_sparse) the experts and
+  // their router (experts.h); both are named "mlp", as in transformers.
   MLP mlp{nullptr};
+  std::shared_ptr<SparseMoeImpl> moe;
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   // Families with sandwich norms (Gemma 3): post_attention_layernorm normalises the attention's
   // output, these the MLP's input and output.

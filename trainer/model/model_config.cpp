@@ -293,6 +293,53 @@ void read_activation(ModelConfig& c, const json& j, const std::string& source) {
        "unsupported activation \"" + act + "\" (supported: silu, gelu_pytorch_tanh)");
 }
 
+// A non-negative integer field (0 allowed, unlike required_int's).
+int64_t count_field(const json& j, const char* key, int64_t fallback, const std::string& source) {
+  const int64_t v = optional_value<int64_t>(j, key, fallback, source);
+  if (v < 0 || v > kMaxDimension) fail(source, key, "must not be negative, got " + j[key].dump());
+  return v;
+}
+
+// The experts of a mixture-of-experts family (family.h: Experts), and which layers have them.
+void read_experts(ModelConfig& c, const json& j, const std::string& source) {
+  const ExpertLayout& e = c.family->experts;
+  c.sparse_layers.assign(c.num_hidden_layers, false);
+  if (!c.family->has_experts()) return;
+  // transformers 5 writes Qwen3-MoE's num_experts as num_local_experts.
+  const char* count = has_value(j, e.count_field) || !has_value(j, "num_local_experts")
+                          ? e.count_field
+                          : "num_local_experts";
+  c.num_experts = required_int(j, count, source);
+  c.experts_per_token = required_int(j, "num_experts_per_tok", source);
+  if (c.experts_per_token > c.num_experts)
+    fail(source, "num_experts_per_tok",
+         "must be at most " + std::string(count) + " (" + std::to_string(c.num_experts) +
+             "), got " + std::to_string(c.experts_per_token));
+  c.expert_intermediate_size = required_int(j, e.width_field, source);
+  c.norm_topk_prob =
+      e.normalizes_always || optional_value<bool>(j, "norm_topk_prob", false, source);
+  if (optional_value<double>(j, "router_jitter_noise", 0.0, source) != 0.0)
+    fail(source, "router_jitter_noise", "noise on the router's input is not supported; must be 0");
+  if (optional_value<bool>(j, "output_router_logits", false, source))
+    c.router_aux_loss_coef =
+        number_in(j, "router_aux_loss_coef", 0.001, 0.0, HUGE_VAL, true, source);
+  int64_t step = 1;
+  std::vector<int64_t> dense;
+  if (e.sparse_step) {
+    step = count_field(j, "decoder_sparse_step", 1, source);
+    if (step == 0) fail(source, "decoder_sparse_step", "must be at least 1, got 0");
+    dense = optional_value<std::vector<int64_t>>(j, "mlp_only_layers", {}, source);
+    for (int64_t l : dense)
+      if (l < 0 || l >= c.num_hidden_layers)
+        fail(source, "mlp_only_layers",
+             "entries are layer indices below num_hidden_layers, got " + std::to_string(l));
+  }
+  // transformers: sparse when not in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0.
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    c.sparse_layers[l] =
+        (l + 1) % step == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
@@ -347,6 +394,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   c.torch_dtype = optional_value<std::string>(j, "dtype", c.torch_dtype, source);
   read_rope(c, j, source);
   read_sliding_window(c, j, source);
+  read_experts(c, j, source);
   return c;
 }
 
@@ -374,7 +422,7 @@ int64_t ModelConfig::rotary_dim(const Rope& r) const {
   return static_cast<int64_t>(head_dim * r.partial_rotary_factor);
 }
 
-std::vector<LinearShape> ModelConfig::decoder_linears() const {
+std::vector<LinearShape> ModelConfig::decoder_linears(int64_t layer) const {
   const int64_t h = hidden_size, q = num_attention_heads * head_dim,
                 kv = num_key_value_heads * head_dim, i = intermediate_size;
   std::vector<LinearShape> out;
@@ -386,6 +434,12 @@ std::vector<LinearShape> ModelConfig::decoder_linears() const {
     out.push_back({"self_attn.v_proj", h, kv, attention_bias});
   }
   out.push_back({"self_attn.o_proj", q, h, o_proj_bias()});
+  if (is_sparse(layer)) {
+    const int64_t e = expert_intermediate_size;
+    out.push_back({"mlp.experts.gate_up_proj", h, 2 * e, false, num_experts});
+    out.push_back({"mlp.experts.down_proj", e, h, false, num_experts});
+    return out;
+  }
   if (family->fused_gate_up) {
     out.push_back({"mlp.gate_up_proj", h, 2 * i, mlp_bias});
   } else {
@@ -396,17 +450,33 @@ std::vector<LinearShape> ModelConfig::decoder_linears() const {
   return out;
 }
 
-int64_t ModelConfig::parameters_per_layer() const {
+int64_t ModelConfig::parameters_of_layer(int64_t layer) const {
   int64_t n = 0;
-  for (const auto& l : decoder_linears()) n += l.in * l.out + (l.bias ? l.out : 0);
+  for (const auto& l : decoder_linears(layer)) n += l.weights() + (l.bias ? l.out : 0);
   const int64_t norms = family->sandwich_norms ? 4 : 2;
-  return n + norms * hidden_size + (family->qk_norm ? 2 * head_dim : 0);
+  const int64_t router = is_sparse(layer) ? num_experts * hidden_size : 0;
+  return n + router + norms * hidden_size + (family->qk_norm ? 2 * head_dim : 0);
+}
+
+int64_t ModelConfig::largest_layer_parameters() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) n = std::max(n, parameters_of_layer(l));
+  return n;
 }
 
 int64_t ModelConfig::num_parameters() const {
   const int64_t embed = vocab_size * hidden_size;
-  return embed + num_hidden_layers * parameters_per_layer() + hidden_size +
-         (tie_word_embeddings ? 0 : embed);
+  int64_t layers = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) layers += parameters_of_layer(l);
+  return embed + layers + hidden_size + (tie_word_embeddings ? 0 : embed);
+}
+
+int64_t ModelConfig::active_parameters() const {
+  int64_t idle = 0;  // the weights of the experts a token is not routed to
+  for (int64_t l = 0; l < num_hidden_layers; ++l)
+    for (const auto& linear : decoder_linears(l))
+      if (linear.experts > 0) idle += linear.in * linear.out * (linear.experts - experts_per_token);
+  return num_parameters() - idle;
 }
 
 }  // namespace kubetune::model

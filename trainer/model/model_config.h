@@ -27,11 +27,14 @@ struct Rope {
   double partial_rotary_factor = 1;
 };
 
-// A decoder linear layer as the checkpoint names it ("self_attn.q_proj") and its shape.
+// A decoder linear layer by its name in the model ("self_attn.q_proj") and its shape; with
+// `experts` > 0, a stack of that many experts' linears of that shape ("mlp.experts.gate_up_proj").
 struct LinearShape {
   std::string module;
   int64_t in, out;
   bool bias;
+  int64_t experts = 0;
+  int64_t weights() const { return in * out * (experts > 0 ? experts : 1); }
 };
 
 struct ModelConfig {
@@ -57,6 +60,16 @@ struct ModelConfig {
   // i - j < sliding_window. 0 = none. sliding_layers[l] says whether layer l uses the window.
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layers;
+  // Mixture of experts (family->has_experts()): num_experts experts of width
+  // expert_intermediate_size in each sparse layer, experts_per_token of them per token, their
+  // weights renormalised when norm_topk_prob; sparse_layers[l] says whether layer l is sparse
+  // (else it has the dense MLP of intermediate_size).
+  int64_t num_experts = 0, experts_per_token = 0, expert_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  std::vector<bool> sparse_layers;
+  // The router's load-balancing loss is added to the loss times this when config.json's
+  // output_router_logits is true (router_aux_loss_coef); 0 otherwise.
+  double router_aux_loss_coef = 0;
   std::string torch_dtype = "float32";
   nlohmann::json raw;  // the original config.json (written back on save)
 
@@ -72,11 +85,19 @@ struct ModelConfig {
   const Rope& rope_for_layer(int64_t layer) const;
   // The dimensions of each head `rope` rotates: head_dim, or its partial_rotary_factor.
   int64_t rotary_dim(const Rope& rope) const;
-  // The linear layers of one decoder layer in the checkpoint's names (q_proj, ... or the fused
-  // qkv_proj and gate_up_proj), in forward order.
-  std::vector<LinearShape> decoder_linears() const;
+  bool is_sparse(int64_t layer) const {
+    return layer < static_cast<int64_t>(sparse_layers.size()) && sparse_layers[layer];
+  }
+  // The linear layers of decoder layer `layer` by their names in the model (q_proj, ... or the
+  // fused qkv_proj and gate_up_proj; a sparse layer's expert stacks), in forward order. The
+  // router is not among them: it is never adapted.
+  std::vector<LinearShape> decoder_linears(int64_t layer = 0) const;
   int64_t num_parameters() const;
-  int64_t parameters_per_layer() const;  // of one decoder layer
+  int64_t parameters_of_layer(int64_t layer) const;
+  // The largest decoder layer's parameters (a sparse one's when any is).
+  int64_t largest_layer_parameters() const;
+  // The parameters one token is computed with: all but the experts it is not routed to.
+  int64_t active_parameters() const;
 };
 
 }  // namespace kubetune::model

@@ -16,10 +16,11 @@ inline double attention_flops_per_token(const TrainConfig& c, const model::Model
 }
 
 // Model FLOPs per trained token (PaLM's MFU convention): 6N for full fine-tuning, 4N for LoRA
-// (no weight gradients for the frozen matrices), plus attention's.
+// (no weight gradients for the frozen matrices), plus attention's. N counts the parameters a
+// token is computed with: a mixture of experts' active ones.
 inline double model_flops_per_token(const TrainConfig& c, const model::ModelConfig& mc) {
   return (c.method.type == api::MethodType::kFull ? 6.0 : 4.0) *
-             static_cast<double>(mc.num_parameters()) +
+             static_cast<double>(mc.active_parameters()) +
          attention_flops_per_token(c, mc);
 }
 

@@ -57,7 +57,20 @@ double family_activation_bytes(const model::ModelConfig& m) {
   double bytes = 0;
   if (m.family->qk_norm) bytes += 2.0 * (q + kv);
   if (m.family->sandwich_norms) bytes += 2.0 * 2.0 * static_cast<double>(m.hidden_size);
+  // A sparse layer keeps its input gathered once per routed expert, the experts' outputs before
+  // and after their weights (three bf16 [k, hidden] per token), and the router's fp32
+  // probabilities and logits.
+  if (m.family->has_experts())
+    bytes += 3.0 * 2.0 * static_cast<double>(m.experts_per_token * m.hidden_size) +
+             2.0 * 4.0 * static_cast<double>(m.num_experts);
   return bytes;
+}
+
+// The MLP's intermediate width per token: a mixture of experts runs each token through
+// experts_per_token experts of their own width.
+int64_t mlp_width(const model::ModelConfig& m) {
+  if (!m.family->has_experts()) return m.intermediate_size;
+  return m.experts_per_token * m.expert_intermediate_size;
 }
 
 // Bytes of the decoder layers' inputs kept on the GPU for the recompute (0 without it). Offloaded,
@@ -89,16 +102,28 @@ api::MemoryReport MemoryEstimate::to_report() const {
 
 int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) {
   if (c.method.type == api::MethodType::kFull) return m.num_parameters();
+  // The targets as apply_lora resolves them (a mixture of experts' names onto its stacks).
+  model::LoraConfig requested;
+  requested.r = c.method.lora.r;
+  requested.alpha = c.method.lora.alpha;
+  requested.target_modules = lora_target_modules(c.method.lora);
+  const model::LoraConfig lora = model::resolved_for(requested, m);
+  auto any_matches = [](const std::string& name, const std::vector<std::string>& targets) {
+    return std::any_of(targets.begin(), targets.end(),
+                       [&](const std::string& t) { return model::matches_target(name, t); });
+  };
   int64_t n = 0;
-  const auto targets = lora_target_modules(c.method.lora);  // none: all of them
-  const auto linears = m.decoder_linears();
   for (int64_t layer = 0; layer < m.num_hidden_layers; ++layer) {
-    for (const auto& linear : linears) {
+    for (const auto& linear : m.decoder_linears(layer)) {
       const std::string name = "model.layers." + std::to_string(layer) + "." + linear.module;
-      if (targets.empty() || std::any_of(targets.begin(), targets.end(), [&](const std::string& t) {
-            return model::matches_target(name, t);
-          }))
-        n += c.method.lora.r * (linear.in + linear.out);
+      const bool adapted =
+          linear.experts > 0
+              ? any_matches(name, lora.target_parameters.value_or(std::vector<std::string>{}))
+              : (lora.target_modules.empty() && !lora.target_parameters) ||
+                    any_matches(name, lora.target_modules);
+      if (adapted)
+        n += static_cast<int64_t>(lora.rank_of(linear.module)) * (linear.in + linear.out) *
+             std::max<int64_t>(1, linear.experts);
     }
   }
   return n;
@@ -110,19 +135,21 @@ int64_t trainable_parameters(const model::ModelConfig& m, const TrainConfig& c) 
 // running and the one arriving). One process holds everything once.
 // The root unit: embedding, final norm, untied output layer.
 double root_elements(const model::ModelConfig& m) {
-  return static_cast<double>(m.num_parameters() - m.num_hidden_layers * m.parameters_per_layer());
+  int64_t layers = 0;
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) layers += m.parameters_of_layer(l);
+  return static_cast<double>(m.num_parameters() - layers);
 }
 
 double sharded_elements(const model::ModelConfig& m, double n, int world_size) {
   if (world_size == 1) return n;
   return n / world_size + root_elements(m) +
-         std::min<double>(2, m.num_hidden_layers) * m.parameters_per_layer();
+         std::min<double>(2, m.num_hidden_layers) * m.largest_layer_parameters();
 }
 
 // The largest unit of a fully sharded model: its gradients and their flat copy meet while it is
 // reduced.
 double largest_unit(const model::ModelConfig& m) {
-  return std::max(static_cast<double>(m.parameters_per_layer()), root_elements(m));
+  return std::max(static_cast<double>(m.largest_layer_parameters()), root_elements(m));
 }
 
 MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfig& c,
@@ -139,9 +166,9 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   e.frozen_weights = full ? 0 : all * (bf16 ? 2 : 4);
   if (weights_sharded && !full)
     e.frozen_weights = static_cast<int64_t>(sharded_elements(m, all, world_size) * (bf16 ? 2 : 4));
-  int64_t linear = 0;  // the decoder layers' linear weights
-  for (const auto& l : m.decoder_linears()) linear += l.in * l.out;
-  linear *= m.num_hidden_layers;
+  int64_t linear = 0;  // the decoder layers' linear weights (experts included)
+  for (int64_t layer = 0; layer < m.num_hidden_layers; ++layer)
+    for (const auto& l : m.decoder_linears(layer)) linear += l.weights();
   const bool fp8 = c.model.precision == api::ModelPrecision::kFp8;
   // model.precision fp8 changes nothing here: lora's frozen decoder linears take one byte each,
   // kept twice (W, and W^T for the input gradients: fp8_linear.h), as bf16's two (their row
@@ -178,7 +205,7 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   const int64_t tokens = micro_batch_size(c) * c.data.max_length;
   // Whether the MLP runs as one node (frozen_linear_group.h: separate gate and up layers).
   const bool mlp_grouped =
-      !m.family->fused_gate_up &&
+      !m.family->fused_gate_up && !m.family->has_experts() &&
       model::mlp_node_computes(
           m.gelu_tanh ? kernels::GateActivation::kGeluTanh : kernels::GateActivation::kSilu, fp8);
   const bool mlp_output_recomputed =
@@ -186,13 +213,13 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   // Under recompute that MLP node runs over chunks of a long sequence's tokens, keeping only its
   // input: its intermediate-width tensors are then one chunk's, in the layer whose backward runs.
   const int64_t mlp_chunk = mlp_output_recomputed && recomputes_layers(c)
-                                ? model::swiglu_mlp_chunk_rows(tokens, m.intermediate_size)
+                                ? model::swiglu_mlp_chunk_rows(tokens, mlp_width(m))
                                 : 0;
   const double scale = bf16 ? 1.0 : 2.0;  // fp32 activations take twice the bytes
   const auto n = static_cast<double>(tokens);
   if (mlp_chunk > 0) {
-    const double working_set = static_cast<double>(mlp_chunk) * scale *
-                               kMlpChunkBytesPerIntermediate * m.intermediate_size;
+    const double working_set =
+        static_cast<double>(mlp_chunk) * scale * kMlpChunkBytesPerIntermediate * mlp_width(m);
     const double per_token = kChunkedRecomputeBytesPerHidden * m.hidden_size;
     e.activations =
         static_cast<int64_t>(n * scale * per_token + working_set + recompute_inputs(c, m, n));
@@ -201,14 +228,14 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   const double per_layer =
       kActivationBytesPerHidden * m.hidden_size + family_activation_bytes(m) +
       (kActivationBytesPerIntermediate - (mlp_output_recomputed ? kRecomputedMlpOutputBytes : 0)) *
-          m.intermediate_size;
+          mlp_width(m);
   if (!recomputes_layers(c)) {
     e.activations = static_cast<int64_t>(n * scale * per_layer * m.num_hidden_layers);
     return e;
   }
   e.activations = static_cast<int64_t>(
       recompute_inputs(c, m, n) +
-      n * scale * (per_layer + kRecomputeBackwardBytesPerIntermediate * m.intermediate_size));
+      n * scale * (per_layer + kRecomputeBackwardBytesPerIntermediate * mlp_width(m)));
   return e;
 }
 

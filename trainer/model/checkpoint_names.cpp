@@ -1,0 +1,36 @@
+#include "trainer/model/checkpoint_names.h"
+
+namespace kubetune::model {
+
+std::vector<StoredSlice> stored_slices(const ModelConfig& c, const std::string& parameter) {
+  if (!c.family->has_experts()) return {{parameter}};
+  const ExpertLayout& layout = c.family->experts;
+  // "model.layers.L." + what follows "mlp." in our name, under the checkpoint's block name.
+  const std::string ours = ".mlp.";
+  const auto at = parameter.find(ours);
+  if (at == std::string::npos) return {{parameter}};
+  const std::string block = parameter.substr(0, at) + "." + layout.block + ".";
+  const std::string rest = parameter.substr(at + ours.size());
+  if (rest == "gate.weight") return {{block + "gate.weight"}};
+  const bool gate_up = rest == "experts.gate_up_proj", down = rest == "experts.down_proj";
+  if (!gate_up && !down) return {{parameter}};
+  std::vector<StoredSlice> out;
+  const int64_t width = c.expert_intermediate_size;
+  for (int64_t e = 0; e < c.num_experts; ++e) {
+    const std::string expert = block + "experts." + std::to_string(e) + ".";
+    if (gate_up) {
+      out.push_back({expert + layout.gate + ".weight", e, 0, width});
+      out.push_back({expert + layout.up + ".weight", e, width, width});
+    } else {
+      out.push_back({expert + layout.down + ".weight", e, 0, c.hidden_size});
+    }
+  }
+  return out;
+}
+
+at::Tensor slice_of(const at::Tensor& value, const StoredSlice& slice) {
+  if (slice.expert < 0) return value;
+  return value[slice.expert].narrow(0, slice.first_row, slice.rows);
+}
+
+}  // namespace kubetune::model
