@@ -38,6 +38,7 @@ inline constexpr std::string_view kCollectiveTimeoutsTotal = "kubetune_collectiv
 inline constexpr std::string_view kMicroBatchSize = "kubetune_micro_batch_size";
 inline constexpr std::string_view kOutOfMemoryRecoveriesTotal =
     "kubetune_out_of_memory_recoveries_total";
+inline constexpr std::string_view kExpertTokensTotal = "kubetune_expert_tokens_total";
 
 // Values of the `phase` label of kubetune_step_phase_seconds_total.
 inline constexpr std::array<std::string_view, 4> kStepPhases = {"data_wait", "forward_backward",
@@ -49,7 +50,7 @@ inline constexpr std::array<double, 13> kStepSecondsBuckets = {0.05, 0.1, 0.25, 
 
 inline constexpr std::string_view kRankLabels = "job,rank,local_rank";
 
-inline constexpr std::array<SeriesSpec, 23> kAll = {{
+inline constexpr std::array<SeriesSpec, 24> kAll = {{
     {kTrainLoss, MetricType::kGauge, "Training loss of the last optimizer step.",
      "job,rank,local_rank"},
     {kEvalLoss, MetricType::kGauge, "Loss of the last evaluation pass.", "job,rank,local_rank"},
@@ -97,6 +98,10 @@ inline constexpr std::array<SeriesSpec, 23> kAll = {{
     {kOutOfMemoryRecoveriesTotal, MetricType::kCounter,
      "Steps that ran out of GPU memory and were re-run at a smaller micro-batch.",
      "job,rank,local_rank"},
+    {kExpertTokensTotal, MetricType::kCounter,
+     "Mixture of experts: tokens this rank routed to each expert, summed over the sparse layers "
+     "(an expert near zero is starving).",
+     "job,rank,local_rank,expert"},
 }};
 
 }  // namespace kubetune::metrics::trainer_series

@@ -81,6 +81,7 @@ StepStats step_stats(int64_t step) {
   s.eta_seconds = 10.0 - static_cast<double>(step);
   s.tokens_per_second = 1000.0 + static_cast<double>(step);
   s.mfu = 0.375;
+  s.expert_tokens = {2.0 * static_cast<double>(step), 1.0};  // a mixture of two experts
   return s;
 }
 
@@ -121,6 +122,15 @@ TEST(PrometheusObserver, ExportsEveryCpuSeriesWithItsLabelsAndNoGpuSeries) {
     }
     if (spec.type == metrics::MetricType::kHistogram) {
       EXPECT_TRUE(value(page, std::string(spec.name) + "_count", labels)) << spec.name;
+    } else if (spec.name == ts::kExpertTokensTotal) {
+      for (const std::string expert : {"0", "1"}) {
+        auto with_expert = labels;
+        with_expert["expert"] = expert;
+        EXPECT_TRUE(value(page, spec.name, with_expert)) << spec.name << " expert " << expert;
+      }
+      auto first = labels;
+      first["expert"] = "0";
+      EXPECT_EQ(value(page, spec.name, first), 2.0 + 4.0 + 6.0);  // summed over the steps
     } else if (spec.name == ts::kStepPhaseSecondsTotal) {
       for (std::string_view phase : ts::kStepPhases) {
         auto with_phase = labels;

@@ -222,7 +222,7 @@ torch::Tensor forward_backward(Run& run, const StepBatch& b, const torch::Tensor
 }  // namespace
 
 PendingStep queue_step(Run& run) {
-  PendingStep p{{}, {}, DeviceTimeline(run.device)};
+  PendingStep p{{}, {}, DeviceTimeline(run.device), {}};
   StepStats& s = p.stats;
   const auto step_start = Clock::now();
   const int64_t steps_per_epoch = run.sampler.steps_per_epoch();
@@ -271,6 +271,8 @@ PendingStep queue_step(Run& run) {
   results.each(
       [&](torch::Tensor& v) { values.push_back(v.to(loss_sum.device(), torch::kFloat64)); });
   p.results = model::to_host_async(torch::stack(values));
+  if (const torch::Tensor routed = run.model->take_expert_tokens(); routed.defined())
+    p.expert_tokens = model::to_host_async(routed.to(torch::kFloat64));
   p.timeline.mark();  // kResultsCopied
 
   run.state.step += 1;
@@ -296,6 +298,10 @@ StepStats finish_step(Run& run, PendingStep& p) {
   s.allreduce_wait_seconds = p.timeline.seconds_between(kLastGradient, kGradientsSynced);
   s.optimizer_seconds = p.timeline.seconds_between(kGradientsSynced, kWeightsUpdated);
   if (s.out_of_memory) return s;  // nothing of it counts: it is run again
+  if (p.expert_tokens.defined()) {
+    const double* routed = p.expert_tokens.data_ptr<double>();
+    s.expert_tokens.assign(routed, routed + p.expert_tokens.numel());
+  }
   run.state.tokens_seen += s.global_tokens;
   run.state.samples_seen += s.local_samples;  // this rank's; the global count is step x batch
   s.has_device_memory = device_memory(run.device, s.device_memory);

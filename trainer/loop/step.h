@@ -33,8 +33,9 @@ struct StepResults {
 // prints progress or prepares the next batch.
 struct PendingStep {
   StepStats stats;
-  torch::Tensor results;    // StepResults' values on the host, in their order (when copied)
-  DeviceTimeline timeline;  // marks, in order: StepMark
+  torch::Tensor results;        // StepResults' values on the host, in their order (when copied)
+  DeviceTimeline timeline;      // marks, in order: StepMark
+  torch::Tensor expert_tokens;  // a mixture of experts: this rank's tokens per expert (host)
 };
 enum StepMark : size_t { kStart, kLastGradient, kGradientsSynced, kWeightsUpdated, kResultsCopied };
 

@@ -98,6 +98,8 @@ void PrometheusObserver::on_step(const StepStats& s) {
   phase_forward_backward_->Increment(s.forward_backward_seconds);
   phase_allreduce_->Increment(s.allreduce_wait_seconds);
   phase_optimizer_->Increment(s.optimizer_seconds);
+  for (size_t e = 0; e < s.expert_tokens.size(); ++e)
+    counter(ts::kExpertTokensTotal, {{"expert", std::to_string(e)}}).Increment(s.expert_tokens[e]);
 
   if (!options_.gpu_device.empty()) {
     gauge(ts::kMfuRatio).Set(s.mfu);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "trainer/device/device_memory.h"
 
@@ -35,7 +36,10 @@ struct StepStats {
   double eta_seconds = 0;
   double tokens_per_second = 0;  // this rank, smoothed
   std::optional<double> eval_loss;
-  double mfu = 0;                  // model FLOPs utilisation estimate (GPU only, 0 on CPU)
+  double mfu = 0;  // model FLOPs utilisation estimate (GPU only, 0 on CPU)
+  // A mixture of experts: the tokens this rank routed to each expert in this step, summed over
+  // the sparse layers (empty for a dense model).
+  std::vector<double> expert_tokens;
   bool has_device_memory = false;  // false on CPU: GPU series are then absent, not zero
   DeviceMemory device_memory;      // this process's GPU
 };

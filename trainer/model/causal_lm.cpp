@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "trainer/model/experts.h"
 #include "trainer/model/frozen_linear_group.h"
@@ -38,6 +39,11 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config, const torch::TensorOptions
     for (size_t i = 0; i < model->layers->size(); ++i)
       if (auto& moe = model->layers->ptr<DecoderLayerImpl>(i)->moe) moe->record = routing_;
   }
+}
+
+torch::Tensor CausalLMImpl::take_expert_tokens() {
+  if (!routing_) return {};
+  return std::exchange(routing_->assignments_since_taken, torch::Tensor());
 }
 
 torch::Tensor CausalLMImpl::router_loss(double weight) {

@@ -61,6 +61,9 @@ class CausalLMImpl : public torch::nn::Module {
   // What the last forward's routing did (experts.h): the real tokens sent to each expert over
   // all sparse layers. Null for dense families.
   const RoutingRecord* routing() const { return routing_.get(); }
+  // The real tokens routed to each expert ([E] float, summed over sparse layers) since the last
+  // call, on the model's device; undefined for a dense family or before any forward.
+  torch::Tensor take_expert_tokens();
 
   // The [vocab, hidden] matrix that maps hidden states to logits (tied: the embedding).
   torch::Tensor& output_weight();

@@ -241,6 +241,9 @@ Tensor SparseMoeImpl::forward(const Tensor& x) {
               .scatter_add_(0, r.experts.reshape({-1}), real.repeat_interleave(k));
       const Tensor tokens = real.sum();
       record->assignments = record->assignments.defined() ? record->assignments + counts : counts;
+      record->assignments_since_taken = record->assignments_since_taken.defined()
+                                            ? record->assignments_since_taken + counts
+                                            : counts;
       record->rows = record->rows.defined() ? record->rows + tokens : tokens;
     }
     if (record->open && record->coefficient > 0)

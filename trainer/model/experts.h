@@ -119,7 +119,9 @@ struct RoutingRecord {
   double loss_weight = 0;     // what the caller multiplies the loss by (router_loss)
   torch::Tensor token_mask;   // [N] float: 1 for a real token, 0 for padding; or undefined
   torch::Tensor assignments;  // [E] float: real tokens routed to each expert, all layers
-  torch::Tensor rows;         // 0-dim float: real tokens times sparse layers
+  // The same summed over every forward since the last CausalLMImpl::take_expert_tokens.
+  torch::Tensor assignments_since_taken;
+  torch::Tensor rows;                           // 0-dim float: real tokens times sparse layers
   std::vector<torch::Tensor> probability_sums;  // per sparse layer, [E]: its probabilities summed
 
   void start(const torch::Tensor& mask) {
