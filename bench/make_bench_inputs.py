@@ -4,7 +4,8 @@ Llama-3.2-1B configuration) saved as a Hugging Face folder, with the project's s
 tokenizer, and a JSONL of {"text"} records long enough to fill every sequence.
 
 Usage: make_bench_inputs.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|llama-3.1-70b|qwen3-8b|
-                             gemma-3-12b|phi-4] [--seq 2048] [--records 512] [--config-only]
+                             gemma-3-12b|phi-4|qwen3-30b-a3b] [--seq 2048] [--records 512]
+                             [--config-only] [--layers N]
 
 The Qwen3, Gemma 3 and Phi-4 shapes are those of the published checkpoints' config.json (their
 vocabularies too, so the embedding and output layer cost what they cost there).
@@ -22,7 +23,8 @@ from pathlib import Path
 
 import torch
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
-                          Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 SHAPES = {
     "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
@@ -62,6 +64,14 @@ FAMILY_SHAPES = {
         num_attention_heads=40, num_key_value_heads=10, max_position_embeddings=16384,
         original_max_position_embeddings=16384, rms_norm_eps=1e-5, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 250000.0}, **TOKENS)),
+    # Qwen/Qwen3-30B-A3B: 128 experts of width 768, 8 per token, every layer sparse.
+    "qwen3-30b-a3b": (Qwen3MoeForCausalLM, lambda: Qwen3MoeConfig(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+        num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], max_position_embeddings=40960, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, output_router_logits=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **TOKENS)),
 }
 
 
@@ -72,6 +82,8 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--records", type=int, default=512)
     ap.add_argument("--config-only", action="store_true")
+    ap.add_argument("--layers", type=int, help="keep only the first N decoder layers (the shape of "
+                    "each layer unchanged): a model whose weights fit the machine's disk")
     args = ap.parse_args()
     out = Path(args.out)
     repo = Path(__file__).resolve().parent.parent
@@ -82,6 +94,8 @@ def main() -> None:
         model_class = LlamaForCausalLM
         config = LlamaConfig(vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5,
                              rope_parameters=LLAMA3_ROPE, **TOKENS, **SHAPES[args.shape])
+    if args.layers:
+        config.num_hidden_layers = args.layers
     if args.shape in CONFIG_ONLY or args.config_only:
         config.dtype = "bfloat16"
         config.save_pretrained(out / "model")

@@ -116,6 +116,22 @@ TEST(Experts, FourBitStacksComputeAsTheirDequantizedWeights) {
   EXPECT_LT(rel_err(dx4, dx), 1e-5);
 }
 
+// QLoRA: adapters on 4-bit stacks (quantized first, as the trainer does) train.
+TEST(Experts, AdaptersOnFourBitStacksTrain) {
+  model::CausalLM m = load_model(fixture("qwen3_moe"));
+  for (auto& [name, part] : m->parts())
+    if (name.rfind("model.layers.", 0) == 0)
+      model::quantize_linears(*part, "nf4", 64, true, torch::kFloat);
+  model::apply_lora(m, model::LoraConfig{}, 0);
+  auto& experts = *m->model->layers->ptr<model::DecoderLayerImpl>(0)->moe->experts;
+  ASSERT_TRUE(experts.is_quantized() && experts.gate_up_lora);
+  EXPECT_EQ(experts.gate_up_lora->lora_B->weight.size(0), experts.shape_of("gate_up_proj")[1]);
+  auto ids = torch::randint(3, 300, {2, 9});
+  auto pos = torch::arange(9).unsqueeze(0).expand({2, 9}).contiguous();
+  m->forward(ids, pos).sum().backward();
+  EXPECT_GT(experts.gate_up_lora->lora_B->weight.grad().abs().sum().item<double>(), 0.0);
+}
+
 // gate and up (Mixtral's w1 and w3) name the fused stack at twice the rank and alpha; down (w2)
 // its own stack; gate without up is refused.
 TEST(Lora, ExpertNamesMapOntoTheStacksAsPeftMapsThem) {

@@ -73,6 +73,29 @@ class GroupedLinear4bit : public torch::autograd::Function<GroupedLinear4bit> {
   }
 };
 
+// out[i] = x[gather[i]], whose backward gathers too instead of scattering: x's gradient row n is
+// the sum of the `uses` gradient rows back[n * uses .. n * uses + uses - 1]. LibTorch's
+// index_select scatters its gradient with atomic adds (index_add), which took 14% of a
+// Qwen3-30B-A3B LoRA step on an H100; a gather and a sum over the k take a fraction of that, and
+// give the same sums in a fixed order.
+class GatherRows : public torch::autograd::Function<GatherRows> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& gather,
+                        const Tensor& back, int64_t uses) {
+    ctx->save_for_backward({back});
+    ctx->saved_data["uses"] = uses;
+    return x.index_select(0, gather);
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const Tensor back = ctx->get_saved_variables()[0];
+    const int64_t uses = ctx->saved_data["uses"].toInt();
+    Tensor dx = grads[0].index_select(0, back);
+    if (uses > 1) dx = dx.view({-1, uses, dx.size(-1)}).sum(1);
+    return {dx, {}, {}, {}};
+  }
+};
+
 }  // namespace
 
 Tensor grouped_linear(const Tensor& x, const Tensor& w, const Tensor& ends, bool grouped) {
@@ -102,9 +125,9 @@ Tensor ExpertLoraImpl::a_stack(int64_t experts, torch::ScalarType dtype) const {
   return a.view({experts, -1, a.size(1)}).to(dtype);
 }
 
-Tensor ExpertLoraImpl::b_stack(int64_t experts, torch::ScalarType dtype) const {
+Tensor ExpertLoraImpl::b_stack(int64_t experts, torch::ScalarType dtype, double scale) const {
   const Tensor& b = lora_B->weight;  // [out, r*E], column i*E + e
-  return b.view({b.size(0), -1, experts}).permute({2, 0, 1}).to(dtype).contiguous();
+  return (b.view({b.size(0), -1, experts}).permute({2, 0, 1}) * scale).to(dtype).contiguous();
 }
 
 ExpertsImpl::ExpertsImpl(const ModelConfig& c, const torch::TensorOptions& opts)
@@ -124,7 +147,8 @@ Tensor ExpertsImpl::product(const Tensor& rows, const Tensor& weight,
                    : grouped_linear(x, weight.to(dtype), ends);
   if (!lora) return out;
   const Tensor down = grouped_linear(x, lora->a_stack(experts_, dtype), ends);
-  return out + grouped_linear(down, lora->b_stack(experts_, dtype), ends) * lora->scaling;
+  // The scaling goes into B's small copy, not over the [rows, out] product.
+  return out + grouped_linear(down, lora->b_stack(experts_, dtype, lora->scaling), ends);
 }
 
 Tensor ExpertsImpl::forward(const Tensor& x, const Tensor& top_k_index,
@@ -136,7 +160,10 @@ Tensor ExpertsImpl::forward(const Tensor& x, const Tensor& top_k_index,
   const Tensor counts = at::zeros({experts_}, flat.options())
                             .scatter_add_(0, flat, at::ones_like(flat));  // no host sync
   const Tensor ends = counts.cumsum(0).to(at::kInt);
-  const Tensor rows = x.index_select(0, order.div(k, "floor"));
+  // Sorted row i is (token, choice) pair order[i]; pair p's sorted row is inverse[p].
+  const Tensor inverse =
+      at::empty_like(order).scatter_(0, order, at::arange(order.numel(), order.options()));
+  const Tensor rows = GatherRows::apply(x, order.div(k, "floor"), inverse, k);
 
   const Tensor gate_up = product(rows, gate_up_proj, gate_up_4bit_, gate_up_lora, ends);
   const auto act = gelu_tanh_ ? kernels::GateActivation::kGeluTanh : kernels::GateActivation::kSilu;
@@ -147,11 +174,22 @@ Tensor ExpertsImpl::forward(const Tensor& x, const Tensor& top_k_index,
     const int64_t i = gate_up.size(-1) / 2;
     hidden = kernels::gated_reference(gate_up.narrow(-1, 0, i), gate_up.narrow(-1, i, i), act);
   }
+  // Each row's routing weight is applied before the down projection, which is linear, where
+  // transformers applies it after (the same up to rounding): a pass over the [rows, I] tensor
+  // instead of the wider [rows, hidden] one, and backward keeps no [rows, hidden] output for the
+  // weights' gradient.
+  const Tensor weights = top_k_weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+  hidden = (hidden * weights).to(hidden.scalar_type());
   Tensor out = product(hidden, down_proj, down_4bit_, down_lora, ends);
-  // As transformers: weighted (in the weights' dtype), back in token order, summed over the k.
-  out = out * top_k_weights.reshape({-1}).index_select(0, order).unsqueeze(1);
-  out = at::zeros_like(out).index_copy(0, order, out);
-  return out.view({n, k, -1}).sum(1).to(x.scalar_type());
+  // Back in token order, summed over the k.
+  return GatherRows::apply(out, inverse, order, 1).view({n, k, -1}).sum(1).to(x.scalar_type());
+}
+
+std::vector<int64_t> ExpertsImpl::shape_of(const std::string& stack) const {
+  const bool gate_up = stack == "gate_up_proj";
+  const kernels::Quant4State& state = gate_up ? gate_up_4bit_ : down_4bit_;
+  if (!state.packed.defined()) return (gate_up ? gate_up_proj : down_proj).sizes().vec();
+  return {experts_, state.shape[0] / experts_, state.shape[1]};
 }
 
 void ExpertsImpl::add_lora(const std::string& stack, Tensor a, Tensor b, double scaling) {
@@ -176,7 +214,7 @@ void ExpertsImpl::merge_lora() {
                           .view({experts_, -1, quantized.shape[1]}));
       quantized = kernels::Quant4State();
     }
-    const Tensor delta = at::bmm(lora->b_stack(experts_, at::kFloat).to(weight.device()),
+    const Tensor delta = at::bmm(lora->b_stack(experts_, at::kFloat, 1.0).to(weight.device()),
                                  lora->a_stack(experts_, at::kFloat).to(weight.device()));
     weight.copy_((weight.to(at::kFloat) + delta * lora->scaling).to(weight.scalar_type()));
     unregister_module(name);

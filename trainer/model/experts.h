@@ -42,9 +42,10 @@ class ExpertLoraImpl : public torch::nn::Module {
     lora_A = register_module("lora_A", LoraWeight(std::move(a)));
     lora_B = register_module("lora_B", LoraWeight(std::move(b)));
   }
-  // A as [E, r, in] and B as [E, out, r] (grouped_linear's weight layout), in `dtype`.
+  // A as [E, r, in] and B times `scale` as [E, out, r] (grouped_linear's weight layout), in
+  // `dtype`.
   torch::Tensor a_stack(int64_t experts, torch::ScalarType dtype) const;
-  torch::Tensor b_stack(int64_t experts, torch::ScalarType dtype) const;
+  torch::Tensor b_stack(int64_t experts, torch::ScalarType dtype, double scale) const;
   LoraWeight lora_A{nullptr}, lora_B{nullptr};
   double scaling;
 };
@@ -67,6 +68,8 @@ class ExpertsImpl : public torch::nn::Module {
   int64_t quantize_4bit(const std::string& type, int64_t blocksize, bool double_quant,
                         torch::ScalarType compute_dtype);
   bool is_quantized() const { return gate_up_4bit_.packed.defined(); }
+  // The [E, out, in] shape of "gate_up_proj" or "down_proj", quantized or not.
+  std::vector<int64_t> shape_of(const std::string& stack) const;
 
   torch::Tensor gate_up_proj, down_proj;                 // [E, 2I, hidden], [E, hidden, I]
   ExpertLora gate_up_lora{nullptr}, down_lora{nullptr};  // null unless adapted

@@ -212,7 +212,8 @@ void apply_lora(CausalLM& model, const LoraConfig& requested, uint64_t seed) {
                                  "), as in PEFT's target_parameters");
       const at::Tensor& w =
           stack == std::string("gate_up_proj") ? experts->gate_up_proj : experts->down_proj;
-      const int64_t e = model->config().num_experts, in_f = w.size(2), out_f = w.size(1);
+      const auto shape = experts->shape_of(stack);  // a 4-bit stack's weight is empty
+      const int64_t e = shape[0], in_f = shape[2], out_f = shape[1];
       const int rank = cfg.rank_of(stack);
       at::Tensor a = lora_a_init(rank * e, in_f, gen);
       at::Tensor b = at::zeros({out_f, rank * e}, at::kFloat);

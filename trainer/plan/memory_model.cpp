@@ -57,11 +57,12 @@ double family_activation_bytes(const model::ModelConfig& m) {
   double bytes = 0;
   if (m.family->qk_norm) bytes += 2.0 * (q + kv);
   if (m.family->sandwich_norms) bytes += 2.0 * 2.0 * static_cast<double>(m.hidden_size);
-  // A sparse layer keeps its input gathered once per routed expert, the experts' outputs before
-  // and after their weights (three bf16 [k, hidden] per token), and the router's fp32
-  // probabilities and logits.
+  // A sparse layer keeps its input gathered once per routed expert (bf16 [k, hidden] per token)
+  // and the router's fp32 probabilities and logits; its experts' intermediate tensors are the
+  // intermediate-width term's, at width k x the experts' (mlp_width). Checked against Qwen3-30B-A3B
+  // (24 of its layers) LoRA and QLoRA on an H100 (bench/results/h100-session26-moe-vs-unsloth.jsonl).
   if (m.family->has_experts())
-    bytes += 3.0 * 2.0 * static_cast<double>(m.experts_per_token * m.hidden_size) +
+    bytes += 2.0 * static_cast<double>(m.experts_per_token * m.hidden_size) +
              2.0 * 4.0 * static_cast<double>(m.num_experts);
   return bytes;
 }
