@@ -701,7 +701,8 @@ def preflight_memory_matches_measured_peaks():
     131072 tokens, 8B QLoRA r32 at 131072 and 393216, within 6%. Session 22's H100 runs of 8B LoRA
     and QLoRA in bf16 and fp8 (LoRA's FP8 base now kept transposed too, fp8_linear.h), within 6%.
     Session 25's H100 runs of the other families (issue 45): Qwen3-8B LoRA and QLoRA, Gemma-3-12B
-    LoRA and Phi-4 QLoRA, bf16 and fp8, within 6%."""
+    LoRA and Phi-4 QLoRA, bf16 and fp8, within 6%. Session 26's Qwen3-30B-A3B (24 layers) LoRA and
+    QLoRA, within 6%."""
     w = h.workdir("preflight-memory")
     rows = []
     for name in ["h200-session11.jsonl", "h200-session12-long-context.jsonl", "h100-full-sharding-1gpu.jsonl",
@@ -718,6 +719,8 @@ def preflight_memory_matches_measured_peaks():
     rows = [dict(r, one_fp8_layout=True) for r in rows]
     rows += bench_rows("h100-session22-vs-unsloth.jsonl")
     rows += [r for r in bench_rows("h100-session25-families-vs-unsloth.jsonl") if not r.get("superseded")]
+    # Session 26: Qwen3-30B-A3B (24 of its 48 layers) LoRA and QLoRA.
+    rows += [r for r in bench_rows("h100-session26-moe-vs-unsloth.jsonl") if not r.get("superseded")]
     rows = [r for r in rows if r.get("impl") == "ours" and r.get("gpus") == 1 and "shape" in r
             and not (r.get("before_chunking") and r["seq"] * r["micro_batch"] > 32768)
             and not (r.get("one_fp8_layout") and r.get("precision") == "fp8" and r["method"] == "lora")]
@@ -725,13 +728,14 @@ def preflight_memory_matches_measured_peaks():
     checkpointing = {"off": "false", "on": "true", "offload": "offload"}
     worst = 0.0
     for r in rows:
-        inputs = w / f"{r['shape']}-{r['seq']}"
+        inputs = w / f"{r['shape']}-{r['seq']}-{r.get('layers', 'all')}"
         if not inputs.exists():
             subprocess.run([sys.executable, str(h.REPO / "bench" / "make_bench_inputs.py"),
                             # Long rows: a micro-batch of 1 needs one record, and each is seq characters.
                             str(inputs), "--shape", r["shape"], "--seq", str(r["seq"]),
                             "--records", "2" if r["seq"] > 8192 else "8",
-                            "--config-only"], check=True, capture_output=True, timeout=300)
+                            "--config-only"] + (["--layers", str(r["layers"])] if "layers" in r else []),
+                           check=True, capture_output=True, timeout=300)
         cfg = subprocess.run(["bash", str(h.REPO / "bench" / "trainer_config.sh"), str(inputs),
                               str(w / "out"), r["method"], "10", str(r["micro_batch"]), str(r["seq"]),
                               json.dumps({"sharding": r["sharding"]} if "sharding" in r else {}),
