@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "kernels/swiglu.h"
+#include "trainer/model/linear_4bit.h"
 
 namespace kubetune::model {
 namespace {
@@ -34,14 +35,9 @@ torch::ScalarType compute_dtype_of(const Tensor& x) {
 // for one layer): only the input is kept for backward, never the [E, out, in] stack.
 class GroupedLinear4bit : public torch::autograd::Function<GroupedLinear4bit> {
  public:
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& packed,
-                        const Tensor& absmax, const Tensor& nested_absmax, const Tensor& ends,
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& ends,
                         const kernels::Quant4State* s, int64_t experts, int64_t dtype) {
-    ctx->save_for_backward({packed, absmax, nested_absmax, ends});
-    ctx->saved_data["offset"] = s->offset;
-    ctx->saved_data["blocksize"] = s->blocksize;
-    ctx->saved_data["type"] = s->type;
-    ctx->saved_data["shape"] = s->shape;
+    save_quant4_for_backward(ctx, *s, {ends});
     ctx->saved_data["experts"] = experts;
     ctx->saved_data["dtype"] = dtype;
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
@@ -50,21 +46,14 @@ class GroupedLinear4bit : public torch::autograd::Function<GroupedLinear4bit> {
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    kernels::Quant4State s;
-    s.packed = saved[0];
-    s.absmax = saved[1];
-    if (saved[2].defined()) s.nested_absmax = saved[2];
-    s.offset = ctx->saved_data["offset"].toDouble();
-    s.blocksize = ctx->saved_data["blocksize"].toInt();
-    s.type = ctx->saved_data["type"].toStringRef();
-    s.shape = ctx->saved_data["shape"].toIntVector();
+    const kernels::Quant4State s = restore_quant4(ctx);
+    const Tensor ends = ctx->get_saved_variables()[3];
     const auto type = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const auto x_dtype = static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const Tensor w = stack(s, ctx->saved_data["experts"].toInt(), type);
     // dx = g W_e: the product with the transposed stack.
-    const Tensor dx = grouped_linear(grads[0].to(type), w.transpose(1, 2), saved[3]).to(x_dtype);
-    return {dx, {}, {}, {}, {}, {}, {}, {}};
+    const Tensor dx = grouped_linear(grads[0].to(type), w.transpose(1, 2), ends).to(x_dtype);
+    return {dx, {}, {}, {}, {}};
   }
 
  private:
@@ -116,8 +105,7 @@ Tensor grouped_linear(const Tensor& x, const Tensor& w, const Tensor& ends, bool
 
 Tensor grouped_linear_4bit(const Tensor& x, const kernels::Quant4State& w, int64_t experts,
                            torch::ScalarType compute_dtype, const Tensor& ends) {
-  return GroupedLinear4bit::apply(x, w.packed, w.absmax, w.nested_absmax, ends, &w, experts,
-                                  static_cast<int64_t>(compute_dtype));
+  return GroupedLinear4bit::apply(x, ends, &w, experts, static_cast<int64_t>(compute_dtype));
 }
 
 Tensor ExpertLoraImpl::a_stack(int64_t experts, torch::ScalarType dtype) const {
