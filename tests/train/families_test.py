@@ -178,6 +178,17 @@ def check_family(family):
     assert abs(ours_full - base) > 1e-4, "full fine-tuning changed nothing"
     assert math.isclose(ours_full, hf_full, rel_tol=1e-4)
 
+    if hasattr(tuned.config, "num_experts_per_tok"):  # every token met k experts in every layer
+        config = tuned.config
+        for line in (w / "full" / "metrics_history.jsonl").read_text().splitlines():
+            step = json.loads(line)
+            if "loss" in step:
+                routed = sum(step["expert_tokens"])
+                expected = step["global_tokens"] * config.num_hidden_layers * config.num_experts_per_tok
+                assert routed == expected, (step, expected)
+        first = json.loads((w / "full" / "metrics_history.jsonl").read_text().splitlines()[0])
+        print(f"{family}: tokens routed to each expert in step 1: {first.get('expert_tokens')}")
+
     sharded_runs_equal_one_process(w, model_dir, data,
                                    per_example_forwards=family == "qwen3_moe")
 

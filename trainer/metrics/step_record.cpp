@@ -16,6 +16,8 @@ nlohmann::json step_record(const train::StepStats& s) {
                          {"allreduce_wait_seconds", s.allreduce_wait_seconds},
                          {"optimizer_seconds", s.optimizer_seconds},
                          {"elapsed_seconds", s.elapsed_seconds}};
+  // A mixture of experts: this rank's tokens per expert (an array: TensorBoard takes numbers only).
+  if (!s.expert_tokens.empty()) line["expert_tokens"] = s.expert_tokens;
   if (s.has_device_memory) {
     line["gpu_memory_allocated_bytes"] = s.device_memory.allocated;
     line["gpu_memory_peak_bytes"] = s.device_memory.peak;
