@@ -31,6 +31,11 @@ torch::ScalarType compute_dtype_of(const Tensor& x) {
                                                    : x.scalar_type();
 }
 
+// A 4-bit stack made whole in `type`: [E, out, in] from its [E * out, in] matrix.
+Tensor dequantized_stack(const kernels::Quant4State& s, int64_t experts, torch::ScalarType type) {
+  return kernels::dequantize_4bit(s, type).view({experts, -1, s.shape[1]});
+}
+
 // The frozen 4-bit stack, made whole in forward and again in backward (as linear_4bit.cpp does
 // for one layer): only the input is kept for backward, never the [E, out, in] stack.
 class GroupedLinear4bit : public torch::autograd::Function<GroupedLinear4bit> {
@@ -42,7 +47,7 @@ class GroupedLinear4bit : public torch::autograd::Function<GroupedLinear4bit> {
     ctx->saved_data["dtype"] = dtype;
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     const auto type = static_cast<torch::ScalarType>(dtype);
-    return grouped_linear(x.to(type), stack(*s, experts, type), ends);
+    return grouped_linear(x.to(type), dequantized_stack(*s, experts, type), ends);
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
@@ -50,15 +55,10 @@ class GroupedLinear4bit : public torch::autograd::Function<GroupedLinear4bit> {
     const Tensor ends = ctx->get_saved_variables()[3];
     const auto type = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const auto x_dtype = static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-    const Tensor w = stack(s, ctx->saved_data["experts"].toInt(), type);
+    const Tensor w = dequantized_stack(s, ctx->saved_data["experts"].toInt(), type);
     // dx = g W_e: the product with the transposed stack.
     const Tensor dx = grouped_linear(grads[0].to(type), w.transpose(1, 2), ends).to(x_dtype);
     return {dx, {}, {}, {}, {}};
-  }
-
- private:
-  static Tensor stack(const kernels::Quant4State& s, int64_t experts, torch::ScalarType type) {
-    return kernels::dequantize_4bit(s, type).view({experts, -1, s.shape[1]});
   }
 };
 
@@ -198,13 +198,13 @@ void ExpertsImpl::merge_lora() {
                    const char* name) {
     if (!lora) return;
     if (quantized.packed.defined()) {
-      weight.set_data(kernels::dequantize_4bit(quantized, compute_dtype_)
-                          .view({experts_, -1, quantized.shape[1]}));
+      weight.set_data(dequantized_stack(quantized, experts_, compute_dtype_));
       quantized = kernels::Quant4State();
     }
-    const Tensor delta = at::bmm(lora->b_stack(experts_, at::kFloat, 1.0).to(weight.device()),
-                                 lora->a_stack(experts_, at::kFloat).to(weight.device()));
-    weight.copy_((weight.to(at::kFloat) + delta * lora->scaling).to(weight.scalar_type()));
+    const Tensor delta =
+        at::bmm(lora->b_stack(experts_, at::kFloat, lora->scaling).to(weight.device()),
+                lora->a_stack(experts_, at::kFloat).to(weight.device()));
+    weight.copy_((weight.to(at::kFloat) + delta).to(weight.scalar_type()));
     unregister_module(name);
     lora = nullptr;
   };

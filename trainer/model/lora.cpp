@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -294,17 +295,12 @@ std::string peft_tensor_name(CausalLM& model, const std::string& name) {
 }
 
 std::vector<std::string> adapted_expert_stacks(CausalLM& model) {
-  std::vector<std::string> out;
+  std::set<std::string> out;  // sorted, each once
   for (auto& [name, experts] : expert_modules(model)) {
-    if (experts->gate_up_lora &&
-        std::find(out.begin(), out.end(), "mlp.experts.gate_up_proj") == out.end())
-      out.push_back("mlp.experts.gate_up_proj");
-    if (experts->down_lora &&
-        std::find(out.begin(), out.end(), "mlp.experts.down_proj") == out.end())
-      out.push_back("mlp.experts.down_proj");
+    if (experts->gate_up_lora) out.insert("mlp.experts.gate_up_proj");
+    if (experts->down_lora) out.insert("mlp.experts.down_proj");
   }
-  std::sort(out.begin(), out.end());
-  return out;
+  return {out.begin(), out.end()};
 }
 
 }  // namespace kubetune::model
