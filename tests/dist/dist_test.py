@@ -203,7 +203,37 @@ def out_of_memory_step_is_rerun_smaller():
     assert "step 1 ran out of GPU memory at micro-batch 1" in p.stderr and "gradientCheckpointing" in p.stderr, p.stderr[-2000:]
 
 
+def slow_checkpoint_volume_does_not_time_out():
+    """Rank 0 writes checkpoints and outputs to a volume far slower than the collective timeout
+    (every fsync takes 1.5 s, the timeout is 2 s): the other rank waits for it rather than timing
+    out in a collective (issue 48: `sharding: full` on GPUs died in the barrier after its
+    checkpoint). Under full sharding, with a checkpoint mid-run, a resume from it, and the final
+    evaluation after the outputs; a rank frozen (SIGSTOP) during such a wait still ends the job."""
+    w, model, data = setup("ddp-slow-volume", 48)
+    valid = h.subset(h.EXAMPLE / "train.jsonl", w / "valid.jsonl", 6)
+    env = {**os.environ, "LD_PRELOAD": os.environ["KUBETUNE_SLOW_FSYNC"], "SLOW_FSYNC_RANK": "0",
+           "SLOW_FSYNC_SECONDS": "1.5"}
+
+    def cfg_for(name, steps):
+        c = h.config(model, data, w / name, microBatchSize=2, maxSteps=steps)
+        c["data"]["validation"] = str(valid)
+        c["checkpoint"] = {"resume": "auto", "dir": str(w / "ck"), "everySteps": 2}
+        c["distributed"].update(sharding="full", timeoutSeconds=2)
+        return h.write_config(w / f"{name}.json", c)
+
+    started = time.time()
+    h.run(launch(2, cfg_for("first", 2)), env=env, timeout=240)
+    second = h.run(launch(2, cfg_for("second", 4)), env=env, timeout=240)
+    elapsed = time.time() - started
+    assert "resuming from" in second.stdout and "at step=2/4" in second.stdout, second.stdout[-2000:]
+    assert list((w / "second").glob("*.safetensors")), "no output written"
+    assert sorted(p.name for p in (w / "ck").iterdir()) == ["step-00000002", "step-00000004"]
+    print(f"two runs with rank 0's fsyncs at 1.5 s each, collective timeout 2 s: {elapsed:.0f} s")
+    assert elapsed > 4 * 2, "the volume was not slow: the test would not show a timeout"
+
+
 if __name__ == "__main__":
     h.main({f.__name__: f for f in [same_weights_as_one_process, out_of_memory_step_is_rerun_smaller, killed_rank_stops_the_job,
                                      stalled_rank_times_out, sigterm_checkpoints_and_resume_matches,
-                                     resume_on_another_world_size_keeps_the_global_batch]})
+                                     resume_on_another_world_size_keeps_the_global_batch,
+                                     slow_checkpoint_volume_does_not_time_out]})

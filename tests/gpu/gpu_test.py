@@ -134,9 +134,44 @@ def auto_micro_batch_runs_at_its_choice():
     assert peak <= 0.9 * total, peak
 
 
+def full_sharding_checkpoints_and_resumes_on_two_gpus():
+    """Full fine-tuning under `distributed.sharding: full` on 2 GPUs (NCCL) with a 60 s collective
+    timeout: a run of 3 steps writes its checkpoint (15 GB: fp32 weights and both moments) and its
+    model, which once timed out the other rank's barrier (issue 48); a second run resumes from it
+    to step 6 and its losses follow those of an uninterrupted run of 6, within run-to-run noise."""
+    if torch.cuda.device_count() < 2:
+        print("fewer than 2 GPUs: skipped")
+        sys.exit(77)
+    w = h.workdir("gpu-full-sharding")
+    inputs = bench_inputs(w)
+
+    def run(name, steps, checkpoints):
+        cfg = lora_config(inputs, w / name, 2, 4, steps)
+        cfg["method"] = {"type": "full"}
+        cfg["training"]["learningRate"] = 1e-5
+        cfg["distributed"] = {"sharding": "full", "timeoutSeconds": 60}
+        cfg["checkpoint"] = {"resume": "auto", "dir": str(w / checkpoints), "everySteps": 3, "keepLast": 1}
+        log = run_trainer(h.write_config(w / f"{name}.json", cfg), 2, {})
+        losses = [json.loads(l)["loss"] for l in open(w / name / "metrics_history.jsonl") if '"loss"' in l]
+        for f in (w / name).glob("*.safetensors"):
+            f.unlink()  # 5 GB each; the test reads the losses
+        return log, losses
+
+    _, straight = run("straight", 6, "ck-straight")
+    first_log, first = run("first", 3, "ck")
+    assert "fully sharded weights" in first_log, first_log[-3000:]
+    resumed_log, resumed = run("resumed", 6, "ck")
+    assert "resuming from" in resumed_log and "at step=3/6" in resumed_log, resumed_log[-3000:]
+    print("straight", straight, "\nfirst   ", first, "\nresumed ", resumed)
+    assert len(resumed) == 3, resumed
+    for a, b in zip(straight, first + resumed):
+        assert abs(a - b) <= 2e-3 * abs(a), (straight, first + resumed)
+
+
 if __name__ == "__main__":
     if not torch.cuda.is_available():
         print("no GPU visible to torch: skipped")
         sys.exit(77)
     h.main({f.__name__: f for f in [out_of_memory_step_is_rerun_smaller, out_of_memory_on_one_rank_of_two,
-                                     auto_micro_batch_runs_at_its_choice]})
+                                     auto_micro_batch_runs_at_its_choice,
+                                     full_sharding_checkpoints_and_resumes_on_two_gpus]})

@@ -29,39 +29,9 @@ NamedTensors trainable_weights(Run& run) {
   return out;
 }
 
-}  // namespace
-
-void write_checkpoint(Run& run) {
-  run.weight_sync->wait_for_weights();
-  auto optimizer_state = run.optimizer.state();
-  const auto sharded_state = run.weight_sync->gather_optimizer_state(run.comm.rank() == 0);
-  optimizer_state.insert(optimizer_state.end(), sharded_state.begin(), sharded_state.end());
-  const NamedTensors weights = trainable_weights(run);
-  if (run.comm.rank() == 0) {
-    const auto lora = lora_config(run.config);
-    auto path =
-        save_checkpoint(checkpoint_dir(run.config), run.state, weights, optimizer_state,
-                        [&](const std::string& tmp) {
-                          if (lora)
-                            io::save_peft_adapter(run.model, *lora, run.config.model.path, tmp);
-                        });
-    prune_checkpoints(checkpoint_dir(run.config), run.config.checkpoint.keep_last);
-    for (auto& o : run.observers) o->on_checkpoint(run.state.step, path);
-  }
-  run.comm.barrier("checkpoint written");
-  run.checkpointed_step = run.state.step;
-}
-
-double run_validation(Run& run) {
-  run.weight_sync->wait_for_weights();
-  auto result = evaluate(*run.model, run.validation, micro_batch_size(run.config), run.text.pad_id,
-                         run.device, run.dtype, &run.comm);
-  run.weight_sync->after_evaluation();
-  return result.mean_loss;
-}
-
-void save_outputs(Run& run) {
-  run.weight_sync->wait_for_weights();
+// The adapter or model folder (and the merged model), written by rank 0; the gathers of sharded
+// weights it reads are collectives all take part in.
+void write_outputs(Run& run) {
   const auto& c = run.config;
   const auto lora = lora_config(c);
   const bool random_base = c.model.init == api::ModelInit::kRandom;
@@ -97,6 +67,44 @@ void save_outputs(Run& run) {
     io::copy_tokenizer_files(c.model.path, c.output.dir);
   }
   log::info() << "saved " << (lora ? "PEFT adapter" : "model") << " output=" << c.output.dir;
+}
+
+}  // namespace
+
+void write_checkpoint(Run& run) {
+  run.weight_sync->wait_for_weights();
+  auto optimizer_state = run.optimizer.state();
+  const auto sharded_state = run.weight_sync->gather_optimizer_state(run.comm.rank() == 0);
+  optimizer_state.insert(optimizer_state.end(), sharded_state.begin(), sharded_state.end());
+  const NamedTensors weights = trainable_weights(run);
+  if (run.comm.rank() == 0) {
+    const auto lora = lora_config(run.config);
+    auto path =
+        save_checkpoint(checkpoint_dir(run.config), run.state, weights, optimizer_state,
+                        [&](const std::string& tmp) {
+                          if (lora)
+                            io::save_peft_adapter(run.model, *lora, run.config.model.path, tmp);
+                        });
+    prune_checkpoints(checkpoint_dir(run.config), run.config.checkpoint.keep_last);
+    for (auto& o : run.observers) o->on_checkpoint(run.state.step, path);
+  }
+  // Rank 0 may write for longer than any collective may take (a slow volume, a large model).
+  run.comm.wait_for_peers("rank 0 writing the checkpoint");
+  run.checkpointed_step = run.state.step;
+}
+
+double run_validation(Run& run) {
+  run.weight_sync->wait_for_weights();
+  auto result = evaluate(*run.model, run.validation, micro_batch_size(run.config), run.text.pad_id,
+                         run.device, run.dtype, &run.comm);
+  run.weight_sync->after_evaluation();
+  return result.mean_loss;
+}
+
+void save_outputs(Run& run) {
+  run.weight_sync->wait_for_weights();
+  write_outputs(run);
+  run.comm.wait_for_peers("rank 0 writing the outputs");
 }
 
 }  // namespace kubetune::train

@@ -165,16 +165,22 @@ std::optional<CheckpointContents> agree_on_resume_point(parallel::Communicator& 
       step = kRefused;
     }
   }
+  // Loading the model and data, and hashing every file of a checkpoint, take each rank as long as
+  // its volume makes them.
+  comm.wait_for_peers("every rank loading its inputs, rank 0 verifying the checkpoint");
   std::vector<torch::Tensor> message{torch::tensor({step}, torch::kInt64).to(device)};
   comm.broadcast(message, 0, "resume step");
   step = message[0].item<int64_t>();
   if (step == kRefused)
     throw UserInputError(comm.rank() == 0 ? refusal
                                           : "rank 0 refused the checkpoints (its log says why)");
-  if (comm.rank() == 0 || step == kNone) return found;
-  return load_checkpoint(c.checkpoint.resume == "auto" ? checkpoint_path(checkpoint_dir(c), step)
-                                                       : c.checkpoint.resume,
-                         /*verify_files=*/false);
+  if (step == kNone) return found;
+  if (comm.rank() != 0)
+    found = load_checkpoint(c.checkpoint.resume == "auto" ? checkpoint_path(checkpoint_dir(c), step)
+                                                          : c.checkpoint.resume,
+                            /*verify_files=*/false);
+  comm.wait_for_peers("every rank reading the checkpoint");
+  return found;
 }
 
 // training.microBatchSize auto is chosen from rank 0's GPU and taken by every rank (a gang's GPUs

@@ -178,7 +178,7 @@ void finish_training(Run& run, StepStats last) {
     for (auto& o : run.observers) o->on_eval(run.state.step, *last.eval_loss);
   }
   for (auto& o : run.observers) o->on_finish(last);
-  run.comm.barrier("end of training");
+  run.comm.wait_for_peers("end of training (rank 0's last metrics and plots)");
 }
 
 }  // namespace

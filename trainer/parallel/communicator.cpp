@@ -16,6 +16,7 @@
 #include "common/contracts.h"
 #include "trainer/parallel/gradient_buckets.h"
 #include "trainer/parallel/nccl_backend.h"
+#include "trainer/parallel/peer_wait.h"
 
 namespace kubetune::parallel {
 namespace {
@@ -28,7 +29,7 @@ class SingleProcess : public Communicator {
   std::string backend_name() const override { return "none"; }
   void all_reduce_sum(torch::Tensor&, const char*) override {}
   void broadcast(std::vector<torch::Tensor>&, int, const char*) override {}
-  void barrier(const char*) override {}
+  void wait_for_peers(const char*) override {}
   std::function<void()> start_all_gather_in_place(torch::Tensor&, const char*) override {
     return [] {};
   }
@@ -171,9 +172,8 @@ class Watchdog {
 
 class C10dCommunicator : public Communicator {
  public:
-  C10dCommunicator(const DistEnv& env, const std::string& backend, torch::Device device,
-                   double timeout_seconds)
-      : Communicator(env), device_(device), watchdog_(env.rank, timeout_seconds) {
+  C10dCommunicator(const DistEnv& env, const std::string& backend, double timeout_seconds)
+      : Communicator(env), watchdog_(env.rank, timeout_seconds) {
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<uint16_t>(env.master_port);
@@ -184,6 +184,7 @@ class C10dCommunicator : public Communicator {
     watchdog_.begin("rendezvous (TCPStore at MASTER_ADDR:MASTER_PORT)");
     auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
     watchdog_.end();
+    peer_wait_ = std::make_unique<PeerWait>(store, env.rank, env.world_size, timeout);
 
     group_ = c10::make_intrusive<c10d::ProcessGroup>(store, env.rank, env.world_size);
     if (backend == "nccl") {
@@ -220,11 +221,7 @@ class C10dCommunicator : public Communicator {
     }
   }
 
-  void barrier(const char* what) override {
-    // A barrier as a tiny all-reduce: it then goes through the same timeout as everything else.
-    auto t = torch::zeros({1}, torch::TensorOptions().device(device_));
-    all_reduce_sum(t, what);
-  }
+  void wait_for_peers(const char* what) override { peer_wait_->wait(what); }
 
   std::function<void()> start_all_gather_in_place(torch::Tensor& flat, const char* what) override {
     torch::NoGradGuard no_grad;
@@ -298,8 +295,8 @@ class C10dCommunicator : public Communicator {
     run_start(what, [&] { start()->wait(); });
   }
 
-  torch::Device device_;
   Watchdog watchdog_;
+  std::unique_ptr<PeerWait> peer_wait_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::unique_ptr<c10d::Reducer> reducer_;
   std::string name_;
@@ -334,7 +331,7 @@ std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const std
   if (chosen == "auto") chosen = device.is_cuda() && nccl_available() ? "nccl" : "gloo";
   if (chosen == "nccl" && !device.is_cuda())
     throw std::runtime_error("distributed.backend=nccl needs GPUs; this process runs on CPU");
-  return std::make_unique<C10dCommunicator>(env, chosen, device, timeout_seconds);
+  return std::make_unique<C10dCommunicator>(env, chosen, timeout_seconds);
 }
 
 }  // namespace kubetune::parallel

@@ -45,7 +45,13 @@ class Communicator {
 
   virtual void all_reduce_sum(torch::Tensor& tensor, const char* what) = 0;
   virtual void broadcast(std::vector<torch::Tensor>& tensors, int root, const char* what) = 0;
-  virtual void barrier(const char* what) = 0;
+  // A barrier after work whose length no timeout can bound: rank 0 writing a checkpoint or the
+  // outputs, hashing the checkpoint it resumes from, every rank loading a model. It waits for as
+  // long as the processes still on their way keep their heartbeat (a thread of each process
+  // that ticks in the rendezvous store); a peer that died, or froze for
+  // distributed.timeoutSeconds, ends it with a CollectiveError naming that rank. A collective's
+  // barrier would instead time out on the others while rank 0 is still writing.
+  virtual void wait_for_peers(const char* what) = 0;
   // `flat` is world_size equal slices, this rank's filled in; afterwards every slice is, in place.
   void all_gather_in_place(torch::Tensor& flat, const char* what) {
     start_all_gather_in_place(flat, what)();
