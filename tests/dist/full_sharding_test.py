@@ -135,14 +135,18 @@ def lora_same_as_one_process():
 
 def resume_on_other_process_counts():
     """A fully sharded run on 2 processes checkpoints at step 2; resumed from that checkpoint on
-    3 and 4 processes (sharding full) and on 1 (no sharding: the checkpoint's format is the usual
-    one) with the same global batch, each ends with the weights of the uninterrupted 2-process
+    3 and 4 processes (sharding full) and on 1 (no sharding), which put its two parts together,
+    with the same global batch, each ends with the weights of the uninterrupted 2-process
     run and of one process without sharding."""
     w, model, data = setup("fsdp-resume")
     every2 = {"resume": "never", "dir": str(w / "ck"), "everySteps": 2}
     train(w, model, data, "straight", 2, 2, 3, "full", checkpoint=every2)
     halfway = w / "ck" / "step-00000002"
     assert (halfway / "trainer_state.json").exists(), sorted(p.name for p in (w / "ck").iterdir())
+    # Each process wrote its own slices (nothing was gathered to rank 0): two parts of about one
+    # size (rank 0's adds the step counter, and a unit's padding may fall to either).
+    sizes = [(halfway / f"optimizer-0000{r}-of-00002.safetensors").stat().st_size for r in (0, 1)]
+    assert 0.8 < sizes[0] / sizes[1] < 1.25, sizes
     train(w, model, data, "reference", 1, 2, 6, "none")
     reference = h.weights(w / "reference")
     compare(reference, h.weights(w / "straight"), "uninterrupted on 2")

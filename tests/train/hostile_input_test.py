@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 import xxhash
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 import harness as h
@@ -136,7 +137,9 @@ def damaged_checkpoints_fall_back():
     cfg["checkpoint"] = {"resume": "auto", "dir": str(w / "pristine"), "everySteps": 1, "keepLast": 10}
     h.run(["train", "--config", h.write_config(w / "a.json", cfg)])
     state = json.loads((w / "pristine" / "step-00000002" / "trainer_state.json").read_text())
-    assert set(state["files"]) >= {"trainable.safetensors", "optimizer.safetensors"}, state
+    # One process: one part of each, and the list of that part's files.
+    assert set(state["files"]) >= {"trainable-00000-of-00001.safetensors", "optimizer-00000-of-00001.safetensors",
+                                   "part-00000-of-00001.json"}, state
     # The checksums are XXH3-64, as the reference implementation (xxhash, `xxhsum -H3`) computes them.
     for name, f in state["files"].items():
         data = (w / "pristine" / "step-00000002" / name).read_bytes()
@@ -149,27 +152,42 @@ def damaged_checkpoints_fall_back():
         (d / "trainer_state.json").write_text(json.dumps(s))
 
     def flip_byte(d):
-        f = d / "trainable.safetensors"
+        f = d / "trainable-00000-of-00001.safetensors"
         raw = bytearray(f.read_bytes())
         raw[-3] ^= 0x10
         f.write_bytes(bytes(raw))
 
     def retensor(d, change):
-        f = d / "trainable.safetensors"
+        """`change(pieces, shapes)`: the part's flat pieces ("<name>@<first element>") and the
+        shapes its metadata gives the whole tensors."""
+        f = d / "trainable-00000-of-00001.safetensors"
+        with safe_open(str(f), "pt") as opened:
+            shapes = json.loads(opened.metadata()["shapes"])
         tensors = load_file(str(f))
-        change(tensors)
-        save_file(tensors, str(f))
+        change(tensors, shapes)
+        save_file(tensors, str(f), metadata={"shapes": json.dumps(shapes)})
         unverified(d)
+
+    def lose_part(d):  # a part of 2 where the other is missing
+        (d / "optimizer-00000-of-00001.safetensors").rename(d / "optimizer-00001-of-00002.safetensors")
+        unverified(d)
+
+    def shrink_norm(t, shapes):
+        t["model.norm.weight@0"] = torch.ones(1)
+        shapes["model.norm.weight"] = [1]
 
     damages = [
         ("flipped bit", flip_byte, "checksum mismatch"),
         ("step 999", lambda d: unverified(d, step=999), "says step 999 in a folder named for step 2"),
         ("negative step", lambda d: unverified(d, step=-1), '"step": expected an integer >= 0'),
         ("method", lambda d: unverified(d, method="lora"), 'written by a "lora" run; this config trains "full"'),
-        ("wrong shape", lambda d: retensor(d, lambda t: t.update({"model.norm.weight": torch.ones(1)})),
+        ("wrong shape", lambda d: retensor(d, shrink_norm),
          'tensor "model.norm.weight" has shape [1], the model\'s is [64]'),
-        ("missing tensor", lambda d: retensor(d, lambda t: t.pop("model.norm.weight")),
-         'has no tensor "model.norm.weight"'),
+        ("missing tensor", lambda d: retensor(d, lambda t, _: t.pop("model.norm.weight@0")),
+         'no tensor "model.norm.weight" in the trainable weights'),
+        ("half a tensor", lambda d: retensor(d, lambda t, _: t.update({"model.norm.weight@0": torch.ones(32)})),
+         'trainable tensor "model.norm.weight": elements from 32 on are in no part'),
+        ("missing part", lose_part, "optimizer-00000-of-00002.safetensors: missing"),
     ]
     cfg["training"]["maxSteps"] = 3
     for name, damage, needle in damages:

@@ -65,7 +65,7 @@ def damaged_checkpoint_is_skipped():
     cfg = h.config(model, data, w / "out", maxSteps=2)
     cfg["checkpoint"] = {"resume": "auto", "dir": str(w / "ckpt"), "everySteps": 1}
     h.run(["train", "--config", h.write_config(w / "a.json", cfg)])
-    newest = w / "ckpt" / "step-00000002" / "trainable.safetensors"
+    newest = w / "ckpt" / "step-00000002" / "trainable-00000-of-00001.safetensors"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     cfg["training"]["maxSteps"] = 3
     p = h.run(["train", "--config", h.write_config(w / "b.json", cfg)])

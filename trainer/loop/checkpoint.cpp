@@ -21,7 +21,16 @@ namespace kubetune::train {
 namespace {
 
 const std::regex kCheckpointName(R"(step-(\d{8}))");
+const std::regex kPartListName(R"(part-\d{5}-of-\d{5}\.json)");
+const std::regex kPartFileName(R"((trainable|optimizer)-(\d{5})-of-(\d{5})\.safetensors)");
 const char* const kStateFile = "trainer_state.json";
+
+// "-00001-of-00004": which process's part a file is.
+std::string part_suffix(int rank, int world) {
+  char text[32];
+  std::snprintf(text, sizeof text, "-%05d-of-%05d", rank, world);
+  return text;
+}
 
 void write_json_file(const fs::path& path, const nlohmann::json& j) {
   std::ofstream out(path);
@@ -83,6 +92,80 @@ NamedTensors read_all(const fs::path& path) {
   return out;
 }
 
+// A tensor being put together from its pieces: the elements each piece covered.
+struct Assembly {
+  torch::Tensor flat;
+  std::vector<std::pair<int64_t, int64_t>> covered;  // [begin, end)
+  std::vector<int64_t> shape;
+};
+
+// Every element of every tensor came from exactly one piece.
+void check_covered(const std::string& kind, const std::string& name, Assembly& a) {
+  std::sort(a.covered.begin(), a.covered.end());
+  int64_t next = 0;
+  for (const auto& [begin, end] : a.covered) {
+    if (begin != next)
+      throw CheckpointUnusable(kind + " tensor \"" + name + "\": elements " +
+                               std::to_string(std::min(begin, next)) + " to " +
+                               std::to_string(std::max(begin, next)) +
+                               (begin > next ? " are in no part" : " are in two parts"));
+    next = end;
+  }
+  if (next != a.flat.numel())
+    throw CheckpointUnusable(kind + " tensor \"" + name + "\": elements from " +
+                             std::to_string(next) + " on are in no part");
+}
+
+// The tensors of `kind` ("trainable", "optimizer") put together from every process's part file.
+NamedTensors read_parts(const fs::path& dir, const std::string& kind) {
+  std::map<int, fs::path> parts;
+  int world = -1;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, kPartFileName) || m[1].str() != kind) continue;
+    const int of = std::stoi(m[3].str());
+    if (world >= 0 && of != world)
+      throw CheckpointUnusable(name + ": a part of " + std::to_string(of) + " beside parts of " +
+                               std::to_string(world));
+    world = of;
+    parts[std::stoi(m[2].str())] = entry.path();
+  }
+  if (world < 0) throw CheckpointUnusable(kind + "-*.safetensors: missing");
+  for (int r = 0; r < world; ++r)
+    if (!parts.count(r))
+      throw CheckpointUnusable(kind + part_suffix(r, world) + ".safetensors: missing");
+  std::map<std::string, Assembly> tensors;
+  for (const auto& [rank, path] : parts) {
+    io::SafetensorsFile file(path.string());
+    const nlohmann::json shapes =
+        nlohmann::json::parse(file.metadata().at("shapes").get<std::string>());
+    for (const auto& key : file.names()) {
+      const size_t at = key.rfind('@');
+      if (at == std::string::npos)
+        throw CheckpointUnusable(path.string() + ": tensor \"" + key + "\" is not a piece");
+      const std::string name = key.substr(0, at);
+      const int64_t offset = std::stoll(key.substr(at + 1));
+      const torch::Tensor piece = file.tensor(key).reshape(-1);
+      Assembly& a = tensors[name];
+      if (!a.flat.defined()) {
+        a.shape = shapes.at(name).get<std::vector<int64_t>>();
+        a.flat = torch::empty({c10::multiply_integers(a.shape)}, piece.options());
+      }
+      if (offset < 0 || offset + piece.numel() > a.flat.numel())
+        throw CheckpointUnusable(path.string() + ": piece \"" + key + "\" lies outside its tensor");
+      a.flat.narrow(0, offset, piece.numel()).copy_(piece);
+      a.covered.emplace_back(offset, offset + piece.numel());
+    }
+  }
+  NamedTensors out;
+  for (auto& [name, a] : tensors) {
+    check_covered(kind, name, a);
+    out.emplace_back(name, a.flat.view(a.shape));
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json TrainerState::to_json() const {
@@ -114,26 +197,52 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
   return s;
 }
 
-std::string save_checkpoint(const std::string& dir, const TrainerState& state,
-                            const NamedTensors& trainable, const NamedTensors& optimizer,
-                            const std::function<void(const std::string&)>& extra) {
-  const fs::path final_dir = checkpoint_path(dir, state.step);
-  const fs::path tmp_dir = fs::path(dir) / ("." + final_dir.filename().string() + ".partial-" +
-                                            std::to_string(getpid()));
-  fs::create_directories(dir);
-  fs::remove_all(tmp_dir);
-  fs::create_directories(tmp_dir);
+std::string partial_checkpoint_path(const std::string& dir, int64_t step) {
+  return (fs::path(dir) /
+          ("." + fs::path(checkpoint_path(dir, step)).filename().string() + ".partial"))
+      .string();
+}
 
-  NamedTensors cpu_trainable, cpu_optimizer;
-  for (const auto& [n, t] : trainable)
-    cpu_trainable.emplace_back(n, t.detach().to(torch::kCPU).contiguous());
-  for (const auto& [n, t] : optimizer)
-    cpu_optimizer.emplace_back(n, t.detach().to(torch::kCPU).contiguous());
-  std::map<std::string, std::string> digests;
-  for (const auto& [file, tensors] : {std::pair{"trainable.safetensors", &cpu_trainable},
-                                      std::pair{"optimizer.safetensors", &cpu_optimizer}})
-    digests[file] = io::save_safetensors((tmp_dir / file).string(), *tensors);
+void begin_checkpoint(const std::string& dir, int64_t step) {
+  const fs::path tmp_dir = partial_checkpoint_path(dir, step);
+  fs::create_directories(dir);
+  fs::remove_all(tmp_dir);  // left by an attempt that died while writing
+  fs::create_directories(tmp_dir);
+}
+
+void write_checkpoint_part(const std::string& dir, int64_t step, int rank, int world,
+                           const CheckpointPart& part) {
+  const fs::path tmp_dir = partial_checkpoint_path(dir, step);
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& [kind, pieces] :
+       {std::pair{"trainable", &part.trainable}, std::pair{"optimizer", &part.optimizer}}) {
+    const std::string file = kind + part_suffix(rank, world) + ".safetensors";
+    nlohmann::json shapes = nlohmann::json::object();
+    NamedTensors tensors;
+    for (const TensorPiece& p : *pieces) {
+      shapes[p.name] = p.shape;
+      tensors.emplace_back(p.name + "@" + std::to_string(p.offset), p.values.detach());
+    }
+    const std::string digest =
+        io::save_safetensors((tmp_dir / file).string(), tensors, {{"shapes", shapes.dump()}});
+    files[file] = {{"bytes", fs::file_size(tmp_dir / file)}, {"xxh3", digest}};
+  }
+  write_json_file(tmp_dir / ("part" + part_suffix(rank, world) + ".json"), files);
+}
+
+std::string publish_checkpoint(const std::string& dir, const TrainerState& state,
+                               const std::function<void(const std::string&)>& extra) {
+  const fs::path final_dir = checkpoint_path(dir, state.step);
+  const fs::path tmp_dir = partial_checkpoint_path(dir, state.step);
   if (extra) extra(tmp_dir.string());
+  // The digests the processes took while writing their parts; the small files are read back.
+  std::map<std::string, std::string> digests;
+  for (const auto& entry : fs::directory_iterator(tmp_dir)) {
+    if (!std::regex_match(entry.path().filename().string(), kPartListName)) continue;
+    const nlohmann::json files = read_json_file_strict(entry.path().string());
+    for (const auto& [file, described] : files.items())
+      digests[file] = described.at("xxh3").get<std::string>();
+  }
   // The state file is written last: its presence is what marks the folder complete, and it lists
   // every other file with its checksum.
   nlohmann::json state_json = state.to_json();
@@ -192,8 +301,13 @@ CheckpointContents read_checkpoint(const std::string& path, bool verify) {
   } else if (verify) {
     verify_files(path, state_json["files"]);
   }
-  c.trainable = read_all(fs::path(path) / "trainable.safetensors");
-  c.optimizer = read_all(fs::path(path) / "optimizer.safetensors");
+  if (fs::exists(fs::path(path) / "trainable.safetensors")) {  // written by one process, before
+    c.trainable = read_all(fs::path(path) / "trainable.safetensors");
+    c.optimizer = read_all(fs::path(path) / "optimizer.safetensors");
+  } else {
+    c.trainable = read_parts(path, "trainable");
+    c.optimizer = read_parts(path, "optimizer");
+  }
   return c;
 }
 

@@ -1,11 +1,21 @@
 // Resumable checkpoints: trainable weights, optimizer state and the position in training.
 //
-// Layout: <dir>/step-00000120/{trainable.safetensors, optimizer.safetensors, trainer_state.json}
-// (+ a PEFT adapter for LoRA runs, so any checkpoint is also a usable adapter). A checkpoint is
-// written into a hidden temporary folder and renamed into place only when complete, so a crash
-// mid-write never leaves something that looks like a checkpoint. trainer_state.json, written last,
-// records each other file's size and XXH3-64 checksum (`xxhsum -H3` checks them by hand); loading
-// verifies them and falls back to the previous checkpoint if one is damaged.
+// Layout: <dir>/step-00000120/
+//   trainable-RRRRR-of-NNNNN.safetensors, optimizer-RRRRR-of-NNNNN.safetensors  one pair per
+//   process part-RRRRR-of-NNNNN.json      that pair's sizes and checksums, written by its process
+//   trainer_state.json            the step and counters, and every file's size and checksum
+//   (+ a PEFT adapter for LoRA runs, so any checkpoint is also a usable adapter).
+// Each process writes the elements its optimizer updates (its slices under sharding; whole tensors
+// are dealt out between processes), streamed from the device tensor by tensor: nothing is gathered
+// to one process, and all write at once. A piece is stored flat under "<name>@<first element>",
+// the tensor's shape in the file's metadata; loading puts the pieces together, so a checkpoint
+// resumes on any number of processes and in any sharding mode. (Checkpoints of one
+// trainable.safetensors and optimizer.safetensors, written before, still load.)
+//
+// A checkpoint is written into a hidden temporary folder and renamed into place only when complete,
+// so a crash mid-write never leaves something that looks like a checkpoint. trainer_state.json,
+// written last, records each other file's size and XXH3-64 checksum (`xxhsum -H3` checks them by
+// hand); loading verifies them and falls back to the previous checkpoint if one is damaged.
 #pragma once
 
 #include <torch/types.h>
@@ -47,11 +57,30 @@ struct CheckpointContents {
   NamedTensors optimizer;
 };
 
-// Writes atomically and returns the final folder. `extra` may add files (e.g. the PEFT adapter)
-// into the temporary folder before it is renamed.
-std::string save_checkpoint(const std::string& dir, const TrainerState& state,
-                            const NamedTensors& trainable, const NamedTensors& optimizer,
-                            const std::function<void(const std::string& tmp_dir)>& extra = {});
+// Elements [offset, offset + numel) of the flattened tensor `name` of shape `shape`.
+struct TensorPiece {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  torch::Tensor values;  // 1-D, on any device
+};
+
+// One process's part of a checkpoint.
+struct CheckpointPart {
+  std::vector<TensorPiece> trainable, optimizer;
+};
+
+// Writing a checkpoint of `step` into `dir`, in three moves the processes take in turn:
+//   begin_checkpoint                   rank 0: an empty temporary folder
+//   write_checkpoint_part              every process: its part, into that folder
+//   publish_checkpoint                 rank 0: `extra` files (the adapter), the state file, the
+//                                      rename into place; returns the final folder
+std::string partial_checkpoint_path(const std::string& dir, int64_t step);
+void begin_checkpoint(const std::string& dir, int64_t step);
+void write_checkpoint_part(const std::string& dir, int64_t step, int rank, int world,
+                           const CheckpointPart& part);
+std::string publish_checkpoint(const std::string& dir, const TrainerState& state,
+                               const std::function<void(const std::string& tmp_dir)>& extra = {});
 
 // Complete checkpoints in `dir`, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);

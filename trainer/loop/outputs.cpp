@@ -16,17 +16,28 @@ namespace fs = std::filesystem;
 namespace kubetune::train {
 namespace {
 
-// The trainable tensors' values for a checkpoint: those the weight sync does not hold whole
-// gathered (a collective; only rank 0 gets them), the rest as they are.
-NamedTensors trainable_weights(Run& run) {
-  const auto gathered = run.weight_sync->gather_weights(run.comm.rank() == 0, true);
-  NamedTensors out;
-  for (size_t i = 0; i < run.trainable.names.size(); ++i) {
-    const auto it = gathered.find(run.trainable.names[i]);
-    out.emplace_back(run.trainable.names[i],
-                     it != gathered.end() ? it->second : run.trainable.tensors[i]);
+// This process's part of a checkpoint: the elements its optimizer updates, with their moments.
+// Sharded entries are this process's own; whole ones, the same on every process, are dealt out
+// between them so that all write about as much.
+CheckpointPart checkpoint_part(Run& run) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (size_t i = 0; i < run.trainable.names.size(); ++i)
+    shapes[run.trainable.names[i]] = run.trainable.tensors[i].sizes().vec();
+  const int rank = run.comm.rank(), world = run.comm.world_size();
+  CheckpointPart part;
+  size_t whole = 0;
+  for (const auto& e : run.optimizer.params()) {
+    if (e.whole() && static_cast<int>(whole++ % world) != rank) continue;
+    const auto& shape = shapes.at(e.name);
+    const int64_t offset = e.whole() ? 0 : (e.named_offset < 0 ? e.offset : e.named_offset);
+    part.trainable.push_back({e.name, shape, offset, e.values(e.param).reshape(-1)});
+    part.optimizer.push_back({e.name + ".exp_avg", shape, offset, e.exp_avg.reshape(-1)});
+    part.optimizer.push_back({e.name + ".exp_avg_sq", shape, offset, e.exp_avg_sq.reshape(-1)});
   }
-  return out;
+  if (rank == 0)
+    part.optimizer.push_back(
+        {"step", {1}, 0, torch::tensor({run.optimizer.step_count()}, torch::kInt64)});
+  return part;
 }
 
 // The adapter or model folder (and the merged model), written by rank 0; the gathers of sharded
@@ -39,7 +50,7 @@ void write_outputs(Run& run) {
   // (a collective).
   std::map<std::string, torch::Tensor> gathered;
   if (!lora || (c.output.save_merged && random_base))
-    gathered = run.weight_sync->gather_weights(run.comm.rank() == 0, false);
+    gathered = run.weight_sync->gather_weights(run.comm.rank() == 0);
   const io::ParameterValue value_of = [&](const std::string& name, const torch::Tensor& t) {
     const auto it = gathered.find(name);
     return it == gathered.end() ? t : it->second;
@@ -71,26 +82,27 @@ void write_outputs(Run& run) {
 
 }  // namespace
 
+// Every process writes its part at once; the waits between the moves are for file I/O, which
+// may take longer than any collective may (a slow volume, a large model).
 void write_checkpoint(Run& run) {
   run.weight_sync->wait_for_weights();
-  auto optimizer_state = run.optimizer.state();
-  const auto sharded_state = run.weight_sync->gather_optimizer_state(run.comm.rank() == 0);
-  optimizer_state.insert(optimizer_state.end(), sharded_state.begin(), sharded_state.end());
-  const NamedTensors weights = trainable_weights(run);
-  if (run.comm.rank() == 0) {
+  const std::string dir = checkpoint_dir(run.config);
+  const int64_t step = run.state.step;
+  const bool lead = run.comm.rank() == 0;
+  if (lead) begin_checkpoint(dir, step);
+  run.comm.wait_for_peers("rank 0 preparing the checkpoint folder");
+  write_checkpoint_part(dir, step, run.comm.rank(), run.comm.world_size(), checkpoint_part(run));
+  run.comm.wait_for_peers("every rank writing its part of the checkpoint");
+  if (lead) {
     const auto lora = lora_config(run.config);
-    auto path =
-        save_checkpoint(checkpoint_dir(run.config), run.state, weights, optimizer_state,
-                        [&](const std::string& tmp) {
-                          if (lora)
-                            io::save_peft_adapter(run.model, *lora, run.config.model.path, tmp);
-                        });
-    prune_checkpoints(checkpoint_dir(run.config), run.config.checkpoint.keep_last);
-    for (auto& o : run.observers) o->on_checkpoint(run.state.step, path);
+    const auto path = publish_checkpoint(dir, run.state, [&](const std::string& tmp) {
+      if (lora) io::save_peft_adapter(run.model, *lora, run.config.model.path, tmp);
+    });
+    prune_checkpoints(dir, run.config.checkpoint.keep_last);
+    for (auto& o : run.observers) o->on_checkpoint(step, path);
   }
-  // Rank 0 may write for longer than any collective may take (a slow volume, a large model).
-  run.comm.wait_for_peers("rank 0 writing the checkpoint");
-  run.checkpointed_step = run.state.step;
+  run.comm.wait_for_peers("rank 0 publishing the checkpoint");
+  run.checkpointed_step = step;
 }
 
 double run_validation(Run& run) {

@@ -13,13 +13,13 @@ std::string shape_text(c10::IntArrayRef sizes) { return c10::str(sizes); }
 
 // `name` is in `tensors` with `shape`, or the reason it is not.
 void expect_tensor(const std::map<std::string, const torch::Tensor*>& tensors,
-                   const std::string& file, const std::string& name, c10::IntArrayRef shape) {
+                   const std::string& what, const std::string& name, c10::IntArrayRef shape) {
   auto it = tensors.find(name);
   if (it == tensors.end())
-    throw CheckpointUnusable(file + " has no tensor \"" + name +
-                             "\" (written for other LoRA targets or another model?)");
+    throw CheckpointUnusable("no tensor \"" + name + "\" in " + what +
+                             " (written for other LoRA targets or another model?)");
   if (it->second->sizes() != shape)
-    throw CheckpointUnusable(file + " tensor \"" + name + "\" has shape " +
+    throw CheckpointUnusable(what + ": tensor \"" + name + "\" has shape " +
                              shape_text(it->second->sizes()) + ", the model's is " +
                              shape_text(shape));
 }
@@ -43,11 +43,11 @@ void check_resumable(const CheckpointContents& checkpoint, const TrainConfig& co
   for (size_t i = 0; i < trainable.names.size(); ++i) {
     const std::string& name = trainable.names[i];
     const auto shape = trainable.tensors[i].sizes();
-    expect_tensor(weights, "trainable.safetensors", name, shape);
-    expect_tensor(moments, "optimizer.safetensors", name + ".exp_avg", shape);
-    expect_tensor(moments, "optimizer.safetensors", name + ".exp_avg_sq", shape);
+    expect_tensor(weights, "the trainable weights", name, shape);
+    expect_tensor(moments, "the optimizer state", name + ".exp_avg", shape);
+    expect_tensor(moments, "the optimizer state", name + ".exp_avg_sq", shape);
   }
-  expect_tensor(moments, "optimizer.safetensors", "step", {1});
+  expect_tensor(moments, "the optimizer state", "step", {1});
   // The schedule a resumed run follows is the checkpoint's global batch (batch_shape.h).
   const auto global =
       static_cast<size_t>(configured_global_batch(config, world, state.global_batch));

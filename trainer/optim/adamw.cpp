@@ -69,17 +69,6 @@ void AdamW::fused_step(double lr, const torch::Tensor& skip) {
   }
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& p : params_) {
-    if (!p.whole()) continue;
-    out.emplace_back(p.name + ".exp_avg", p.exp_avg);
-    out.emplace_back(p.name + ".exp_avg_sq", p.exp_avg_sq);
-  }
-  out.emplace_back("step", torch::tensor({step_}, torch::kInt64));
-  return out;
-}
-
 void AdamW::load_state(const std::function<torch::Tensor(const std::string&)>& lookup) {
   torch::NoGradGuard no_grad;
   for (auto& p : params_) {

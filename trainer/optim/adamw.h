@@ -56,10 +56,9 @@ class AdamW {
   int64_t step_count() const { return step_; }
   std::vector<AdamWParam>& params() { return params_; }
 
-  // Named state for checkpoints: "<param>.exp_avg", "<param>.exp_avg_sq" and "step", of whole
-  // entries (a sharded optimizer assembles its slices itself: the WeightSync).
-  std::vector<std::pair<std::string, torch::Tensor>> state() const;
-  // `lookup` gives the full-size tensors; slices take their part.
+  // Checkpoints write each entry's elements and moments (trainer/loop/outputs.cpp) and read them
+  // back whole: `lookup` gives the full-size "<param>.exp_avg", ".exp_avg_sq" and "step"; slices
+  // take their part.
   void load_state(const std::function<torch::Tensor(const std::string&)>& lookup);
 
  private:

@@ -69,15 +69,4 @@ void FlatShard::append_host_copies(const torch::Tensor& full, const std::string&
   }
 }
 
-void FlatShard::gather_moments(Communicator& comm, bool keep, NamedTensorList& out) const {
-  torch::NoGradGuard no_grad;
-  for (const auto& [suffix, moment] :
-       {std::pair{".exp_avg", exp_avg}, std::pair{".exp_avg_sq", exp_avg_sq}}) {
-    auto full = torch::empty({flat.numel()}, moment.options());
-    full.narrow(0, mine.begin, mine.size).copy_(moment);
-    comm.all_gather_in_place(full, "optimizer state (checkpoint)");
-    if (keep) append_host_copies(full, suffix, out);
-  }
-}
-
 }  // namespace kubetune::parallel

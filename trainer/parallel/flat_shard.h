@@ -62,10 +62,6 @@ struct FlatShard {
   // the member plus `suffix`.
   void append_host_copies(const torch::Tensor& full, const std::string& suffix,
                           NamedTensorList& out) const;
-
-  // The full-size "<name>.exp_avg" / ".exp_avg_sq" of the members, all-gathered from every
-  // process (a collective: every process calls it); appended to `out` only where `keep`.
-  void gather_moments(Communicator& comm, bool keep, NamedTensorList& out) const;
 };
 
 }  // namespace kubetune::parallel

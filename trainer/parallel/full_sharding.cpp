@@ -273,23 +273,16 @@ void FullSharding::with_gathered(Unit& u, const std::function<void(const torch::
   if (!was_gathered) free(u);
 }
 
-std::map<std::string, torch::Tensor> FullSharding::gather_weights(bool keep, bool trainable_only) {
+std::map<std::string, torch::Tensor> FullSharding::gather_weights(bool keep) {
   torch::NoGradGuard no_grad;
   NamedTensorList copies;
   for (auto& u : units_) {
-    if (u->flat.numel == 0 || (trainable_only && !u->trainable)) continue;
+    if (u->flat.numel == 0) continue;
     with_gathered(*u, [&](const torch::Tensor& flat) {
       if (keep) u->flat.append_host_copies(flat, "", copies);
     });
   }
   return {copies.begin(), copies.end()};
-}
-
-NamedTensorList FullSharding::gather_optimizer_state(bool keep) {
-  NamedTensorList out;
-  for (auto& u : units_)
-    if (u->trainable) u->flat.gather_moments(comm_, keep, out);
-  return out;
 }
 
 torch::Tensor FullSharding::empty_batch_loss(int32_t pad_id) {

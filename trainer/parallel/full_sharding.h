@@ -79,8 +79,7 @@ class FullSharding : public WeightSync {
   // An evaluation's forward leaves the root gathered.
   void after_evaluation() override { release(); }
 
-  NamedTensorList gather_optimizer_state(bool keep) override;
-  std::map<std::string, torch::Tensor> gather_weights(bool keep, bool trainable_only) override;
+  std::map<std::string, torch::Tensor> gather_weights(bool keep) override;
 
   // Whether `t` is one of the sharded tensors (its values are then not readable in between).
   bool holds(const torch::Tensor& t) const;

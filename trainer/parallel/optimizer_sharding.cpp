@@ -88,11 +88,4 @@ void OptimizerSharding::wait_for_stage(int64_t stage) {
     }
 }
 
-NamedTensorList OptimizerSharding::gather_optimizer_state(bool keep) {
-  NamedTensorList out;
-  for (const auto& b : flat_buckets_)
-    if (b.sharded) b.shard.gather_moments(comm_, keep, out);
-  return out;
-}
-
 }  // namespace kubetune::parallel

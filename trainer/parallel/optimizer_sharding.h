@@ -47,8 +47,7 @@ class OptimizerSharding : public WeightSync {
   // next forward, whose stages wait only for their own buckets.
   void after_update() override;
   void wait_for_weights() override { wait_for_stage(std::numeric_limits<int64_t>::max()); }
-  NamedTensorList gather_optimizer_state(bool keep) override;
-  std::map<std::string, torch::Tensor> gather_weights(bool, bool) override { return {}; }
+  std::map<std::string, torch::Tensor> gather_weights(bool) override { return {}; }
 
  private:
   struct Bucket {

@@ -20,7 +20,7 @@
 //   finish_gradients()          after the last backward: gradients are complete on every process
 //   AdamW over optimizer_entries(), then after_update(), then drop_gradients()
 // Anything that reads weights outside a forward (evaluation, checkpoint, output) calls
-// wait_for_weights() first; checkpoints and outputs read sharded values through the gathers.
+// wait_for_weights() first; outputs read sharded values through the gathers.
 #pragma once
 
 #include <torch/types.h>
@@ -74,12 +74,10 @@ class WeightSync {
   // After an evaluation's forward, which may leave weights gathered.
   virtual void after_evaluation() {}
 
-  // Collectives for checkpoints and outputs: every process calls them, only `keep` gets values.
-  // The sharded AdamW moments ("<name>.exp_avg", ".exp_avg_sq") the optimizer does not hold whole.
-  virtual NamedTensorList gather_optimizer_state(bool keep) = 0;
-  // Host copies of the weights this process does not hold whole (trainable ones only, or all),
-  // by name; tensors held whole are not in it.
-  virtual std::map<std::string, torch::Tensor> gather_weights(bool keep, bool trainable_only) = 0;
+  // For the outputs, a collective: every process calls it, only `keep` gets values. Host copies
+  // of the weights this process does not hold whole, by name; tensors held whole are not in it.
+  // (Checkpoints need no gather: each process writes the slices its optimizer updates.)
+  virtual std::map<std::string, torch::Tensor> gather_weights(bool keep) = 0;
 };
 
 // AdamW's entries for tensors each process updates whole: those of `tensors` that `skip` (when
