@@ -12,6 +12,10 @@ Run under torchrun; rank 0 prints one JSON line.
                   imported only once the implementation is chosen.
   --recompute     gradient checkpointing: off, on (non-reentrant), or unsloth (Unsloth's own, which
                   offloads the checkpoints to CPU memory; --impl unsloth only).
+  --parallel      ddp (torch DDP, the default) or fsdp2 (torch's fully_shard on every decoder layer and
+                  the root, bf16 compute over fp32 weights, gradients reduced in fp32: what our
+                  `distributed.sharding: full` does; --impl hf only). A model folder without weights
+                  (make_bench_inputs.py --config-only) is drawn at random on the GPUs, shard by shard.
 
 Usage: torchrun --nproc-per-node N hf_baseline.py --model DIR --data FILE --method lora|full
                 [--impl hf|liger|unsloth] [--recompute off|on|unsloth]
@@ -64,6 +68,36 @@ def load_hf(args, liger: bool) -> torch.nn.Module:
     return model
 
 
+def load_fsdp2(args, device) -> torch.nn.Module:
+    """transformers' model under torch's FSDP2, fp32 weights sharded per decoder layer."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    has_weights = any(f.endswith(".safetensors") for f in os.listdir(args.model))
+    if has_weights:
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa")
+    else:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(args.model), dtype=torch.float32,
+                                                     attn_implementation="sdpa")
+    if args.recompute == "on":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.method == "lora":
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
+                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in model.get_base_model().model.layers if args.method == "lora" else model.model.layers:
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    if not has_weights:  # each rank draws its own shards: the values matter only for the timing
+        model.to_empty(device=device)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, 0.02)
+    return model
+
+
 def load_unsloth(args, local_rank: int) -> torch.nn.Module:
     from unsloth import FastLanguageModel  # first: it patches transformers and peft as they load
 
@@ -96,10 +130,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup-steps", type=int, default=5)
     ap.add_argument("--lora-r", type=int, default=16)
+    ap.add_argument("--parallel", choices=["ddp", "fsdp2"], default="ddp")
     ap.add_argument("--profile", help="write a Chrome trace of the last two warm-up steps (rank 0) here")
     args = ap.parse_args()
     if args.recompute == "unsloth" and args.impl != "unsloth":
         ap.error("--recompute unsloth needs --impl unsloth")
+    if args.parallel == "fsdp2" and (args.impl != "hf" or args.method == "qlora"):
+        ap.error("--parallel fsdp2 needs --impl hf and --method full or lora")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder; never look on the hub
     os.environ.setdefault("UNSLOTH_DISABLE_STATISTICS", "1")
     os.environ.setdefault("UNSLOTH_COMPILE_LOCATION", "/tmp/unsloth_compiled_cache")
@@ -110,7 +147,10 @@ def main() -> None:
     torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank)
 
-    model = load_unsloth(args, local_rank) if args.impl == "unsloth" else load_hf(args, args.impl == "liger")
+    if args.parallel == "fsdp2":
+        model = load_fsdp2(args, device)
+    else:
+        model = load_unsloth(args, local_rank) if args.impl == "unsloth" else load_hf(args, args.impl == "liger")
     from transformers import AutoTokenizer  # after Unsloth, if any
 
     tok = AutoTokenizer.from_pretrained(args.model)
@@ -121,7 +161,8 @@ def main() -> None:
         model.to(device)
     model.train()  # from_pretrained returns eval mode, where transformers skips gradient checkpointing
     model.config.use_cache = False
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+    # FSDP2's modules are the model itself; its compute dtype is its policy's, not autocast's.
+    ddp = model if args.parallel == "fsdp2" else torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0, fused=True)
 
@@ -140,7 +181,7 @@ def main() -> None:
         x = torch.tensor(batch, device=device)
         torch.cuda.synchronize(device)
         start = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.parallel == "ddp"):
             out = ddp(input_ids=x, labels=x)
         out.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -164,7 +205,8 @@ def main() -> None:
     dist.all_gather(gathered, stats)
     if rank == 0:
         per_gpu = sum(g[0].item() for g in gathered) / world
-        print(json.dumps({"impl": args.impl, "method": args.method, "gpus": world, "recompute": args.recompute,
+        print(json.dumps({"impl": args.impl if args.parallel == "ddp" else "fsdp2", "method": args.method,
+                          "gpus": world, "recompute": args.recompute,
                           "tokens_per_s_per_gpu": per_gpu,
                           "peak_gib": max(g[1].item() for g in gathered) / 2**30,
                           "first_loss": first_loss, "first_grad_norm": first_grad_norm}), flush=True)

@@ -232,8 +232,72 @@ def slow_checkpoint_volume_does_not_time_out():
     assert elapsed > 4 * 2, "the volume was not slow: the test would not show a timeout"
 
 
+def two_launchers_train_and_resume_as_one():
+    """Two launchers of one process each, as two pods of a job run (`--nnodes 2 --node-rank R`),
+    meeting over TCP at 127.0.0.1: they end with the weights of one launcher of 2 (sharding full,
+    a checkpoint every 25 steps). Then one node's process is killed mid-run: the other node's
+    launcher ends within the collective timeout (exit 3, retryable); both started again resume
+    from the last checkpoint and end with the uninterrupted weights."""
+    w, model, data = setup("two-nodes", 48)
+
+    def cfg_for(name):
+        c = h.config(model, data, w / name, microBatchSize=2, maxSteps=400, learningRate=1e-3)
+        c["distributed"].update(sharding="full", timeoutSeconds=10)
+        c["checkpoint"] = {"resume": "auto", "dir": str(w / f"ck-{name}"), "everySteps": 25}
+        return h.write_config(w / f"{name}.json", c)
+
+    def nodes(cfg):
+        port = h.free_port()
+        return [subprocess.Popen([h.TRAINER, "launch", "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(r),
+                                  "--master-addr", "127.0.0.1", "--master-port", str(port), "--", "train",
+                                  "--config", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for r in (0, 1)]
+
+    def finish(launchers, timeout=300):
+        try:
+            outputs = [p.communicate(timeout=timeout) for p in launchers]
+            return [(p.returncode, *out) for p, out in zip(launchers, outputs)]
+        finally:
+            for p in launchers:
+                if p.poll() is None:
+                    p.kill()
+
+    h.run(launch(2, cfg_for("one-launcher")), timeout=300)
+    reference = h.weights(w / "one-launcher")
+    ends = finish(nodes(cfg_for("two-launchers")))
+    assert all(p[0] == 0 for p in ends), [p[2][-1500:] for p in ends]
+    diff = h.max_abs_diff(reference, h.weights(w / "two-launchers"))
+    print(f"max |one launcher of 2 - two launchers of 1| = {diff:.3g}")
+    assert diff <= 1e-6, diff
+
+    cfg = cfg_for("killed")
+    launchers = nodes(cfg)
+    try:
+        node1_rank = h.child_pids(launchers[1].pid, 1)[0]
+        h.wait_for_step(w / "killed", 30)
+        os.kill(node1_rank, signal.SIGKILL)
+        killed_at = time.time()
+        launchers[0].wait(timeout=40)
+        elapsed = time.time() - killed_at
+    finally:
+        ends = finish(launchers, timeout=30)
+    print(f"node 0's launcher ended {elapsed:.1f} s after node 1's process was killed")
+    assert ends[0][0] == 3 and ends[1][0] != 0, [(p[0], p[2][-800:]) for p in ends]
+    assert elapsed < 10 + 15, elapsed
+    checkpoints = sorted(p.name for p in (w / "ck-killed").iterdir() if not p.name.startswith("."))
+    assert checkpoints and checkpoints[-1] != "step-00000400", checkpoints
+    ends = finish(nodes(cfg))
+    assert all(p[0] == 0 for p in ends), [p[2][-1500:] for p in ends]
+    resumed = int(checkpoints[-1].split("-")[1])
+    assert f"at step={resumed}/400" in ends[0][1] + ends[0][2], ends[0][2][-2000:]
+    diff = h.max_abs_diff(reference, h.weights(w / "killed"))
+    print(f"resumed from step {resumed} on two launchers: max |uninterrupted - resumed| = {diff:.3g}")
+    assert diff <= 1e-6, diff
+
+
 if __name__ == "__main__":
     h.main({f.__name__: f for f in [same_weights_as_one_process, out_of_memory_step_is_rerun_smaller, killed_rank_stops_the_job,
                                      stalled_rank_times_out, sigterm_checkpoints_and_resume_matches,
                                      resume_on_another_world_size_keeps_the_global_batch,
-                                     slow_checkpoint_volume_does_not_time_out]})
+                                     slow_checkpoint_volume_does_not_time_out,
+                                     two_launchers_train_and_resume_as_one]})
