@@ -29,11 +29,14 @@ def setup(name, n_examples=48, **model_config):
 
 
 def train(w, model, data, name, world, micro, accum, sharding, method="full", recompute=False, steps=4,
-          checkpoint=None, validation=None):
+          checkpoint=None, validation=None, merged_from_random_base=False):
     """One run with a global batch of micro x accum x world (`steps` None: one epoch); returns its log."""
     cfg = h.config(model, data, w / name, method=method, microBatchSize=micro, gradientAccumulationSteps=accum,
                    learningRate=1e-2, maxGradNorm=0.05, **({"maxSteps": steps} if steps else {}))
     cfg["distributed"].update(sharding=sharding)
+    if merged_from_random_base:  # the merged output then reads the (sharded) base from the run
+        cfg["model"]["init"] = "random"
+        cfg["output"]["saveMerged"] = True
     cfg["model"]["gradientCheckpointing"] = recompute
     # An evaluation after step 2 and at the end: forwards without backward, between steps.
     cfg["data"]["validation"] = str(validation or data)
@@ -123,7 +126,8 @@ def short_tail_and_uneven_evaluation():
 
 def lora_same_as_one_process():
     """LoRA with the frozen base fully sharded (the adapters stay whole on every process): the
-    adapters of 2 and 3 processes equal one process's without sharding."""
+    adapters of 2 and 3 processes equal one process's without sharding, and so does a merged
+    model over a randomly drawn base."""
     w, model, data = setup("fsdp-lora")
     train(w, model, data, "reference", 1, 2, 3, "none", method="lora")
     reference = h.weights(w / "reference")
@@ -131,6 +135,13 @@ def lora_same_as_one_process():
     for world, micro, accum in ((2, 1, 3), (3, 2, 1)):
         train(w, model, data, f"full{world}", world, micro, accum, "full", method="lora")
         compare(reference, h.weights(w / f"full{world}"), f"lora, sharding full on {world}")
+    # A merged model over a randomly drawn base: the base exists only in the run, split across
+    # processes, and is gathered a layer at a time as the merged folder is written.
+    train(w, model, data, "merged-reference", 1, 2, 3, "none", method="lora", merged_from_random_base=True)
+    train(w, model, data, "merged-full2", 2, 1, 3, "full", method="lora", merged_from_random_base=True)
+    merged = h.weights(w / "merged-reference" / "merged")
+    assert "model.layers.0.mlp.down_proj.weight" in merged and not any("lora" in k for k in merged), list(merged)[:5]
+    compare(merged, h.weights(w / "merged-full2" / "merged"), "merged over a random base, sharding full on 2")
 
 
 def resume_on_other_process_counts():

@@ -226,18 +226,47 @@ void load_hf_weights(model::CausalLM& model, const std::string& dir) {
   HfWeights(dir).load_into(*model, "");
 }
 
+namespace {
+
+// The checkpoint tensors of one parameter, each produced when the file reaches it; the
+// parameter's value is asked for once, at the first, and dropped after the last.
+void append_deferred(model::CausalLM& model, const std::string& name, const at::Tensor& param,
+                     c10::ScalarType dtype, const ParameterValue& value_of,
+                     std::vector<DeferredTensor>& out) {
+  const auto slices = model::stored_slices(model->config(), name);
+  auto value = std::make_shared<at::Tensor>();
+  const at::Tensor shape_only = at::empty(param.sizes(), at::TensorOptions().device(at::kMeta));
+  for (size_t k = 0; k < slices.size(); ++k) {
+    const model::StoredSlice slice = slices[k];
+    const bool last = k + 1 == slices.size();
+    out.push_back({slice.name, dtype, model::slice_of(shape_only, slice).sizes().vec(), [=] {
+                     if (!value->defined()) *value = value_of ? value_of(name, param) : param;
+                     at::Tensor t = model::slice_of(*value, slice).to(dtype);
+                     if (last) *value = at::Tensor();
+                     return t;
+                   }});
+  }
+}
+
+}  // namespace
+
 void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::ScalarType dtype,
-                   int64_t max_shard_bytes, const ParameterValue& value_of) {
+                   int64_t max_shard_bytes, const ParameterValue& value_of, bool write) {
   if (model::has_lora(model))
     throw std::runtime_error(out_dir +
                              ": the model still has LoRA adapters; call merge_lora first");
+  if (!write) {  // the same values asked for in the same order: the gathers they take part in
+    for (const auto& item : model->named_parameters())
+      if (value_of) value_of(item.key(), item.value());
+    return;
+  }
   fs::create_directories(out_dir);
   json config = model->config().raw;
   config["torch_dtype"] = hf_dtype_name(dtype);  // transformers 4 name
   config["dtype"] = hf_dtype_name(dtype);        // transformers 5 name
 
   // Group parameters into shards of at most max_shard_bytes (a larger tensor gets its own).
-  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  std::vector<std::vector<DeferredTensor>> shards(1);
   int64_t shard_bytes = 0, total_bytes = 0;
   for (const auto& item : model->named_parameters()) {
     const int64_t bytes = item.value().numel() * static_cast<int64_t>(c10::elementSize(dtype));
@@ -245,30 +274,22 @@ void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::Scal
       shards.emplace_back();
       shard_bytes = 0;
     }
-    const at::Tensor value = value_of ? value_of(item.key(), item.value()) : item.value();
-    for (const auto& slice : model::stored_slices(model->config(), item.key()))
-      shards.back().emplace_back(slice.name, model::slice_of(value, slice));
+    append_deferred(model, item.key(), item.value(), dtype, value_of, shards.back());
     shard_bytes += bytes;
     total_bytes += bytes;
   }
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
-  auto converted = [&](const std::vector<std::pair<std::string, at::Tensor>>& shard) {
-    std::vector<std::pair<std::string, at::Tensor>> out;
-    for (const auto& [name, t] : shard) out.emplace_back(name, t.detach().to(at::kCPU, dtype));
-    return out;
-  };
-
   const std::string index_path = out_dir + "/model.safetensors.index.json";
   if (shards.size() == 1) {
-    save_safetensors(out_dir + "/model.safetensors", converted(shards[0]), meta);
+    save_safetensors(out_dir + "/model.safetensors", shards[0], meta);
     fs::remove(index_path);
   } else {
     json weight_map = json::object();
     char name[64];
     for (size_t i = 0; i < shards.size(); ++i) {
       std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-      save_safetensors(out_dir + "/" + name, converted(shards[i]), meta);
-      for (const auto& entry : shards[i]) weight_map[entry.first] = name;
+      save_safetensors(out_dir + "/" + name, shards[i], meta);
+      for (const auto& entry : shards[i]) weight_map[entry.name] = name;
     }
     json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
     write_text_atomic(index_path, index.dump(2));

@@ -43,10 +43,14 @@ void load_hf_weights(model::CausalLM& model, const std::string& dir);
 // model.safetensors, or model-0000i-of-0000N.safetensors + model.safetensors.index.json once
 // they exceed `max_shard_bytes`. Throws if the model still carries LoRA adapters: merge first.
 // `value_of(name, parameter)`, when given, says what to write for a parameter whose values live
-// elsewhere (fully sharded weights gathered to the host).
+// elsewhere (fully sharded weights, gathered layer by layer); it is called once per parameter, in
+// the model's order, when the file reaches it, so no more than a tensor is in host memory at once.
+// With `write` false nothing is written and `value_of` is called all the same, in the same order:
+// the processes that do not write take part in the gathers.
 using ParameterValue = std::function<at::Tensor(const std::string& name, const at::Tensor& param)>;
 void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::ScalarType dtype,
-                   int64_t max_shard_bytes = 5'000'000'000, const ParameterValue& value_of = {});
+                   int64_t max_shard_bytes = 5'000'000'000, const ParameterValue& value_of = {},
+                   bool write = true);
 
 // Copies tokenizer.json, tokenizer_config.json, special_tokens_map.json, chat_template.jinja,
 // generation_config.json (and tokenizer.model / vocab.json / merges.txt) when present.

@@ -195,16 +195,26 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
 std::string save_safetensors(const std::string& path,
                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                              const std::map<std::string, std::string>& metadata) {
+  std::vector<DeferredTensor> deferred;
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) fail(path, "tensor \"" + name + "\" is undefined");
+    deferred.push_back({name, t.scalar_type(), t.sizes().vec(), [t] { return t; }});
+  }
+  return save_safetensors(path, deferred, metadata);
+}
+
+std::string save_safetensors(const std::string& path, const std::vector<DeferredTensor>& tensors,
+                             const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    if (header.contains(name)) fail(path, "duplicate tensor name \"" + name + "\"");
-    if (!t.defined()) fail(path, "tensor \"" + name + "\" is undefined");
-    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-    header[name] = {{"dtype", safetensors_dtype_name(t.scalar_type())},
-                    {"shape", t.sizes().vec()},
-                    {"data_offsets", {offset, offset + bytes}}};
+  for (const auto& t : tensors) {
+    if (header.contains(t.name)) fail(path, "duplicate tensor name \"" + t.name + "\"");
+    const size_t bytes = static_cast<size_t>(c10::multiply_integers(t.shape)) *
+                         static_cast<size_t>(c10::elementSize(t.dtype));
+    header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -214,26 +224,32 @@ std::string save_safetensors(const std::string& path,
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) fail(tmp, "cannot create: " + errno_text());
   Xxh3 digest;
+  auto abandon = [&](const std::string& why) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    fail(tmp, why);
+  };
   auto write = [&](const void* data, size_t n) {
     digest.update(data, n);
-    if (n > 0 && std::fwrite(data, 1, n, f) != n) {
-      std::fclose(f);
-      std::remove(tmp.c_str());
-      fail(tmp, "write failed: " + errno_text());
-    }
+    if (n > 0 && std::fwrite(data, 1, n, f) != n) abandon("write failed: " + errno_text());
   };
   const uint64_t header_len = text.size();
   write(&header_len, 8);
   write(text.data(), text.size());
-  for (const auto& [name, t] : tensors) {
-    at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
+  for (const auto& t : tensors) {
+    at::Tensor cpu;
+    try {
+      cpu = t.produce().detach().to(at::kCPU).contiguous();
+    } catch (...) {  // e.g. a gather that failed: its error, as it is, after the cleanup
+      std::fclose(f);
+      std::remove(tmp.c_str());
+      throw;
+    }
+    if (cpu.scalar_type() != t.dtype || cpu.sizes().vec() != t.shape)
+      abandon("tensor \"" + t.name + "\" came out other than declared");
     write(cpu.data_ptr(), static_cast<size_t>(cpu.numel()) * cpu.element_size());
   }
-  if (std::fflush(f) != 0 || fsync(fileno(f)) != 0) {
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    fail(tmp, "flush failed: " + errno_text());
-  }
+  if (std::fflush(f) != 0 || fsync(fileno(f)) != 0) abandon("flush failed: " + errno_text());
   std::fclose(f);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,18 @@ class SafetensorsFile {
 // file's XXH3-64 (file_digest.h), computed from the bytes as they are written.
 std::string save_safetensors(const std::string& path,
                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                             const std::map<std::string, std::string>& metadata = {});
+
+// A tensor declared by its dtype and shape, produced only when the file reaches it: a file can
+// then hold more than memory does at once (the outputs of fully sharded weights, gathered layer by
+// layer). `produce` is called once, in order, and must return that dtype and shape.
+struct DeferredTensor {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  std::function<at::Tensor()> produce;
+};
+std::string save_safetensors(const std::string& path, const std::vector<DeferredTensor>& tensors,
                              const std::map<std::string, std::string>& metadata = {});
 
 // "F32", "BF16", ... <-> at::ScalarType; throw for types safetensors cannot hold.

@@ -40,44 +40,51 @@ CheckpointPart checkpoint_part(Run& run) {
   return part;
 }
 
-// The adapter or model folder (and the merged model), written by rank 0; the gathers of sharded
-// weights it reads are collectives all take part in.
+// The base with the adapters merged in, in full precision. The base comes from the model folder
+// again (rank 0 holds it, on the host); a randomly initialised one exists only in the run (drawn
+// in its storage dtype, so the copy is exact), and its sharded values are gathered layer by layer.
+void write_merged(Run& run, const std::optional<model::LoraConfig>& lora,
+                  const io::ParameterValue& value_of) {
+  const auto& c = run.config;
+  const bool lead = run.comm.rank() == 0;
+  const bool random_base = c.model.init == api::ModelInit::kRandom;
+  model::CausalLM merged{nullptr};
+  if (lead)
+    merged = load_model(c.model.path, torch::Device(torch::kCPU), torch::kFloat32, lora, false,
+                        c.training.seed, std::nullopt, c.model.init);
+  torch::NoGradGuard no_grad;
+  for (const auto& item : run.model->named_parameters()) {
+    if (!item.value().requires_grad() && !random_base) continue;
+    const torch::Tensor value = value_of(item.key(), item.value());  // every process asks
+    if (lead) merged->named_parameters()[item.key()].copy_(value.to(torch::kCPU));
+  }
+  if (!lead) return;
+  model::merge_lora(merged);
+  io::save_hf_model(merged, c.output.dir + "/merged", torch::kFloat32);
+  io::copy_tokenizer_files(c.model.path, c.output.dir + "/merged");
+}
+
+// The adapter or model folder (and the merged model), written by rank 0. Weights the processes do
+// not hold whole are gathered a layer at a time as the files reach them, a collective every
+// process takes part in: no process holds the whole model, on the GPU or the host.
 void write_outputs(Run& run) {
   const auto& c = run.config;
   const auto lora = lora_config(c);
-  const bool random_base = c.model.init == api::ModelInit::kRandom;
-  // Weights the outputs read that the weight sync does not hold whole, gathered to rank 0's host
-  // (a collective).
-  std::map<std::string, torch::Tensor> gathered;
-  if (!lora || (c.output.save_merged && random_base))
-    gathered = run.weight_sync->gather_weights(run.comm.rank() == 0);
+  const bool lead = run.comm.rank() == 0;
   const io::ParameterValue value_of = [&](const std::string& name, const torch::Tensor& t) {
-    const auto it = gathered.find(name);
-    return it == gathered.end() ? t : it->second;
+    return run.weight_sync->weight_value(name, t);
   };
-  if (run.comm.rank() != 0) return;
-  fs::create_directories(c.output.dir);
+  if (lead) fs::create_directories(c.output.dir);
   if (lora) {
-    io::save_peft_adapter(run.model, *lora, c.model.path, c.output.dir);
-    if (c.output.save_merged) {
-      // The base weights in full precision come from the folder again; randomly initialised
-      // ones exist only here (drawn in their storage dtype, so the copy is exact).
-      auto merged = load_model(c.model.path, torch::Device(torch::kCPU), torch::kFloat32, lora,
-                               false, c.training.seed, std::nullopt, c.model.init);
-      torch::NoGradGuard no_grad;
-      auto ours = run.model->named_parameters();
-      for (auto& item : merged->named_parameters())
-        if (item.value().requires_grad() || random_base)
-          item.value().copy_(value_of(item.key(), ours[item.key()]).to(torch::kCPU));
-      model::merge_lora(merged);
-      io::save_hf_model(merged, c.output.dir + "/merged", torch::kFloat32);
-      io::copy_tokenizer_files(c.model.path, c.output.dir + "/merged");
-    }
+    if (lead) io::save_peft_adapter(run.model, *lora, c.model.path, c.output.dir);
+    if (c.output.save_merged) write_merged(run, lora, value_of);
   } else {
-    io::save_hf_model(run.model, c.output.dir, torch::kFloat32, 5'000'000'000, value_of);
-    io::copy_tokenizer_files(c.model.path, c.output.dir);
+    io::save_hf_model(run.model, c.output.dir, torch::kFloat32, 5'000'000'000, value_of, lead);
+    if (lead) io::copy_tokenizer_files(c.model.path, c.output.dir);
   }
-  log::info() << "saved " << (lora ? "PEFT adapter" : "model") << " output=" << c.output.dir;
+  run.weight_sync->after_reading_weights();
+  if (lead)
+    log::info() << "saved " << (lora ? "PEFT adapter" : "model") << " output=" << c.output.dir;
 }
 
 }  // namespace

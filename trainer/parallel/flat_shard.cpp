@@ -58,15 +58,4 @@ std::vector<optim::AdamWParam> FlatShard::optimizer_entries(const DecayRule& dec
   return entries;
 }
 
-void FlatShard::append_host_copies(const torch::Tensor& full, const std::string& suffix,
-                                   NamedTensorList& out) const {
-  for (size_t j = 0; j < members.size(); ++j) {
-    const auto& p = members[j];
-    out.emplace_back(names[j] + suffix, full.narrow(0, offsets[j], p.numel())
-                                            .view(p.sizes())
-                                            .to(torch::kCPU, /*non_blocking=*/false,
-                                                /*copy=*/true));
-  }
-}
-
 }  // namespace kubetune::parallel

@@ -57,11 +57,6 @@ struct FlatShard {
   // and the entry names the member it holds part of.
   std::vector<optim::AdamWParam> optimizer_entries(const DecayRule& decays,
                                                    const torch::Tensor& master = {}) const;
-
-  // Full-size host copies of each member's part of `full` (laid out like `flat`), named after
-  // the member plus `suffix`.
-  void append_host_copies(const torch::Tensor& full, const std::string& suffix,
-                          NamedTensorList& out) const;
 };
 
 }  // namespace kubetune::parallel

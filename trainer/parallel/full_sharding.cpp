@@ -236,6 +236,7 @@ void FullSharding::after_backward() {
 
 void FullSharding::release() {
   for (auto& u : units_) free(*u);
+  being_read_ = nullptr;
 }
 
 void FullSharding::drop_gradients() {
@@ -266,23 +267,16 @@ std::vector<optim::AdamWParam> FullSharding::optimizer_entries(const DecayRule& 
   return entries;
 }
 
-void FullSharding::with_gathered(Unit& u, const std::function<void(const torch::Tensor&)>& read) {
-  const bool was_gathered = u.gathered;
+torch::Tensor FullSharding::weight_value(const std::string& name, const torch::Tensor& param) {
+  Unit& u = *units_.at(unit_of(name));
+  const auto& members = u.flat.members;
+  if (std::none_of(members.begin(), members.end(),
+                   [&](const torch::Tensor& p) { return p.is_same(param); }))
+    return param;  // held whole
+  if (being_read_ != nullptr && being_read_ != &u) free(*being_read_);
   wait_for(u);
-  read(u.flat.flat);
-  if (!was_gathered) free(u);
-}
-
-std::map<std::string, torch::Tensor> FullSharding::gather_weights(bool keep) {
-  torch::NoGradGuard no_grad;
-  NamedTensorList copies;
-  for (auto& u : units_) {
-    if (u->flat.numel == 0) continue;
-    with_gathered(*u, [&](const torch::Tensor& flat) {
-      if (keep) u->flat.append_host_copies(flat, "", copies);
-    });
-  }
-  return {copies.begin(), copies.end()};
+  being_read_ = &u;
+  return param;  // a view into the unit's gathered storage
 }
 
 torch::Tensor FullSharding::empty_batch_loss(int32_t pad_id) {

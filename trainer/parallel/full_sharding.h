@@ -79,7 +79,8 @@ class FullSharding : public WeightSync {
   // An evaluation's forward leaves the root gathered.
   void after_evaluation() override { release(); }
 
-  std::map<std::string, torch::Tensor> gather_weights(bool keep) override;
+  torch::Tensor weight_value(const std::string& name, const torch::Tensor& param) override;
+  void after_reading_weights() override { release(); }
 
   // Whether `t` is one of the sharded tensors (its values are then not readable in between).
   bool holds(const torch::Tensor& t) const;
@@ -96,8 +97,6 @@ class FullSharding : public WeightSync {
   void release();
   void gradient_ready(Unit& u);
   void reduce_gradients(Unit& u);
-  // Gathers `u` if it is not, calls `read` with its full flat buffer, and frees it again.
-  void with_gathered(Unit& u, const std::function<void(const torch::Tensor&)>& read);
 
   Communicator& comm_;
   model::CausalLM model_;
@@ -107,7 +106,8 @@ class FullSharding : public WeightSync {
   std::unique_ptr<BucketedGradients> whole_;  // trainable tensors not split (LoRA's adapters)
   // Autograd holds its gradient accumulators weakly; the hooks on them live as long as these.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  int64_t peak_gathered_ = 0;  // elements of all units' storage, at most, after any gather
+  Unit* being_read_ = nullptr;  // the unit weight_value gathered last
+  int64_t peak_gathered_ = 0;   // elements of all units' storage, at most, after any gather
 };
 
 }  // namespace kubetune::parallel

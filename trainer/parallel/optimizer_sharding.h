@@ -47,7 +47,6 @@ class OptimizerSharding : public WeightSync {
   // next forward, whose stages wait only for their own buckets.
   void after_update() override;
   void wait_for_weights() override { wait_for_stage(std::numeric_limits<int64_t>::max()); }
-  std::map<std::string, torch::Tensor> gather_weights(bool) override { return {}; }
 
  private:
   struct Bucket {

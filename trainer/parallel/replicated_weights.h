@@ -19,7 +19,6 @@ class ReplicatedWeights : public WeightSync {
   void begin_step(const RowIds& rows) override { buckets_->begin_step(rows); }
   torch::Tensor empty_batch_loss(int32_t) override { return zero_loss(trainable_); }
   void finish_gradients() override { buckets_->finish_step(); }
-  std::map<std::string, torch::Tensor> gather_weights(bool) override { return {}; }
 
  private:
   model::NamedParams trainable_;

@@ -74,10 +74,14 @@ class WeightSync {
   // After an evaluation's forward, which may leave weights gathered.
   virtual void after_evaluation() {}
 
-  // For the outputs, a collective: every process calls it, only `keep` gets values. Host copies
-  // of the weights this process does not hold whole, by name; tensors held whole are not in it.
+  // For the outputs: a weight's whole value, on this process's device. A fully sharded one is
+  // gathered with its layer, a collective: every process asks for the same names in the same
+  // order, and the layer asked for before is freed. Call after_reading_weights() after the last.
   // (Checkpoints need no gather: each process writes the slices its optimizer updates.)
-  virtual std::map<std::string, torch::Tensor> gather_weights(bool keep) = 0;
+  virtual torch::Tensor weight_value(const std::string& /*name*/, const torch::Tensor& param) {
+    return param;
+  }
+  virtual void after_reading_weights() {}
 };
 
 // AdamW's entries for tensors each process updates whole: those of `tensors` that `skip` (when
