@@ -85,8 +85,8 @@ double recompute_inputs(const TrainConfig& c, const model::ModelConfig& m, doubl
 }  // namespace
 
 int64_t MemoryEstimate::total() const {
-  return frozen_weights + trainable_weights + gradients + optimizer_states + autocast_copies +
-         activations;
+  return std::max(loading, frozen_weights + trainable_weights + gradients + optimizer_states +
+                               autocast_copies + activations);
 }
 
 api::MemoryReport MemoryEstimate::to_report() const {
@@ -97,6 +97,7 @@ api::MemoryReport MemoryEstimate::to_report() const {
   m.optimizer_states_gib = rounded_gib(optimizer_states);
   m.autocast_copies_gib = rounded_gib(autocast_copies);
   m.activations_gib = rounded_gib(activations);
+  if (loading > 0) m.loading_gib = rounded_gib(loading);
   m.total_gib = rounded_gib(total());
   return m;
 }
@@ -186,6 +187,12 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   // Several processes: the reduction's buckets hold another copy of the gradients.
   e.gradients = trainable * 4 * (world_size > 1 ? 2 : 1);
   e.optimizer_states = trainable * 8 / (optimizer_sharded ? world_size : 1);
+  if (weights_sharded && world_size > 1) {
+    // Every process loads the whole model (trainable in fp32, frozen in the compute dtype) and
+    // only then splits it, a unit at a time.
+    const int64_t bytes = full ? 4 : (bf16 ? 2 : 4);
+    e.loading = static_cast<int64_t>((static_cast<double>(all) + largest_unit(m)) * bytes);
+  }
   if (weights_sharded && full) {
     // 1/N of the gradients (summed over micro-batches) and, with peers, while one unit is
     // reduced its full-size gradients and their flat copy. One process keeps one full-size copy,

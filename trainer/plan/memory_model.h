@@ -19,6 +19,10 @@ struct MemoryEstimate {
   int64_t optimizer_states = 0;   // AdamW's two fp32 moments (divided by the world if sharded)
   int64_t autocast_copies = 0;    // bf16 copies of fp32 weights cached by autocast in forward
   int64_t activations = 0;        // saved for backward (one micro-batch of maxLength rows)
+  // Before training, under sharding full: the whole model as loaded, on every GPU, before it is
+  // split (trainer/loop/train_loop.cpp), plus one unit's flat copy. Not part of the sum above.
+  int64_t loading = 0;
+  // The peak: the larger of the training terms' sum and `loading`.
   int64_t total() const;
   api::MemoryReport to_report() const;  // in GiB, for the preflight report
 };
