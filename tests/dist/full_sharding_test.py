@@ -148,7 +148,8 @@ def resume_on_other_process_counts():
     """A fully sharded run on 2 processes checkpoints at step 2; resumed from that checkpoint on
     3 and 4 processes (sharding full) and on 1 (no sharding), which put its two parts together,
     with the same global batch, each ends with the weights of the uninterrupted 2-process
-    run and of one process without sharding."""
+    run and of one process without sharding. And a checkpoint written under `optimizer` sharding
+    on 3 resumes under `full` on 2."""
     w, model, data = setup("fsdp-resume")
     every2 = {"resume": "never", "dir": str(w / "ck"), "everySteps": 2}
     train(w, model, data, "straight", 2, 2, 3, "full", checkpoint=every2)
@@ -167,6 +168,15 @@ def resume_on_other_process_counts():
                     checkpoint={"resume": str(halfway), "dir": str(w / f"ck{world}"), "everySteps": 0})
         assert f"resuming from {halfway} at step=2/4" in out, out[-2000:]
         compare(reference, h.weights(w / name), f"resumed on {world} ({sharding})")
+    # The other way: a checkpoint of 3 processes with the optimizer alone sharded (ZeRO-2, whose
+    # slices are of gradient buckets, not of units) resumed fully sharded on 2.
+    train(w, model, data, "zero2", 3, 2, 2, "optimizer", checkpoint={**every2, "dir": str(w / "ck-zero2")})
+    zero2_halfway = w / "ck-zero2" / "step-00000002"
+    assert (zero2_halfway / "optimizer-00002-of-00003.safetensors").exists(), sorted(zero2_halfway.iterdir())
+    out = train(w, model, data, "zero2-resumed2", 2, 2, 3, "full",
+                checkpoint={"resume": str(zero2_halfway), "dir": str(w / "ck-zero2-resumed"), "everySteps": 0})
+    assert f"resuming from {zero2_halfway} at step=2/4" in out, out[-2000:]
+    compare(reference, h.weights(w / "zero2-resumed2"), "written under optimizer on 3, resumed under full on 2")
 
 
 def qlora_is_refused():
