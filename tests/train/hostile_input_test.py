@@ -202,6 +202,31 @@ def damaged_checkpoints_fall_back():
         assert "skipping checkpoint" in p.stderr and needle in p.stderr, (name, needle, p.stderr[-3000:])
         assert "resuming from" in p.stderr and "step-00000001 at step=1/3" in p.stderr, (name, p.stderr[-3000:])
 
+    # A checkpoint of one file each (written before checkpoints had parts) still resumes, to the
+    # same weights as the checkpoint it was made from.
+    for kind in ("old", "parts"):
+        d = w / kind
+        shutil.copytree(w / "pristine", d)
+        step2 = d / "step-00000002"
+        if kind == "old":
+            for part in ("trainable", "optimizer"):
+                f = step2 / f"{part}-00000-of-00001.safetensors"
+                with safe_open(str(f), "pt") as opened:
+                    shapes = json.loads(opened.metadata()["shapes"])
+                whole = {key.rsplit("@", 1)[0]: t.reshape(shapes[key.rsplit("@", 1)[0]])
+                         for key, t in load_file(str(f)).items()}
+                save_file(whole, str(step2 / f"{part}.safetensors"))
+                f.unlink()
+            (step2 / "part-00000-of-00001.json").unlink()
+            unverified(step2)
+        cfg["checkpoint"]["dir"] = str(d)
+        cfg["output"]["dir"] = str(w / "out" / kind)
+        p = h.run(["train", "--config", h.write_config(w / f"{kind}.json", cfg)])
+        assert "step-00000002 at step=2/3" in p.stderr and "skipping" not in p.stderr, p.stderr[-2000:]
+    diff = h.max_abs_diff(h.weights(w / "out" / "old"), h.weights(w / "out" / "parts"))
+    print(f"resumed from a checkpoint of one file each: max |w - w_parts| = {diff:.3g}")
+    assert diff == 0, diff
+
     # Every checkpoint belongs to another method: nothing to resume, and nothing is deleted.
     cfg["checkpoint"]["dir"] = str(w / "pristine")
     cfg["method"]["type"] = "lora"

@@ -85,39 +85,29 @@ int64_t step_in_name(const fs::path& dir) {
   return std::regex_match(name, m, kCheckpointName) ? std::stoll(m[1].str()) : -1;
 }
 
-NamedTensors read_all(const fs::path& path) {
-  io::SafetensorsFile file(path.string());
-  NamedTensors out;
-  for (const auto& name : file.names()) out.emplace_back(name, file.tensor(name).clone());
-  return out;
-}
-
-// A tensor being put together from its pieces: the elements each piece covered.
-struct Assembly {
-  torch::Tensor flat;
-  std::vector<std::pair<int64_t, int64_t>> covered;  // [begin, end)
-  std::vector<int64_t> shape;
-};
-
-// Every element of every tensor came from exactly one piece.
-void check_covered(const std::string& kind, const std::string& name, Assembly& a) {
-  std::sort(a.covered.begin(), a.covered.end());
-  int64_t next = 0;
-  for (const auto& [begin, end] : a.covered) {
-    if (begin != next)
-      throw CheckpointUnusable(kind + " tensor \"" + name + "\": elements " +
-                               std::to_string(std::min(begin, next)) + " to " +
-                               std::to_string(std::max(begin, next)) +
-                               (begin > next ? " are in no part" : " are in two parts"));
-    next = end;
+// A file's tensors as pieces of `out`: a part's flat "<name>@<first element>" pieces, or the whole
+// tensors of a checkpoint of one file each (written before parts).
+void add_file(const fs::path& path, bool is_part, StoredTensors& out) {
+  auto file = std::make_shared<io::SafetensorsFile>(path.string());
+  nlohmann::json shapes;
+  if (is_part) shapes = nlohmann::json::parse(file->metadata().at("shapes").get<std::string>());
+  for (const auto& key : file->names()) {
+    const torch::Tensor values = file->tensor(key);  // a view into the mapped file
+    if (!is_part) {
+      out.add(key, values.sizes().vec(), 0, values.reshape(-1), file);
+      continue;
+    }
+    const size_t at = key.rfind('@');
+    if (at == std::string::npos)
+      throw CheckpointUnusable(path.string() + ": tensor \"" + key + "\" is not a piece");
+    const std::string name = key.substr(0, at);
+    out.add(name, shapes.at(name).get<std::vector<int64_t>>(), std::stoll(key.substr(at + 1)),
+            values.reshape(-1), file);
   }
-  if (next != a.flat.numel())
-    throw CheckpointUnusable(kind + " tensor \"" + name + "\": elements from " +
-                             std::to_string(next) + " on are in no part");
 }
 
-// The tensors of `kind` ("trainable", "optimizer") put together from every process's part file.
-NamedTensors read_parts(const fs::path& dir, const std::string& kind) {
+// The tensors of `kind` ("trainable", "optimizer") in every process's part file.
+StoredTensors read_parts(const fs::path& dir, const std::string& kind) {
   std::map<int, fs::path> parts;
   int world = -1;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -132,37 +122,19 @@ NamedTensors read_parts(const fs::path& dir, const std::string& kind) {
     parts[std::stoi(m[2].str())] = entry.path();
   }
   if (world < 0) throw CheckpointUnusable(kind + "-*.safetensors: missing");
-  for (int r = 0; r < world; ++r)
+  StoredTensors out;
+  for (int r = 0; r < world; ++r) {
     if (!parts.count(r))
       throw CheckpointUnusable(kind + part_suffix(r, world) + ".safetensors: missing");
-  std::map<std::string, Assembly> tensors;
-  for (const auto& [rank, path] : parts) {
-    io::SafetensorsFile file(path.string());
-    const nlohmann::json shapes =
-        nlohmann::json::parse(file.metadata().at("shapes").get<std::string>());
-    for (const auto& key : file.names()) {
-      const size_t at = key.rfind('@');
-      if (at == std::string::npos)
-        throw CheckpointUnusable(path.string() + ": tensor \"" + key + "\" is not a piece");
-      const std::string name = key.substr(0, at);
-      const int64_t offset = std::stoll(key.substr(at + 1));
-      const torch::Tensor piece = file.tensor(key).reshape(-1);
-      Assembly& a = tensors[name];
-      if (!a.flat.defined()) {
-        a.shape = shapes.at(name).get<std::vector<int64_t>>();
-        a.flat = torch::empty({c10::multiply_integers(a.shape)}, piece.options());
-      }
-      if (offset < 0 || offset + piece.numel() > a.flat.numel())
-        throw CheckpointUnusable(path.string() + ": piece \"" + key + "\" lies outside its tensor");
-      a.flat.narrow(0, offset, piece.numel()).copy_(piece);
-      a.covered.emplace_back(offset, offset + piece.numel());
-    }
+    add_file(parts[r], true, out);
   }
-  NamedTensors out;
-  for (auto& [name, a] : tensors) {
-    check_covered(kind, name, a);
-    out.emplace_back(name, a.flat.view(a.shape));
-  }
+  out.check_complete(kind);
+  return out;
+}
+
+StoredTensors read_whole_file(const fs::path& path) {
+  StoredTensors out;
+  add_file(path, false, out);
   return out;
 }
 
@@ -195,6 +167,57 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
   s.seed = j.at("seed");
   s.method = j.at("method");
   return s;
+}
+
+std::vector<std::string> StoredTensors::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, entry] : entries_) out.push_back(name);
+  return out;
+}
+
+const std::vector<int64_t>& StoredTensors::shape(const std::string& name) const {
+  return entries_.at(name).shape;
+}
+
+void StoredTensors::add(const std::string& name, const std::vector<int64_t>& shape, int64_t offset,
+                        const torch::Tensor& values, std::shared_ptr<const void> keep_alive) {
+  Entry& e = entries_[name];
+  if (e.pieces.empty()) e.shape = shape;
+  if (e.shape != shape)
+    throw CheckpointUnusable("tensor \"" + name + "\": its parts disagree on its shape");
+  if (offset < 0 || offset + values.numel() > c10::multiply_integers(shape))
+    throw CheckpointUnusable("tensor \"" + name + "\": a piece at element " +
+                             std::to_string(offset) + " lies outside it");
+  e.pieces.push_back({offset, values, std::move(keep_alive)});
+}
+
+void StoredTensors::check_complete(const std::string& kind) const {
+  for (const auto& [name, e] : entries_) {
+    std::vector<std::pair<int64_t, int64_t>> covered;
+    for (const auto& p : e.pieces) covered.emplace_back(p.offset, p.offset + p.values.numel());
+    std::sort(covered.begin(), covered.end());
+    int64_t next = 0;
+    for (const auto& [begin, end] : covered) {
+      if (begin != next)
+        throw CheckpointUnusable(kind + " tensor \"" + name + "\": elements " +
+                                 std::to_string(std::min(begin, next)) + " to " +
+                                 std::to_string(std::max(begin, next)) +
+                                 (begin > next ? " are in no part" : " are in two parts"));
+      next = end;
+    }
+    if (next != c10::multiply_integers(e.shape))
+      throw CheckpointUnusable(kind + " tensor \"" + name + "\": elements from " +
+                               std::to_string(next) + " on are in no part");
+  }
+}
+
+torch::Tensor StoredTensors::read(const std::string& name) const {
+  const auto it = entries_.find(name);
+  if (it == entries_.end()) throw std::runtime_error("no tensor \"" + name + "\"");
+  const Entry& e = it->second;
+  auto whole = torch::empty({c10::multiply_integers(e.shape)}, e.pieces.front().values.options());
+  for (const auto& p : e.pieces) whole.narrow(0, p.offset, p.values.numel()).copy_(p.values);
+  return whole.view(e.shape);
 }
 
 std::string partial_checkpoint_path(const std::string& dir, int64_t step) {
@@ -302,8 +325,8 @@ CheckpointContents read_checkpoint(const std::string& path, bool verify) {
     verify_files(path, state_json["files"]);
   }
   if (fs::exists(fs::path(path) / "trainable.safetensors")) {  // written by one process, before
-    c.trainable = read_all(fs::path(path) / "trainable.safetensors");
-    c.optimizer = read_all(fs::path(path) / "optimizer.safetensors");
+    c.trainable = read_whole_file(fs::path(path) / "trainable.safetensors");
+    c.optimizer = read_whole_file(fs::path(path) / "optimizer.safetensors");
   } else {
     c.trainable = read_parts(path, "trainable");
     c.optimizer = read_parts(path, "optimizer");

@@ -21,6 +21,8 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -50,11 +52,41 @@ class CheckpointUnusable : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The tensors of one kind ("trainable", "optimizer") in a checkpoint, read when asked for: a
+// tensor is put together from its pieces in the memory-mapped files only then, so resuming holds
+// one tensor at a time in host memory, not a process's whole state (96 GB for an 8B model's full
+// fine-tuning). Every element's piece is checked to exist exactly once when the checkpoint loads.
+class StoredTensors {
+ public:
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const { return entries_.count(name) > 0; }
+  const std::vector<int64_t>& shape(const std::string& name) const;
+  torch::Tensor read(const std::string& name) const;  // on the CPU; throws naming a missing one
+
+  // A piece: the elements [offset, offset + values.numel()) of `name`, of shape `shape` whole.
+  void add(const std::string& name, const std::vector<int64_t>& shape, int64_t offset,
+           const torch::Tensor& values, std::shared_ptr<const void> keep_alive);
+  // Throws CheckpointUnusable naming a tensor whose pieces leave a gap or overlap.
+  void check_complete(const std::string& kind) const;
+
+ private:
+  struct Piece {
+    int64_t offset;
+    torch::Tensor values;                 // a view into a memory-mapped file
+    std::shared_ptr<const void> mapping;  // what keeps that file mapped
+  };
+  struct Entry {
+    std::vector<int64_t> shape;
+    std::vector<Piece> pieces;
+  };
+  std::map<std::string, Entry> entries_;
+};
+
 struct CheckpointContents {
   std::string path;
   TrainerState state;
-  NamedTensors trainable;  // CPU tensors
-  NamedTensors optimizer;
+  StoredTensors trainable;
+  StoredTensors optimizer;
 };
 
 // Elements [offset, offset + numel) of the flattened tensor `name` of shape `shape`.

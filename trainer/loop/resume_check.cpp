@@ -12,22 +12,15 @@ namespace {
 std::string shape_text(c10::IntArrayRef sizes) { return c10::str(sizes); }
 
 // `name` is in `tensors` with `shape`, or the reason it is not.
-void expect_tensor(const std::map<std::string, const torch::Tensor*>& tensors,
-                   const std::string& what, const std::string& name, c10::IntArrayRef shape) {
-  auto it = tensors.find(name);
-  if (it == tensors.end())
+void expect_tensor(const StoredTensors& tensors, const std::string& what, const std::string& name,
+                   c10::IntArrayRef shape) {
+  if (!tensors.contains(name))
     throw CheckpointUnusable("no tensor \"" + name + "\" in " + what +
                              " (written for other LoRA targets or another model?)");
-  if (it->second->sizes() != shape)
+  if (c10::IntArrayRef(tensors.shape(name)) != shape)
     throw CheckpointUnusable(what + ": tensor \"" + name + "\" has shape " +
-                             shape_text(it->second->sizes()) + ", the model's is " +
+                             shape_text(tensors.shape(name)) + ", the model's is " +
                              shape_text(shape));
-}
-
-std::map<std::string, const torch::Tensor*> by_name(const NamedTensors& tensors) {
-  std::map<std::string, const torch::Tensor*> out;
-  for (const auto& [name, t] : tensors) out.emplace(name, &t);
-  return out;
 }
 
 }  // namespace
@@ -38,8 +31,8 @@ void check_resumable(const CheckpointContents& checkpoint, const TrainConfig& co
   if (state.method != api::to_string(config.method.type))
     throw CheckpointUnusable("written by a \"" + state.method + "\" run; this config trains \"" +
                              api::to_string(config.method.type) + "\"");
-  const auto weights = by_name(checkpoint.trainable);
-  const auto moments = by_name(checkpoint.optimizer);
+  const StoredTensors& weights = checkpoint.trainable;
+  const StoredTensors& moments = checkpoint.optimizer;
   for (size_t i = 0; i < trainable.names.size(); ++i) {
     const std::string& name = trainable.names[i];
     const auto shape = trainable.tensors[i].sizes();

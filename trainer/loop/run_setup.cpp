@@ -93,9 +93,8 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
 
 void restore_weights(NamedParams& trainable, const CheckpointContents& c) {
   torch::NoGradGuard no_grad;
-  std::map<std::string, torch::Tensor> by_name(c.trainable.begin(), c.trainable.end());
   for (size_t i = 0; i < trainable.names.size(); ++i)
-    trainable.tensors[i].copy_(by_name.at(trainable.names[i]));
+    trainable.tensors[i].copy_(c.trainable.read(trainable.names[i]));
 }
 
 // Where the run starts: step 0, or the counters of the checkpoint it resumes from.
@@ -115,12 +114,10 @@ TrainerState start_state(const TrainConfig& c, const BatchShape& shape, int worl
 }
 
 void restore_optimizer(Run& run, const CheckpointContents& c) {
-  std::map<std::string, torch::Tensor> opt(c.optimizer.begin(), c.optimizer.end());
   run.optimizer.load_state([&](const std::string& name) {
-    auto it = opt.find(name);
-    if (it == opt.end())
+    if (!c.optimizer.contains(name))
       throw std::runtime_error(c.path + ": optimizer state lacks '" + name + "'");
-    return it->second;
+    return c.optimizer.read(name);
   });
 }
 
