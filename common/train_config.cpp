@@ -71,9 +71,6 @@ TrainConfig parse_train_config(const nlohmann::json& validated) {
   if (!sources.empty()) throw ConfigError(sources);
   if (micro_batch_is_auto(c) && c.training.global_batch_size == 0)
     throw ConfigError({kAutoMicroBatchNeedsGlobalBatch});
-  if (c.distributed.sharding == api::DistributedSharding::kFull &&
-      c.method.type == api::MethodType::kQlora)
-    throw ConfigError({kFullShardingNeedsUnquantizedBase});
   if (c.model.precision == api::ModelPrecision::kFp8) {
     if (c.model.dtype == api::ModelDtype::kFloat32) throw ConfigError({kFp8NeedsBf16});
     if (c.distributed.sharding == api::DistributedSharding::kFull &&

@@ -69,10 +69,6 @@ inline constexpr const char* kAutoMicroBatchNeedsGlobalBatch =
     "set training.globalBatchSize";
 // The refusal of fully sharded weights for QLoRA, by the trainer and by the CRD's rule: its base
 // lives in 4-bit blocks that full_sharding.h does not split.
-inline constexpr const char* kFullShardingNeedsUnquantizedBase =
-    "distributed.sharding full splits bf16 and fp32 weights across processes; method.type qlora "
-    "keeps its base in 4 bits, which is not split: use method.type lora, or distributed.sharding "
-    "optimizer";
 // The refusals of model.precision fp8, by the trainer and by the CRD's rules: its FP8 products
 // take bf16 inputs and give bf16 outputs, and lora's FP8 base weights are not split by sharding.
 inline constexpr const char* kFp8NeedsBf16 =

@@ -190,14 +190,6 @@ std::vector<CelRule> make_rules() {
                             training.value("globalBatchSize", 0LL) > 0;
                    }});
   rules.push_back({"spec",
-                   "!has(self.distributed) || !has(self.distributed.sharding) || "
-                   "self.distributed.sharding != 'full' || !has(self.method) || "
-                   "!has(self.method.type) || self.method.type != 'qlora'",
-                   kFullShardingNeedsUnquantizedBase, [](const json& self, const json*) {
-                     return string_at(self, "distributed", "sharding") != "full" ||
-                            string_at(self, "method", "type") != "qlora";
-                   }});
-  rules.push_back({"spec",
                    "!has(self.model.precision) || self.model.precision != 'fp8' || "
                    "!has(self.model.dtype) || "
                    "self.model.dtype != 'float32'",

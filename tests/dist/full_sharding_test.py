@@ -29,11 +29,14 @@ def setup(name, n_examples=48, **model_config):
 
 
 def train(w, model, data, name, world, micro, accum, sharding, method="full", recompute=False, steps=4,
-          checkpoint=None, validation=None, merged_from_random_base=False):
+          checkpoint=None, validation=None, merged_from_random_base=False, method_extra=None):
     """One run with a global batch of micro x accum x world (`steps` None: one epoch); returns its log."""
     cfg = h.config(model, data, w / name, method=method, microBatchSize=micro, gradientAccumulationSteps=accum,
                    learningRate=1e-2, maxGradNorm=0.05, **({"maxSteps": steps} if steps else {}))
     cfg["distributed"].update(sharding=sharding)
+    cfg["method"].update(method_extra or {})
+    if method == "qlora":  # fp32 compute over the 4-bit base, as the QLoRA parity test runs it
+        cfg["model"]["dtype"] = "float32"
     if merged_from_random_base:  # the merged output then reads the (sharded) base from the run
         cfg["model"]["init"] = "random"
         cfg["output"]["saveMerged"] = True
@@ -179,17 +182,27 @@ def resume_on_other_process_counts():
     compare(reference, h.weights(w / "zero2-resumed2"), "written under optimizer on 3, resumed under full on 2")
 
 
-def qlora_is_refused():
-    """QLoRA's 4-bit base is not split: the config is refused naming both fields, before any work."""
+def qlora_same_as_one_process():
+    """QLoRA with its 4-bit base fully sharded (the blocks' bytes and their scales split like the
+    weights, a flat buffer each, and gathered a layer at a time; the adapters stay whole): the
+    adapters of 2 and 3 processes equal one process's without sharding, with double quantization
+    and without, and the log says the base was split."""
     w, model, data = setup("fsdp-qlora")
-    cfg = h.config(model, data, w / "out", method="qlora")
-    cfg["distributed"].update(sharding="full")
-    p = h.run(["train", "--config", h.write_config(w / "c.json", cfg)], check=False)
-    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
-    assert "distributed.sharding full" in p.stderr and "method.type qlora" in p.stderr, p.stderr[-2000:]
+    for double_quant in (True, False):
+        quant = {"quantization": {"doubleQuant": double_quant, "computeDtype": "float32"}}
+        ref = f"reference-{double_quant}"
+        train(w, model, data, ref, 1, 2, 3, "none", method="qlora", method_extra=quant)
+        reference = h.weights(w / ref)
+        assert any("lora_A" in k for k in reference), list(reference)[:5]
+        for world, micro, accum in ((2, 1, 3), (3, 2, 1)):
+            name = f"full{world}-{double_quant}"
+            out = train(w, model, data, name, world, micro, accum, "full", method="qlora", method_extra=quant)
+            split = re.search(r"of the 4-bit base, (\d+) of (\d+) bytes", out)
+            assert split and int(split.group(2)) / world <= int(split.group(1)) < int(split.group(2)), out[-2000:]
+            compare(reference, h.weights(w / name), f"qlora (double quant {double_quant}), sharding full on {world}")
 
 
 if __name__ == "__main__":
     h.main({f.__name__: f for f in [same_weights_as_one_process, short_tail_and_uneven_evaluation,
                                      lora_same_as_one_process,
-                                     resume_on_other_process_counts, qlora_is_refused]})
+                                     resume_on_other_process_counts, qlora_same_as_one_process]})

@@ -65,6 +65,11 @@ class CausalLMImpl : public torch::nn::Module {
   // call, on the model's device; undefined for a dense family or before any forward.
   torch::Tensor take_expert_tokens();
 
+  // QLoRA's 4-bit base (kernels/quant4.h: blocks, scales, the scales' scales), named
+  // "<module>.packed", ".absmax", ".nested_absmax": frozen storage that is not a parameter, which
+  // fully sharded weights split like the rest (trainer/parallel/full_sharding.h).
+  std::vector<std::pair<std::string, torch::Tensor>> quantized_tensors();
+
   // The [vocab, hidden] matrix that maps hidden states to logits (tied: the embedding).
   torch::Tensor& output_weight();
   const ModelConfig& config() const { return config_; }

@@ -68,6 +68,10 @@ class ExpertsImpl : public torch::nn::Module {
   int64_t quantize_4bit(const std::string& type, int64_t blocksize, bool double_quant,
                         torch::ScalarType compute_dtype);
   bool is_quantized() const { return gate_up_4bit_.packed.defined(); }
+  // The two stacks' 4-bit states, named "gate_up_proj" and "down_proj" (QLoRA only).
+  std::vector<std::pair<std::string, const kernels::Quant4State*>> quantized_states() const {
+    return {{"gate_up_proj", &gate_up_4bit_}, {"down_proj", &down_4bit_}};
+  }
   // The [E, out, in] shape of "gate_up_proj" or "down_proj", quantized or not.
   std::vector<int64_t> shape_of(const std::string& stack) const;
 

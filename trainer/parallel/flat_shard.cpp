@@ -6,7 +6,8 @@
 
 namespace kubetune::parallel {
 
-void FlatShard::add(const std::string& name, const torch::Tensor& tensor) {
+void FlatShard::add(const std::string& name, const torch::Tensor& tensor, int64_t align) {
+  numel = (numel + align - 1) / align * align;
   members.push_back(tensor);
   names.push_back(name);
   offsets.push_back(numel);

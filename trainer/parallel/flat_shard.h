@@ -36,7 +36,8 @@ struct FlatShard {
   torch::Tensor flat;
   torch::Tensor exp_avg, exp_avg_sq;  // AdamW's moments of `mine`, when this process updates it
 
-  void add(const std::string& name, const torch::Tensor& tensor);
+  // `align`: the member starts at a multiple of that many elements.
+  void add(const std::string& name, const torch::Tensor& tensor, int64_t align = 1);
 
   // Allocates `flat` with `padded` elements (padding zeroed), copies the members into it, makes
   // them views of it (same values; every holder of the tensors sees the move) and takes this

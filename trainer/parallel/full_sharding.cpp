@@ -15,7 +15,14 @@ struct FullSharding::Unit {
   // The members and their flat buffer, padded to a multiple of the world; the buffer's storage
   // exists only while gathered (one process: always). Its moments are of `shard`.
   FlatShard flat;
-  torch::Tensor shard;     // this process's slice: the master copy AdamW updates
+  torch::Tensor shard;  // this process's slice: the master copy AdamW updates
+  // QLoRA's 4-bit base (CausalLMImpl::quantized_tensors), one flat buffer per dtype (the blocks'
+  // bytes, the scales), split, gathered and freed with `flat`.
+  struct Quantized {
+    FlatShard flat;
+    torch::Tensor shard;
+  };
+  std::vector<Quantized> quantized;
   bool trainable = false;  // every member trains (full), or none does (lora's base)
   bool gathered = false;
   std::function<void()> wait_for_gather;  // set while the gather is in flight
@@ -40,6 +47,26 @@ void allocate_storage(const torch::Tensor& t) {
   const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
   s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
   s->set_nbytes(bytes);
+}
+
+// `f`'s members moved into its flat buffer, this process's slice of it copied into `shard`, and
+// the buffer's storage freed (one process: the buffer is the slice, and stays).
+void split_flat(FlatShard& f, torch::Tensor& shard, int rank, int world) {
+  f.move_into_flat(f.padded_to(world), rank, world);
+  if (world == 1) {
+    shard = f.flat;
+    return;
+  }
+  shard = f.flat.narrow(0, f.mine.begin, f.mine.size).clone();
+  free_storage(f.flat);
+}
+
+// The flat buffer of `parts` for tensors like `t`, added if there is none yet.
+template <class Part>
+Part& part_for(std::vector<Part>& parts, const torch::Tensor& t) {
+  for (auto& p : parts)
+    if (p.flat.members.front().options().type_equal(t.options())) return p;
+  return parts.emplace_back();
 }
 
 // The unit of a parameter name: 1 + l for decoder layer l, 0 (the root) for the rest.
@@ -76,17 +103,18 @@ FullSharding::FullSharding(model::CausalLM& model, Communicator& comm,
     u.trainable = item.value().requires_grad();
     u.flat.add(item.key(), item.value());
   }
+  for (const auto& [name, t] : model->quantized_tensors()) {
+    Unit& u = *units_.at(unit_of(name));
+    TORCH_CHECK(!u.trainable, u.name, " mixes a 4-bit base with trainable tensors (", name, ")");
+    // Kernels may read the blocks with wide loads: each starts at a multiple of 16 elements.
+    part_for(u.quantized, t).flat.add(name, t, /*align=*/16);
+  }
   for (auto& unit : units_) {
     Unit& u = *unit;
+    for (auto& q : u.quantized) split_flat(q.flat, q.shard, rank_, world_);
     if (u.flat.numel == 0) continue;
-    u.flat.move_into_flat(u.flat.padded_to(world_), rank_, world_);
-    if (world_ == 1) {
-      u.shard = u.flat.flat;
-      u.gathered = true;  // for good: nothing to gather from
-    } else {
-      u.shard = u.flat.flat.narrow(0, u.flat.mine.begin, u.flat.mine.size).clone();
-      free_storage(u.flat.flat);
-    }
+    split_flat(u.flat, u.shard, rank_, world_);
+    u.gathered = world_ == 1;  // one process: for good, nothing to gather from
     if (!u.trainable) continue;
     u.flat.allocate_moments();
     hook_gradients(u);
@@ -164,9 +192,17 @@ void FullSharding::before_layer_backward(int64_t layer) {
 void FullSharding::start_gather(Unit& u) {
   if (u.gathered || u.flat.numel == 0) return;
   torch::NoGradGuard no_grad;
-  allocate_storage(u.flat.flat);
-  u.flat.flat.narrow(0, u.flat.mine.begin, u.flat.mine.size).copy_(u.shard);
-  u.wait_for_gather = comm_.start_all_gather_in_place(u.flat.flat, "weights (all-gather)");
+  std::vector<std::function<void()>> waits;
+  auto gather = [&](FlatShard& f, const torch::Tensor& shard) {
+    allocate_storage(f.flat);
+    f.flat.narrow(0, f.mine.begin, f.mine.size).copy_(shard);
+    waits.push_back(comm_.start_all_gather_in_place(f.flat, "weights (all-gather)"));
+  };
+  gather(u.flat, u.shard);
+  for (auto& q : u.quantized) gather(q.flat, q.shard);
+  u.wait_for_gather = [waits] {
+    for (const auto& wait : waits) wait();
+  };
   u.gathered = true;
   // What the storage really holds now, not what the bookkeeping says: the test of freeing.
   int64_t gathered = 0;
@@ -189,6 +225,7 @@ void FullSharding::free(Unit& u) {
   if (world_ == 1 || !u.gathered) return;
   wait_for(u);  // a gather still writing into the storage must finish first
   free_storage(u.flat.flat);
+  for (auto& q : u.quantized) free_storage(q.flat.flat);
   u.gathered = false;
 }
 
@@ -304,8 +341,12 @@ std::string FullSharding::end_report() const {
 }
 
 std::string FullSharding::describe() const {
-  int64_t units = 0, all = 0, mine = 0;
+  int64_t units = 0, all = 0, mine = 0, quantized_all = 0, quantized_mine = 0;
   for (const auto& u : units_) {
+    for (const auto& q : u->quantized) {
+      quantized_all += q.flat.numel * q.flat.flat.element_size();
+      quantized_mine += q.flat.mine.size * q.flat.flat.element_size();
+    }
     if (u->flat.numel == 0) continue;
     ++units;
     all += u->flat.numel;
@@ -313,7 +354,10 @@ std::string FullSharding::describe() const {
   }
   std::ostringstream text;
   text << "weights fully sharded across processes (" << units << " units, " << mine << " of " << all
-       << " elements on this process)";
+       << " elements on this process";
+  if (quantized_all > 0)
+    text << "; of the 4-bit base, " << quantized_mine << " of " << quantized_all << " bytes";
+  text << ")";
   return text.str();
 }
 

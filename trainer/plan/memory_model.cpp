@@ -60,7 +60,8 @@ double family_activation_bytes(const model::ModelConfig& m) {
   // A sparse layer keeps its input gathered once per routed expert (bf16 [k, hidden] per token)
   // and the router's fp32 probabilities and logits; its experts' intermediate tensors are the
   // intermediate-width term's, at width k x the experts' (mlp_width). Checked against Qwen3-30B-A3B
-  // (24 of its layers) LoRA and QLoRA on an H100 (bench/results/h100-session26-moe-vs-unsloth.jsonl).
+  // (24 of its layers) LoRA and QLoRA on an H100
+  // (bench/results/h100-session26-moe-vs-unsloth.jsonl).
   if (m.family->has_experts())
     bytes += 2.0 * static_cast<double>(m.experts_per_token * m.hidden_size) +
              2.0 * 4.0 * static_cast<double>(m.num_experts);
@@ -175,13 +176,19 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   // model.precision fp8 changes nothing here: lora's frozen decoder linears take one byte each,
   // kept twice (W, and W^T for the input gradients: fp8_linear.h), as bf16's two (their row
   // scales, 4 bytes per few thousand weights, are left out).
+  int64_t quantized_whole = 0;  // QLoRA's base, unsplit
   if (c.method.type == api::MethodType::kQlora) {
     // The decoder's linear weights in 4 bits plus one scale per block (a float32, or a byte and
     // 1/256 of a float32 with double quantization); the rest stays in the compute dtype.
     const double scale_bytes = c.method.quantization.double_quant ? 1.0 + 4.0 / 256 : 4.0;
-    e.frozen_weights =
+    quantized_whole =
         static_cast<int64_t>((all - linear) * (bf16 ? 2 : 4) +
                              linear * (0.5 + scale_bytes / c.method.quantization.block_size));
+    // Split like bf16 weights (the same share of each unit, the root and two layers gathered).
+    e.frozen_weights = weights_sharded
+                           ? static_cast<int64_t>(static_cast<double>(quantized_whole) *
+                                                  sharded_elements(m, all, world_size) / all)
+                           : quantized_whole;
   }
   e.trainable_weights = trainable * 4;
   // Several processes: the reduction's buckets hold another copy of the gradients.
@@ -190,8 +197,11 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   if (weights_sharded && world_size > 1) {
     // Every process loads the whole model (trainable in fp32, frozen in the compute dtype) and
     // only then splits it, a unit at a time.
+    // QLoRA's base is quantized as it loads: the 4-bit model whole, and one unit unquantized.
     const int64_t bytes = full ? 4 : (bf16 ? 2 : 4);
     e.loading = static_cast<int64_t>((static_cast<double>(all) + largest_unit(m)) * bytes);
+    if (c.method.type == api::MethodType::kQlora)
+      e.loading = quantized_whole + static_cast<int64_t>(largest_unit(m) * bytes);
   }
   if (weights_sharded && full) {
     // 1/N of the gradients (summed over micro-batches) and, with peers, while one unit is
