@@ -169,12 +169,6 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
   return s;
 }
 
-std::vector<std::string> StoredTensors::names() const {
-  std::vector<std::string> out;
-  for (const auto& [name, entry] : entries_) out.push_back(name);
-  return out;
-}
-
 const std::vector<int64_t>& StoredTensors::shape(const std::string& name) const {
   return entries_.at(name).shape;
 }

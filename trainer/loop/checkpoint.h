@@ -58,7 +58,6 @@ class CheckpointUnusable : public std::runtime_error {
 // fine-tuning). Every element's piece is checked to exist exactly once when the checkpoint loads.
 class StoredTensors {
  public:
-  std::vector<std::string> names() const;
   bool contains(const std::string& name) const { return entries_.count(name) > 0; }
   const std::vector<int64_t>& shape(const std::string& name) const;
   torch::Tensor read(const std::string& name) const;  // on the CPU; throws naming a missing one

@@ -23,7 +23,6 @@
 namespace kubetune::parallel {
 
 // Tensors by name, in a fixed order (checkpoints and outputs keep the per-tensor format).
-using NamedTensorList = std::vector<std::pair<std::string, torch::Tensor>>;
 // Whether AdamW's weight decay applies to a tensor (optim::decays_weight).
 using DecayRule = std::function<bool(const std::string&, const torch::Tensor&)>;
 

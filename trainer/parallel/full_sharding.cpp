@@ -61,14 +61,6 @@ void split_flat(FlatShard& f, torch::Tensor& shard, int rank, int world) {
   free_storage(f.flat);
 }
 
-// The flat buffer of `parts` for tensors like `t`, added if there is none yet.
-template <class Part>
-Part& part_for(std::vector<Part>& parts, const torch::Tensor& t) {
-  for (auto& p : parts)
-    if (p.flat.members.front().options().type_equal(t.options())) return p;
-  return parts.emplace_back();
-}
-
 // The unit of a parameter name: 1 + l for decoder layer l, 0 (the root) for the rest.
 size_t unit_of(const std::string& name) {
   const auto layer = model::decoder_layer_of(name);
@@ -106,8 +98,13 @@ FullSharding::FullSharding(model::CausalLM& model, Communicator& comm,
   for (const auto& [name, t] : model->quantized_tensors()) {
     Unit& u = *units_.at(unit_of(name));
     TORCH_CHECK(!u.trainable, u.name, " mixes a 4-bit base with trainable tensors (", name, ")");
+    // The unit's flat buffer for tensors of t's dtype, added if there is none yet.
+    auto part = std::find_if(u.quantized.begin(), u.quantized.end(), [&](const auto& q) {
+      return q.flat.members.front().options().type_equal(t.options());
+    });
+    Unit::Quantized& q = part != u.quantized.end() ? *part : u.quantized.emplace_back();
     // Kernels may read the blocks with wide loads: each starts at a multiple of 16 elements.
-    part_for(u.quantized, t).flat.add(name, t, /*align=*/16);
+    q.flat.add(name, t, /*align=*/16);
   }
   for (auto& unit : units_) {
     Unit& u = *unit;

@@ -31,7 +31,6 @@
 #include <torch/types.h>
 
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>

@@ -88,7 +88,7 @@ void PeerWait::wait(const char* what) {
       if (!on_their_way.empty()) std::this_thread::sleep_for(pause);
       pause = std::min(2 * pause, poll);  // quick when all arrive together, light when not
     }
-    leave(prefix, poll);
+    leave(prefix);
   } catch (const CollectiveError&) {
     throw;
   } catch (const std::exception& e) {
@@ -99,13 +99,13 @@ void PeerWait::wait(const char* what) {
 // Rank 0 hosts the store: returning before every peer has seen the wait end (say, at the end of
 // training, to exit) would cut off a peer still polling. Each peer says it left; rank 0 returns
 // once all have, or after the timeout (a peer that died since is the next collective's to report).
-void PeerWait::leave(const std::string& prefix, std::chrono::milliseconds poll) {
+void PeerWait::leave(const std::string& prefix) {
   const std::string key = prefix + "left";
   store_->add(key, 1);
   if (rank_ != 0) return;
   const auto deadline = Clock::now() + timeout_;
   while (store_->add(key, 0) < world_ && Clock::now() < deadline)
-    std::this_thread::sleep_for(std::min(poll, std::chrono::milliseconds(10)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the others are a step away
 }
 
 }  // namespace kubetune::parallel

@@ -37,7 +37,7 @@ class PeerWait {
 
  private:
   void beat();
-  void leave(const std::string& prefix, std::chrono::milliseconds poll);
+  void leave(const std::string& prefix);
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Store> heartbeat_store_;

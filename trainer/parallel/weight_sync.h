@@ -26,7 +26,6 @@
 #include <torch/types.h>
 
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
