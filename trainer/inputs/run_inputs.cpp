@@ -55,7 +55,7 @@ model::CausalLM load_model(const std::string& model_dir, const torch::Device& de
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
                            bool full_finetune, uint64_t seed,
                            const std::optional<api::Quantization>& quantization,
-                           api::ModelInit init) {
+                           api::ModelInit init, const PartLoaded& after_part) {
   auto config = model::ModelConfig::from_dir(model_dir);
   check_weights_fit_method(config, model_dir, quantization.has_value());
   // The model is built without memory, then each part (embedding, decoder layer, ...) gets its
@@ -82,6 +82,7 @@ model::CausalLM load_model(const std::string& model_dir, const torch::Device& de
           *part, std::string(api::to_string(quantization->type)), quantization->block_size,
           quantization->double_quant, compute_dtype_of(*quantization));
     }
+    if (after_part) after_part(prefix, *part);
   }
   for (auto& b : model->buffers()) b.set_data(b.to(device));
   for (auto& p : model->parameters()) p.set_requires_grad(full_finetune);

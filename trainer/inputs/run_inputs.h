@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -39,11 +40,16 @@ void check_weights_fit_method(const model::ModelConfig& config, const std::strin
 // With `quantization` (qlora), the decoder's linear weights are stored in 4 bits, each layer
 // quantized as soon as it is loaded. With init kRandom no weights are read: they are drawn as
 // transformers' from_config draws them, on `device` from its default generator.
+// `after_part(prefix, part)`, when given, sees each part once it holds its weights (and 4-bit
+// form), before the next part loads and before LoRA's adapters exist: sharding full splits it
+// there (parallel/full_sharding.h).
+using PartLoaded = std::function<void(const std::string& prefix, torch::nn::Module& part)>;
 model::CausalLM load_model(const std::string& model_dir, const torch::Device& device,
                            torch::Dtype frozen_dtype, const std::optional<model::LoraConfig>& lora,
                            bool full_finetune, uint64_t seed,
                            const std::optional<api::Quantization>& quantization = std::nullopt,
-                           api::ModelInit init = api::ModelInit::kPretrained);
+                           api::ModelInit init = api::ModelInit::kPretrained,
+                           const PartLoaded& after_part = {});
 
 using model::NamedParams;
 NamedParams trainable_parameters(model::CausalLMImpl& model);

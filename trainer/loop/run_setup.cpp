@@ -48,7 +48,7 @@ void check_host_memory_for_offload(const TrainConfig& c, const torch::Device& de
 
 // Everything read from the user's files: a failure here is theirs to fix, not ours to retry.
 UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, torch::Dtype dtype,
-                            int local_processes) {
+                            int local_processes, const PartLoaded& after_part) {
   try {
     check_host_memory_for_offload(c, device, local_processes);
     auto text = load_text_tools(c.model.path);
@@ -74,7 +74,8 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
     torch::manual_seed(c.training.seed);
     auto model = load_model(
         c.model.path, device, dtype, lora_config(c), c.method.type == api::MethodType::kFull,
-        c.training.seed, qlora ? std::optional(c.method.quantization) : std::nullopt, c.model.init);
+        c.training.seed, qlora ? std::optional(c.method.quantization) : std::nullopt, c.model.init,
+        after_part);
     if (fp8) {
       // The decoder layers only: the LM head's product stays in bf16, as torchao's recipes leave
       // it.
@@ -89,12 +90,6 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
   } catch (const std::exception& e) {
     throw UserInputError(e.what());
   }
-}
-
-void restore_weights(NamedParams& trainable, const CheckpointContents& c) {
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < trainable.names.size(); ++i)
-    trainable.tensors[i].copy_(c.trainable.read(trainable.names[i]));
 }
 
 // Where the run starts: step 0, or the counters of the checkpoint it resumes from.

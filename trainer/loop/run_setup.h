@@ -23,9 +23,9 @@ struct UserInputs {
   model::CausalLM model;
 };
 // Everything read from the user's files (model, tokenizer, data): a failure here is theirs to
-// fix, not ours to retry (UserInputError).
+// fix, not ours to retry (UserInputError). `after_part`: load_model's.
 UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, torch::Dtype dtype,
-                            int local_processes);
+                            int local_processes, const PartLoaded& after_part = {});
 
 // Rank 0 picks and verifies the checkpoint to resume from and tells the others its step, which
 // they load without hashing it again; a refusal stops all ranks together.
@@ -44,7 +44,6 @@ MicroBatchChoice agree_on_micro_batch(parallel::Communicator& comm, TrainConfig&
 TrainerState start_state(const TrainConfig& c, const BatchShape& shape, int world_size,
                          const std::optional<CheckpointContents>& checkpoint);
 // The checkpoint was checked to fit (resume_check.h): names and shapes match.
-void restore_weights(NamedParams& trainable, const CheckpointContents& c);
 void restore_optimizer(Run& run, const CheckpointContents& c);
 
 }  // namespace kubetune::train

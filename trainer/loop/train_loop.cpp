@@ -160,6 +160,10 @@ void log_gpu_memory(const Run& run, const StepStats* last) {
   if (last == nullptr) {
     log::info() << "estimated peak GPU memory=" << log::fixed(m.total() / kGiB, 2) << " GiB "
                 << nlohmann::json(m.to_report()).dump();
+    // What loading took (under sharding full its own peak: memory.loadingGiB).
+    if (DeviceMemory memory; device_memory(run.device, memory))
+      log::info() << "peak GPU memory while loading=" << log::fixed(memory.peak / kGiB, 2)
+                  << " GiB, now " << log::fixed(memory.allocated / kGiB, 2) << " GiB";
   } else if (last->has_device_memory) {
     log::info() << "peak GPU memory=" << log::fixed(last->device_memory.peak / kGiB, 2)
                 << " GiB (estimated " << log::fixed(m.total() / kGiB, 2) << " GiB)";
@@ -194,7 +198,11 @@ int run_training(const TrainConfig& configured) {
                                              c.distributed.timeout_seconds);
   const bool lead = env.rank == 0;
 
-  auto inputs = load_user_inputs(c, device, dtype, env.local_world_size);
+  parallel::WeightLoading loading(c, *comm);  // a sharded scheme splits each part as it loads
+  auto inputs = load_user_inputs(c, device, dtype, env.local_world_size,
+                                 [&loading](const std::string& prefix, torch::nn::Module& part) {
+                                   loading.part_loaded(prefix, part);
+                                 });
   auto model = inputs.model;
   auto trainable = trainable_parameters(*model);
   auto checkpoint = agree_on_resume_point(*comm, c, device, [&](const CheckpointContents& k) {
@@ -217,12 +225,16 @@ int run_training(const TrainConfig& configured) {
 
   model->set_recompute_layers(recomputes_layers(c));
   model->set_recompute_offload(c.model.offload_checkpoints && device.is_cuda());
-  if (checkpoint) restore_weights(trainable, *checkpoint);
-  // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
-  comm->broadcast(trainable.tensors, 0, "initial weights");
   // How the weights stay in step across processes, and the optimizer over what it hands out.
-  // Made once the weights are final (restored, broadcast): a sharded scheme moves them.
-  auto weight_sync = parallel::make_weight_sync(c, *comm, model, trainable);
+  auto weight_sync = parallel::make_weight_sync(c, *comm, model, trainable, loading);
+  if (checkpoint) {
+    weight_sync->restore_weights(trainable, [&](const std::string& name) {
+      return checkpoint->trainable.read(name);
+    });
+  }
+  // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
+  auto whole = weight_sync->held_whole(trainable);
+  comm->broadcast(whole, 0, "initial weights");
   optim::AdamW optimizer(weight_sync->optimizer_entries(optim::decays_weight),
                          {c.training.adam_beta1, c.training.adam_beta2, c.training.adam_epsilon,
                           c.training.weight_decay});

@@ -287,14 +287,15 @@ torch::Tensor& CausalLMImpl::output_weight() {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::quantized_tensors() {
+std::vector<std::pair<std::string, torch::Tensor>> quantized_tensors(
+    const torch::nn::Module& module) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   auto add = [&](const std::string& name, const kernels::Quant4State& q) {
     for (const auto& [suffix, t] : {std::pair{".packed", q.packed}, std::pair{".absmax", q.absmax},
                                     std::pair{".nested_absmax", q.nested_absmax}})
       if (t.defined()) out.emplace_back(name + suffix, t);
   };
-  for (const auto& item : named_modules()) {
+  for (const auto& item : module.named_modules()) {
     if (const auto* linear = dynamic_cast<const LinearImpl*>(item.value().get())) {
       if (linear->is_quantized()) add(item.key(), linear->quantized());
     } else if (const auto* experts = dynamic_cast<const ExpertsImpl*>(item.value().get())) {
@@ -304,6 +305,10 @@ std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::quantized_tenso
     }
   }
   return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::quantized_tensors() {
+  return model::quantized_tensors(*this);
 }
 
 }  // namespace kubetune::model

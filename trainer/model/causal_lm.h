@@ -65,9 +65,7 @@ class CausalLMImpl : public torch::nn::Module {
   // call, on the model's device; undefined for a dense family or before any forward.
   torch::Tensor take_expert_tokens();
 
-  // QLoRA's 4-bit base (kernels/quant4.h: blocks, scales, the scales' scales), named
-  // "<module>.packed", ".absmax", ".nested_absmax": frozen storage that is not a parameter, which
-  // fully sharded weights split like the rest (trainer/parallel/full_sharding.h).
+  // QLoRA's 4-bit base of the whole model (model::quantized_tensors below).
   std::vector<std::pair<std::string, torch::Tensor>> quantized_tensors();
 
   // The [vocab, hidden] matrix that maps hidden states to logits (tied: the embedding).
@@ -101,6 +99,11 @@ class CausalLMImpl : public torch::nn::Module {
   std::shared_ptr<RoutingRecord> routing_;  // shared with the sparse layers; null when dense
 };
 TORCH_MODULE(CausalLM);
+
+// QLoRA's 4-bit base in `module` (kernels/quant4.h: blocks, scales, the scales' scales), named
+// "<module>.packed", ".absmax", ".nested_absmax" relative to it: frozen storage that is not a
+// parameter, which fully sharded weights split like the rest (trainer/parallel/full_sharding.h).
+std::vector<std::pair<std::string, torch::Tensor>> quantized_tensors(const torch::nn::Module& module);
 
 // The attention mask for one forward pass: undefined (plain causal) when there are no segments
 // and no window, else bool [B,1,T,T]. Padding tokens (segment 0) attend only to themselves so

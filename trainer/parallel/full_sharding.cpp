@@ -69,50 +69,76 @@ size_t unit_of(const std::string& name) {
 
 }  // namespace
 
-FullSharding::FullSharding(model::CausalLM& model, Communicator& comm,
-                           const model::NamedParams& trainable,
-                           const std::function<bool(const torch::Tensor&)>& split, double bucket_mb)
-    : comm_(comm),
-      model_(model),
-      trainable_(trainable),
-      rank_(comm.rank()),
-      world_(comm.world_size()) {
-  torch::NoGradGuard no_grad;
-  const int64_t layers = model->config().num_hidden_layers;
-  for (int64_t u = 0; u <= layers; ++u) {
+FullSharding::FullSharding(Communicator& comm, bool trains_units)
+    : comm_(comm), trains_units_(trains_units), rank_(comm.rank()), world_(comm.world_size()) {
+  units_.push_back(std::make_unique<Unit>());
+  units_.back()->name = "root";
+}
+
+FullSharding::Unit& FullSharding::unit_named(const std::string& name) {
+  const size_t index = unit_of(name);
+  while (units_.size() <= index) {
     units_.push_back(std::make_unique<Unit>());
-    units_.back()->name = u == 0 ? "root" : "model.layers." + std::to_string(u - 1);
+    units_.back()->name = "model.layers." + std::to_string(units_.size() - 2);
   }
-  for (const auto& item : model->named_parameters()) {
-    if (!split(item.value())) continue;
-    Unit& u = *units_.at(unit_of(item.key()));
+  return *units_[index];
+}
+
+void FullSharding::take_part(const std::string& prefix, torch::nn::Module& part) {
+  torch::NoGradGuard no_grad;
+  Unit* unit = nullptr;
+  for (const auto& item : part.named_parameters()) {
+    const std::string name = prefix + "." + item.key();
+    Unit& u = unit_named(name);
     const auto& first = u.flat.members;
-    TORCH_CHECK(first.empty() || u.trainable == item.value().requires_grad(), u.name,
-                " mixes trainable and frozen tensors (", item.key(),
-                "): distributed.sharding full splits units that are all one or the other");
     TORCH_CHECK(first.empty() || item.value().options().type_equal(first[0].options()), u.name,
-                " mixes dtypes or devices (", item.key(), ")");
-    u.trainable = item.value().requires_grad();
-    u.flat.add(item.key(), item.value());
+                " mixes dtypes or devices (", name, ")");
+    u.trainable = trains_units_;
+    u.flat.add(name, item.value());
+    unit = &u;
   }
-  for (const auto& [name, t] : model->quantized_tensors()) {
-    Unit& u = *units_.at(unit_of(name));
-    TORCH_CHECK(!u.trainable, u.name, " mixes a 4-bit base with trainable tensors (", name, ")");
+  for (const auto& [suffix, t] : model::quantized_tensors(part)) {
+    const std::string name = prefix + "." + suffix;
+    Unit& u = unit_named(name);
+    TORCH_CHECK(!trains_units_, u.name, " mixes a 4-bit base with trainable tensors (", name, ")");
     // The unit's flat buffer for tensors of t's dtype, added if there is none yet.
-    auto part = std::find_if(u.quantized.begin(), u.quantized.end(), [&](const auto& q) {
+    auto part_of = std::find_if(u.quantized.begin(), u.quantized.end(), [&](const auto& q) {
       return q.flat.members.front().options().type_equal(t.options());
     });
-    Unit::Quantized& q = part != u.quantized.end() ? *part : u.quantized.emplace_back();
+    Unit::Quantized& q = part_of != u.quantized.end() ? *part_of : u.quantized.emplace_back();
     // Kernels may read the blocks with wide loads: each starts at a multiple of 16 elements.
     q.flat.add(name, t, /*align=*/16);
+    unit = &u;
   }
+  // A decoder layer is one part and one unit: complete, so split now.
+  if (unit != nullptr && unit != units_[0].get()) split(*unit);
+}
+
+// The unit's tensors moved into their flat buffers, this process's slices kept, the rest freed.
+void FullSharding::split(Unit& u) {
+  for (auto& q : u.quantized) split_flat(q.flat, q.shard, rank_, world_);
+  if (u.flat.numel == 0) return;
+  split_flat(u.flat, u.shard, rank_, world_);
+  u.gathered = world_ == 1;  // one process: for good, nothing to gather from
+}
+
+void FullSharding::attach(model::CausalLM& model, const model::NamedParams& trainable,
+                          double bucket_mb) {
+  torch::NoGradGuard no_grad;
+  model_ = model;
+  trainable_ = trainable;
+  TORCH_CHECK(static_cast<int64_t>(units_.size()) == model->config().num_hidden_layers + 1,
+              "distributed.sharding full: ", units_.size() - 1, " of ",
+              model->config().num_hidden_layers, " decoder layers were split as they loaded");
+  split(*units_[0]);
   for (auto& unit : units_) {
     Unit& u = *unit;
-    for (auto& q : u.quantized) split_flat(q.flat, q.shard, rank_, world_);
-    if (u.flat.numel == 0) continue;
-    split_flat(u.flat, u.shard, rank_, world_);
-    u.gathered = world_ == 1;  // one process: for good, nothing to gather from
-    if (!u.trainable) continue;
+    for (const auto& p : u.flat.members)
+      TORCH_CHECK(p.requires_grad() == u.trainable, u.name, " has ",
+                  p.requires_grad() ? "a trainable" : "a frozen",
+                  " tensor among tensors that are not (distributed.sharding full splits units "
+                  "that are all one or the other)");
+    if (!u.trainable || u.flat.numel == 0) continue;
     u.flat.allocate_moments();
     hook_gradients(u);
   }
@@ -128,7 +154,7 @@ FullSharding::FullSharding(model::CausalLM& model, Communicator& comm,
   };
   // What stays whole (LoRA's adapters) is all-reduced as without sharding; the embedding's
   // gradient, when it trains, is reduce-scattered with the rest of its unit.
-  whole_ = std::make_unique<BucketedGradients>(comm, model, trainable, bucket_mb,
+  whole_ = std::make_unique<BucketedGradients>(comm_, model, trainable, bucket_mb,
                                                /*embedding_by_rows=*/false,
                                                [this](const torch::Tensor& t) { return holds(t); });
   whole_->attach(Communicator::Reduction::kAllReduce);
@@ -149,6 +175,7 @@ void FullSharding::hook_gradients(Unit& u) {
 }
 
 FullSharding::~FullSharding() {
+  if (model_.is_empty()) return;  // never attached
   model_->before_stage = nullptr;
   model_->after_layer = nullptr;
 }
@@ -311,6 +338,30 @@ torch::Tensor FullSharding::weight_value(const std::string& name, const torch::T
   wait_for(u);
   being_read_ = &u;
   return param;  // a view into the unit's gathered storage
+}
+
+void FullSharding::restore_weights(const model::NamedParams& trainable, const WeightReader& read) {
+  torch::NoGradGuard no_grad;
+  for (auto& u : units_) {
+    if (!u->trainable) continue;
+    const FlatShard& f = u->flat;
+    for (size_t j = 0; j < f.members.size(); ++j) {
+      const auto part = f.overlap(j);
+      if (!part) continue;
+      const auto [begin, end] = *part;
+      const auto values = read(f.names[j]).reshape(-1).narrow(0, begin - f.offsets[j], end - begin);
+      u->shard.narrow(0, begin - f.mine.begin, end - begin).copy_(values);
+    }
+  }
+  for (size_t i = 0; i < trainable.names.size(); ++i)
+    if (!holds(trainable.tensors[i])) trainable.tensors[i].copy_(read(trainable.names[i]));
+}
+
+std::vector<torch::Tensor> FullSharding::held_whole(const model::NamedParams& trainable) const {
+  std::vector<torch::Tensor> whole;
+  for (const auto& t : trainable.tensors)
+    if (!holds(t)) whole.push_back(t);
+  return whole;
 }
 
 torch::Tensor FullSharding::empty_batch_loss(int32_t pad_id) {

@@ -18,6 +18,9 @@
 //   gradients: once every trainable tensor of a unit has its gradient for this backward, they
 //             are reduce-scattered into this process's slice (summed over micro-batches) and
 //             the full-size gradients dropped.
+// Loading: a decoder layer is split as soon as it is loaded (take_part), so a process holds at most
+// its slices, the root and the one layer being loaded, never the whole model. Every process reads
+// the same files (or draws the same random weights from the same seed), so nothing is broadcast.
 // The root stays gathered from the embedding until the backward ends: the output layer reads it
 // after the decoder and, tied, so does the loss.
 // Freeing is the storage's, not the tensors': autograd's saved references to the weights stay
@@ -47,14 +50,24 @@ namespace kubetune::parallel {
 
 class FullSharding : public WeightSync {
  public:
-  // Splits `model`'s parameters into units. `split(tensor)` says which of them are sharded
-  // (method full: all; lora: the frozen ones). The trainable tensors it does not split (LoRA's
-  // adapters) are all-reduced by `buckets`. Sets the model's before_stage and after_layer.
-  FullSharding(model::CausalLM& model, Communicator& comm, const model::NamedParams& trainable,
-               const std::function<bool(const torch::Tensor&)>& split, double bucket_mb);
+  // Made before the model loads, so that no process ever holds the whole model: each part is
+  // split as it arrives (take_part), and attach() finishes the job once the model is complete.
+  // `trains_units`: every split tensor trains (method full), or none does (lora, qlora: the
+  // frozen base; their adapters, made after loading, stay whole).
+  FullSharding(Communicator& comm, bool trains_units);
   ~FullSharding() override;
   FullSharding(const FullSharding&) = delete;
   FullSharding& operator=(const FullSharding&) = delete;
+
+  // A part of the model (CausalLMImpl::parts: its parameters' names start with `prefix`), just
+  // loaded (and for QLoRA quantized): its parameters and 4-bit base join their unit. A decoder
+  // layer is a unit of its own and is split at once, its storage freed; the root's parts
+  // (embedding, final norm, output layer) wait for attach().
+  void take_part(const std::string& prefix, torch::nn::Module& part);
+  // After loading, with LoRA's adapters in place: splits the root, hooks the gradients and the
+  // layers' forward and backward. The trainable tensors not split (the adapters) are all-reduced
+  // in buckets of `bucket_mb`.
+  void attach(model::CausalLM& model, const model::NamedParams& trainable, double bucket_mb);
 
   // This process's slices of the trainable sharded tensors (one entry per tensor the slice
   // touches, named after it: checkpoints keep their per-tensor format), the rest whole.
@@ -81,12 +94,18 @@ class FullSharding : public WeightSync {
   torch::Tensor weight_value(const std::string& name, const torch::Tensor& param) override;
   void after_reading_weights() override { release(); }
 
+  // A split tensor's values are restored into this process's slice of them.
+  void restore_weights(const model::NamedParams& trainable, const WeightReader& read) override;
+  std::vector<torch::Tensor> held_whole(const model::NamedParams& trainable) const override;
+
   // Whether `t` is one of the sharded tensors (its values are then not readable in between).
   bool holds(const torch::Tensor& t) const;
 
  private:
   struct Unit;
   Unit& layer_unit(int64_t layer);
+  Unit& unit_named(const std::string& name);
+  void split(Unit& u);
   void hook_gradients(Unit& u);
   void before_stage(int64_t stage);
   void before_layer_backward(int64_t layer);
@@ -98,7 +117,8 @@ class FullSharding : public WeightSync {
   void reduce_gradients(Unit& u);
 
   Communicator& comm_;
-  model::CausalLM model_;
+  bool trains_units_;
+  model::CausalLM model_{nullptr};
   model::NamedParams trainable_;
   int rank_, world_;
   std::vector<std::unique_ptr<Unit>> units_;  // [0]: the root; [1 + l]: decoder layer l

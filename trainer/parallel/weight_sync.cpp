@@ -18,17 +18,33 @@ std::vector<optim::AdamWParam> whole_entries(
   return entries;
 }
 
-// The one place that reads distributed.sharding.
+void WeightSync::restore_weights(const model::NamedParams& trainable, const WeightReader& read) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < trainable.names.size(); ++i)
+    trainable.tensors[i].copy_(read(trainable.names[i]));
+}
+
+// The one place that reads distributed.sharding (with make_weight_sync below).
+WeightLoading::WeightLoading(const TrainConfig& c, Communicator& comm) {
+  if (c.distributed.sharding == api::DistributedSharding::kFull)
+    full_ = std::make_unique<FullSharding>(comm, c.method.type == api::MethodType::kFull);
+}
+
+WeightLoading::~WeightLoading() = default;
+
+void WeightLoading::part_loaded(const std::string& prefix, torch::nn::Module& part) {
+  if (full_) full_->take_part(prefix, part);
+}
+
 std::unique_ptr<WeightSync> make_weight_sync(const TrainConfig& c, Communicator& comm,
                                              model::CausalLM& model,
-                                             const model::NamedParams& trainable) {
+                                             const model::NamedParams& trainable,
+                                             WeightLoading& loading) {
   const double bucket_mb = c.distributed.bucket_size_mb;
   if (c.distributed.sharding == api::DistributedSharding::kFull) {
-    // Every weight (full), or the frozen base (lora: the adapters stay whole).
-    const bool full = c.method.type == api::MethodType::kFull;
-    return std::make_unique<FullSharding>(
-        model, comm, trainable,
-        [full](const torch::Tensor& t) { return full || !t.requires_grad(); }, bucket_mb);
+    TORCH_CHECK(loading.full_, "distributed.sharding full: the model did not load through it");
+    loading.full_->attach(model, trainable, bucket_mb);
+    return std::move(loading.full_);
   }
   // A trainable embedding of a multi-process run has its gradient summed by the rows the step
   // looked up (embedding_gradient_sync.h).

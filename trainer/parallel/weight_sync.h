@@ -40,6 +40,8 @@
 namespace kubetune::parallel {
 
 using RowIds = std::function<std::vector<int64_t>()>;
+// A trainable tensor's whole value by name, as a checkpoint stores it (on the host).
+using WeightReader = std::function<torch::Tensor(const std::string&)>;
 
 class WeightSync {
  public:
@@ -81,6 +83,15 @@ class WeightSync {
     return param;
   }
   virtual void after_reading_weights() {}
+
+  // Before the first step, on resume: sets the trainable weights from a checkpoint, whole, or
+  // this process's slices of those the scheme splits.
+  virtual void restore_weights(const model::NamedParams& trainable, const WeightReader& read);
+  // The trainable tensors every process holds whole, which rank 0 broadcasts before the first
+  // step (the split ones were loaded alike on every process: full_sharding.h).
+  virtual std::vector<torch::Tensor> held_whole(const model::NamedParams& trainable) const {
+    return trainable.tensors;
+  }
 };
 
 // AdamW's entries for tensors each process updates whole: those of `tensors` that `skip` (when
@@ -89,8 +100,31 @@ std::vector<optim::AdamWParam> whole_entries(
     const model::NamedParams& tensors, const DecayRule& decays,
     const std::function<bool(const torch::Tensor&)>& skip = {});
 
+class FullSharding;
+
+// The model's parts as they load, for the scheme that will keep them: under sharding full each is
+// split at once (full_sharding.h), so that no process ever holds the whole model; under the
+// others nothing happens. make_weight_sync then takes what it split.
+class WeightLoading {
+ public:
+  WeightLoading(const TrainConfig& config, Communicator& comm);
+  ~WeightLoading();
+  WeightLoading(const WeightLoading&) = delete;
+  WeightLoading& operator=(const WeightLoading&) = delete;
+  // train::load_model's after_part.
+  void part_loaded(const std::string& prefix, torch::nn::Module& part);
+
+ private:
+  friend std::unique_ptr<WeightSync> make_weight_sync(const TrainConfig&, Communicator&,
+                                                      model::CausalLM&, const model::NamedParams&,
+                                                      WeightLoading&);
+  std::unique_ptr<FullSharding> full_;  // null unless distributed.sharding full
+};
+
+// The scheme of distributed.sharding, once the model has loaded through `loading`.
 std::unique_ptr<WeightSync> make_weight_sync(const TrainConfig& config, Communicator& comm,
                                              model::CausalLM& model,
-                                             const model::NamedParams& trainable);
+                                             const model::NamedParams& trainable,
+                                             WeightLoading& loading);
 
 }  // namespace kubetune::parallel

@@ -195,13 +195,16 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   e.gradients = trainable * 4 * (world_size > 1 ? 2 : 1);
   e.optimizer_states = trainable * 8 / (optimizer_sharded ? world_size : 1);
   if (weights_sharded && world_size > 1) {
-    // Every process loads the whole model (trainable in fp32, frozen in the compute dtype) and
-    // only then splits it, a unit at a time.
-    // QLoRA's base is quantized as it loads: the 4-bit model whole, and one unit unquantized.
-    const int64_t bytes = full ? 4 : (bf16 ? 2 : 4);
-    e.loading = static_cast<int64_t>((static_cast<double>(all) + largest_unit(m)) * bytes);
-    if (c.method.type == api::MethodType::kQlora)
-      e.loading = quantized_whole + static_cast<int64_t>(largest_unit(m) * bytes);
+    // Each decoder layer is split as soon as it has loaded (full_sharding.h: take_part): the
+    // slices so far, the embedding, and the layer whole twice (as loaded, and the flat buffer it
+    // is moved into); at the end the root whole twice the same way, beside every slice.
+    // QLoRA's layers are quantized before they are split: its base's share of the slices.
+    const double bytes = full ? 4 : (bf16 ? 2 : 4);
+    const double root = root_elements(m), layer = m.largest_layer_parameters();
+    const double slices = c.method.type == api::MethodType::kQlora
+                              ? static_cast<double>(quantized_whole) / world_size
+                              : static_cast<double>(all) / world_size * bytes;
+    e.loading = static_cast<int64_t>(slices + std::max(root + 2 * layer, 2 * root) * bytes);
   }
   if (weights_sharded && full) {
     // 1/N of the gradients (summed over micro-batches) and, with peers, while one unit is

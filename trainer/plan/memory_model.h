@@ -19,8 +19,8 @@ struct MemoryEstimate {
   int64_t optimizer_states = 0;   // AdamW's two fp32 moments (divided by the world if sharded)
   int64_t autocast_copies = 0;    // bf16 copies of fp32 weights cached by autocast in forward
   int64_t activations = 0;        // saved for backward (one micro-batch of maxLength rows)
-  // Before training, under sharding full: the whole model as loaded, on every GPU, before it is
-  // split (trainer/loop/train_loop.cpp), plus one unit's flat copy. Not part of the sum above.
+  // Before training, under sharding full: the slices split so far, the root and the layer being
+  // split (full_sharding.h: each layer is split as it loads). Not part of the sum above.
   int64_t loading = 0;
   // The peak: the larger of the training terms' sum and `loading`.
   int64_t total() const;
