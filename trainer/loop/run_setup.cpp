@@ -72,10 +72,10 @@ UserInputs load_user_inputs(const TrainConfig& c, const torch::Device& device, t
           "(Hopper) or newer; " +
           device.str() + " is older: use model.precision default");
     torch::manual_seed(c.training.seed);
-    auto model = load_model(
-        c.model.path, device, dtype, lora_config(c), c.method.type == api::MethodType::kFull,
-        c.training.seed, qlora ? std::optional(c.method.quantization) : std::nullopt, c.model.init,
-        after_part);
+    auto model = load_model(c.model.path, device, dtype, lora_config(c),
+                            c.method.type == api::MethodType::kFull, c.training.seed,
+                            qlora ? std::optional(c.method.quantization) : std::nullopt,
+                            c.model.init, after_part);
     if (fp8) {
       // The decoder layers only: the LM head's product stays in bf16, as torchao's recipes leave
       // it.
