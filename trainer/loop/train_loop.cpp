@@ -228,9 +228,8 @@ int run_training(const TrainConfig& configured) {
   // How the weights stay in step across processes, and the optimizer over what it hands out.
   auto weight_sync = parallel::make_weight_sync(c, *comm, model, trainable, loading);
   if (checkpoint) {
-    weight_sync->restore_weights(trainable, [&](const std::string& name) {
-      return checkpoint->trainable.read(name);
-    });
+    weight_sync->restore_weights(
+        trainable, [&](const std::string& name) { return checkpoint->trainable.read(name); });
   }
   // Every rank starts from rank 0's weights, whatever happened before (as torch DDP does).
   auto whole = weight_sync->held_whole(trainable);
