@@ -4,7 +4,9 @@ skipped, where torch sees no GPU. On a GPU machine from a packed build (bench/pa
   KUBETUNE_TRAINER=PACK/kubetune-trainer KUBETUNE_REPO=. PYTHONPATH=tests/train python3 tests/gpu/gpu_test.py NAME
 The model is Llama-3.2-1B's shape with weights the trainer draws (model.init random), at 2048 tokens."""
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -168,10 +170,46 @@ def full_sharding_checkpoints_and_resumes_on_two_gpus():
         assert abs(a - b) <= 2e-3 * abs(a), (straight, first + resumed)
 
 
+def full_sharding_loads_what_one_gpu_cannot_hold():
+    """LoRA on Llama-3.1-8B's shape (random bf16 base, 14.96 GiB whole) under `sharding: full` on 2
+    GPUs, each capped at 13.5 GiB from the start (KUBETUNE_TEST_GPU_MEMORY_FRACTION): the base fits
+    only if every process loads it by slices, never whole (issue 48). The run trains 3 steps with
+    finite losses, and the peak while loading stays under the cap and under the whole
+    base."""
+    if torch.cuda.device_count() < 2:
+        print("fewer than 2 GPUs: skipped")
+        sys.exit(77)
+    w = h.workdir("gpu-load-by-slices")
+    inputs = w / "inputs"
+    if not (inputs / "model").exists():
+        subprocess.run([sys.executable, str(h.REPO / "bench" / "make_bench_inputs.py"), str(inputs),
+                        "--shape", "llama-3.1-8b", "--seq", str(SEQ), "--records", "16", "--config-only"],
+                       check=True, capture_output=True)
+    cfg = lora_config(inputs, w / "out", 1, 2, 3)
+    cfg["model"]["gradientCheckpointing"] = True
+    cfg["distributed"] = {"sharding": "full", "timeoutSeconds": 120}
+    path = h.write_config(w / "slices.json", cfg)
+    whole_gib, cap_gib = 8.03e9 * 2 / 2**30, 13.5
+    plan = json.loads(h.run(["preflight", "--config", path, "--world-size", "2",
+                             "--gpu-memory-gib", str(cap_gib)]).stdout)
+    print("preflight:", plan["memory"]["totalGiB"], "GiB; loading", plan["memory"].get("loadingGiB"))
+    assert plan["verdict"] == "OK", plan.get("message")
+    fraction = cap_gib / (torch.cuda.get_device_properties(0).total_memory / 2**30)
+    log = run_trainer(path, 2, {"KUBETUNE_TEST_GPU_MEMORY_FRACTION": f"{fraction:.4f}"})
+    loading = re.search(r"peak GPU memory while loading=([0-9.]+) GiB", log)
+    assert loading, log[-3000:]
+    print(f"peak while loading {loading.group(1)} GiB; cap {cap_gib}; whole base {whole_gib:.2f} GiB")
+    assert float(loading.group(1)) < min(cap_gib, whole_gib), log[-3000:]
+    losses = [json.loads(l)["loss"] for l in open(w / "out" / "metrics_history.jsonl") if '"loss"' in l]
+    print("losses", losses)
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses), losses
+
+
 if __name__ == "__main__":
     if not torch.cuda.is_available():
         print("no GPU visible to torch: skipped")
         sys.exit(77)
     h.main({f.__name__: f for f in [out_of_memory_step_is_rerun_smaller, out_of_memory_on_one_rank_of_two,
                                      auto_micro_batch_runs_at_its_choice,
-                                     full_sharding_checkpoints_and_resumes_on_two_gpus]})
+                                     full_sharding_checkpoints_and_resumes_on_two_gpus,
+                                     full_sharding_loads_what_one_gpu_cannot_hold]})

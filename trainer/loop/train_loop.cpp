@@ -198,6 +198,7 @@ int run_training(const TrainConfig& configured) {
                                              c.distributed.timeout_seconds);
   const bool lead = env.rank == 0;
 
+  apply_test_memory_cap(device, env.rank);  // a smaller GPU for tests, loading included
   parallel::WeightLoading loading(c, *comm);  // a sharded scheme splits each part as it loads
   auto inputs = load_user_inputs(c, device, dtype, env.local_world_size,
                                  [&loading](const std::string& prefix, torch::nn::Module& part) {
@@ -208,7 +209,6 @@ int run_training(const TrainConfig& configured) {
   auto checkpoint = agree_on_resume_point(*comm, c, device, [&](const CheckpointContents& k) {
     check_resumable(k, c, trainable, env.world_size, inputs.train.size());
   });
-  apply_test_memory_cap(device, env.rank);
   const int64_t resumed_global_batch = checkpoint ? checkpoint->state.global_batch : 0;
   const MicroBatchChoice micro_batch =
       agree_on_micro_batch(*comm, c, model->config(), device, resumed_global_batch);
