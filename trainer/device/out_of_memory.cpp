@@ -38,8 +38,12 @@ void apply_test_memory_cap(const torch::Device& device, int rank) {
   const double fraction = env_number("KUBETUNE_TEST_GPU_MEMORY_FRACTION", 0);
   if (fraction <= 0 || !hooks_act_on(rank)) return;
 #ifdef KUBETUNE_WITH_CUDA
-  if (device.is_cuda())
+  if (device.is_cuda()) {
+    // The caching allocator is set up by its first allocation; the cap applies from before the
+    // model loads, which may be before anything was allocated.
+    (void)torch::empty({1}, torch::TensorOptions().device(device));
     c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index());
+  }
 #else
   (void)device;
 #endif

@@ -50,23 +50,41 @@ void AdamW::fused_step(double lr, const torch::Tensor& skip) {
     step_on_device_ = torch::zeros({}, params_.front().param.options().dtype(torch::kFloat32));
   step_on_device_.fill_(static_cast<double>(step_));
   for (const bool decay : {true, false}) {
-    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
-    for (auto& p : params_) {
-      if (p.decay != decay || !p.param.grad().defined()) continue;
-      params.push_back(p.values(p.param));
-      grads.push_back(p.values(p.param.grad()));
-      exp_avgs.push_back(p.exp_avg);
-      exp_avg_sqs.push_back(p.exp_avg_sq);
-      steps.push_back(step_on_device_);
-    }
-    if (params.empty()) continue;
+    FusedGroup& group = fused_group(decay);
+    if (group.entries.empty()) continue;
+    std::vector<torch::Tensor> grads;  // new tensors every step (dropped after each update)
+    grads.reserve(group.entries.size());
+    for (const size_t i : group.entries) grads.push_back(params_[i].values(params_[i].param.grad()));
     at::_fused_adamw_(
-        params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1,
-        options_.beta2, decay ? options_.weight_decay : 0.0, options_.eps, /*amsgrad=*/false,
+        group.params, grads, group.exp_avgs, group.exp_avg_sqs, /*max_exp_avg_sqs=*/{},
+        group.steps, lr, options_.beta1, options_.beta2, decay ? options_.weight_decay : 0.0,
+        options_.eps, /*amsgrad=*/false,
         /*maximize=*/false,
         /*grad_scale=*/std::nullopt,
         /*found_inf=*/skip.defined() ? std::optional<at::Tensor>(skip) : std::nullopt);
   }
+}
+
+AdamW::FusedGroup& AdamW::fused_group(bool decay) {
+  FusedGroup& group = decay ? decayed_ : not_decayed_;
+  std::vector<size_t> entries;
+  std::vector<const void*> bases;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const AdamWParam& p = params_[i];
+    if (p.decay != decay || !p.param.grad().defined()) continue;
+    entries.push_back(i);
+    bases.push_back(p.param.data_ptr());
+  }
+  if (entries == group.entries && bases == group.bases) return group;
+  group = FusedGroup{std::move(entries), std::move(bases), {}, {}, {}, {}};
+  for (const size_t i : group.entries) {
+    AdamWParam& p = params_[i];
+    group.params.push_back(p.values(p.param));
+    group.exp_avgs.push_back(p.exp_avg);
+    group.exp_avg_sqs.push_back(p.exp_avg_sq);
+    group.steps.push_back(step_on_device_);
+  }
+  return group;
 }
 
 void AdamW::load_state(const std::function<torch::Tensor(const std::string&)>& lookup) {

@@ -66,9 +66,21 @@ torch::Tensor OptimizerSharding::empty_batch_loss(int32_t) {
   return zero_loss(trainable_);
 }
 
-void OptimizerSharding::after_update() {
-  wait_for_weights();
-  // In the order the next forward reads them, so the first layers' weights arrive first.
+void OptimizerSharding::begin_step(const RowIds& rows) {
+  start_gathers();
+  buckets_->begin_step(rows);
+}
+
+void OptimizerSharding::wait_for_weights() {
+  start_gathers();
+  wait_for_stage(std::numeric_limits<int64_t>::max());
+}
+
+void OptimizerSharding::start_gathers() {
+  if (!gathers_due_) return;
+  gathers_due_ = false;
+  wait_for_stage(std::numeric_limits<int64_t>::max());  // none is still in flight; to be sure
+  // In the order the forward reads them, so the first layers' weights arrive first.
   std::vector<Bucket*> order;
   for (auto& b : flat_buckets_)
     if (b.sharded) order.push_back(&b);

@@ -40,13 +40,17 @@ class OptimizerSharding : public WeightSync {
   std::vector<optim::AdamWParam> optimizer_entries(const DecayRule& decays) override;
   bool splits_optimizer() const override { return true; }
   std::string describe() const override;
-  void begin_step(const RowIds& rows) override { buckets_->begin_step(rows); }
+  // Starts sending every process's updated slices to every process (after_update's). The gathers
+  // overlap with the forward, whose stages wait only for their own buckets.
+  void begin_step(const RowIds& rows) override;
   torch::Tensor empty_batch_loss(int32_t) override;
   void finish_gradients() override { buckets_->finish_step(); }
-  // Starts sending every process's updated slices to every process. The gathers overlap with the
-  // next forward, whose stages wait only for their own buckets.
-  void after_update() override;
-  void wait_for_weights() override { wait_for_stage(std::numeric_limits<int64_t>::max()); }
+  // The updated slices' gathers are due, and start with the next step, not here: the step begins
+  // with a small all-reduce (its target-token count) that the forward waits for, and queued
+  // behind 2.5 GB of gathers on the communicator's stream it held the whole forward back until
+  // they were done (1B full fine-tuning on 2 H200s: 10 ms a step, bench/README.md).
+  void after_update() override { gathers_due_ = true; }
+  void wait_for_weights() override;
 
  private:
   struct Bucket {
@@ -56,12 +60,14 @@ class OptimizerSharding : public WeightSync {
     std::function<void()> wait_for_gather;  // set while its gather is in flight
   };
   void wait_for_stage(int64_t stage);
+  void start_gathers();
 
   Communicator& comm_;
   model::CausalLM model_;
   model::NamedParams trainable_;
   std::unique_ptr<BucketedGradients> buckets_;
   std::vector<Bucket> flat_buckets_;  // one per gradient bucket, in the same order
+  bool gathers_due_ = false;          // updated, not yet sent
 };
 
 }  // namespace kubetune::parallel

@@ -184,11 +184,18 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
     quantized_whole =
         static_cast<int64_t>((all - linear) * (bf16 ? 2 : 4) +
                              linear * (0.5 + scale_bytes / c.method.quantization.block_size));
-    // Split like bf16 weights (the same share of each unit, the root and two layers gathered).
-    e.frozen_weights = weights_sharded
-                           ? static_cast<int64_t>(static_cast<double>(quantized_whole) *
-                                                  sharded_elements(m, all, world_size) / all)
-                           : quantized_whole;
+    e.frozen_weights = quantized_whole;
+    if (weights_sharded && world_size > 1) {
+      // 1/N of it, and gathered whole: the root, which is not quantized (embedding and output
+      // layer in the compute dtype), and two decoder layers in their 4-bit form. (Scaling the
+      // bf16 split by the 4-bit share counted the root at 4 bits: 2.4 GiB short for 70B.)
+      const double root_bytes = root_elements(m) * (bf16 ? 2 : 4);
+      const double layer_bytes = (static_cast<double>(quantized_whole) - root_bytes) /
+                                 std::max<int64_t>(1, m.num_hidden_layers);
+      e.frozen_weights = static_cast<int64_t>(
+          static_cast<double>(quantized_whole) / world_size + root_bytes +
+          std::min<double>(2, m.num_hidden_layers) * layer_bytes);
+    }
   }
   e.trainable_weights = trainable * 4;
   // Several processes: the reduction's buckets hold another copy of the gradients.
