@@ -156,6 +156,43 @@ def lora_adapter_loads_in_peft():
     assert math.isclose(ours["mean_loss"], loss, rel_tol=1e-4)
 
 
+def qlora_float32_model_with_bf16_compute_matches_bitsandbytes():
+    """QLoRA with model.dtype float32 and the default computeDtype (bfloat16), as
+    `BitsAndBytesConfig(bnb_4bit_compute_dtype=torch.bfloat16)` on a float32 model: each 4-bit
+    product runs in bf16 and returns the input's dtype, as bitsandbytes' Linear4bit does (ours once
+    returned bf16 and the attention refused the mixed dtypes). The first step's loss equals the
+    bitsandbytes model's to bf16's precision."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    w = h.workdir("qlora-f32-bf16")
+    model_dir = h.tiny_model(w / "model")
+    texts = [f"record {i}: " + " ".join(["the quick brown fox jumps"] * (1 + i % 3)) for i in range(8)]
+    data = w / "data.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    cfg = h.config(model_dir, data, w / "adapter", method="qlora", microBatchSize=8, maxSteps=1)
+    cfg["data"].update(format="text", maxLength=512)
+    cfg["model"]["dtype"] = "float32"
+    cfg["method"]["quantization"] = {"type": "nf4", "doubleQuant": True, "blockSize": 64}
+    h.run(["train", "--config", h.write_config(w / "c.json", cfg)])
+    ours = [json.loads(l)["loss"] for l in (w / "adapter" / "metrics_history.jsonl").read_text().splitlines()
+            if '"loss"' in l][0]
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    rows = [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [tok.eos_token_id] * (width - len(r)) for r in rows])
+    labels = torch.tensor([r + [-100] * (width - len(r)) for r in rows])
+    losses = {}
+    for name, compute in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                 bnb_4bit_compute_dtype=compute)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, quantization_config=bnb, device_map="cpu",
+                                                     dtype=torch.float32)
+        with torch.no_grad():
+            losses[name] = model(input_ids=ids, labels=labels).loss.item()
+    print(f"first loss: ours {ours:.6f}; bitsandbytes bf16 compute {losses['bf16']:.6f}, fp32 {losses['fp32']:.6f}")
+    assert math.isclose(ours, losses["bf16"], rel_tol=2e-3), (ours, losses)
+
+
 def qlora_matches_peft_bitsandbytes():
     """QLoRA on the CPU against PEFT on a base quantized by transformers+bitsandbytes (NF4, double
     quantization; fp32 compute, so the comparison is not lost in bf16 noise): the first step's loss
@@ -840,6 +877,7 @@ if __name__ == "__main__":
                                      damaged_checkpoint_is_skipped, eval_matches_transformers,
                                      tokenize_matches_tokenizers, lora_adapter_loads_in_peft,
                                      qlora_matches_peft_bitsandbytes,
+                                     qlora_float32_model_with_bf16_compute_matches_bitsandbytes,
                                      random_init_trains_from_config_alone,
                                      bad_inputs_are_named, quickstart_events_read_by_tensorboard,
                                      quickstart_learns_visibly,

@@ -17,7 +17,9 @@ class Linear4bitFunction : public torch::autograd::Function<Linear4bitFunction> 
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     const auto dtype = static_cast<torch::ScalarType>(compute_dtype);
     const torch::Tensor w = kernels::dequantize_4bit(*s, dtype);
-    return at::matmul(x.to(dtype), w.t());
+    // As bitsandbytes' Linear4bit: the product in the compute dtype, the result in the input's
+    // (an fp32 model with bf16 compute gave bf16 values beside fp32 queries and keys).
+    return at::matmul(x.to(dtype), w.t()).to(x.scalar_type());
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
