@@ -67,8 +67,6 @@ bool micro_batch_is_auto(const TrainConfig& c);
 inline constexpr const char* kAutoMicroBatchNeedsGlobalBatch =
     "training.microBatchSize auto chooses how training.globalBatchSize splits into micro-batches: "
     "set training.globalBatchSize";
-// The refusal of fully sharded weights for QLoRA, by the trainer and by the CRD's rule: its base
-// lives in 4-bit blocks that full_sharding.h does not split.
 // The refusals of model.precision fp8, by the trainer and by the CRD's rules: its FP8 products
 // take bf16 inputs and give bf16 outputs, and lora's FP8 base weights are not split by sharding.
 inline constexpr const char* kFp8NeedsBf16 =

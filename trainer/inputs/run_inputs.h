@@ -4,8 +4,8 @@
 
 #include <torch/types.h>
 
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 

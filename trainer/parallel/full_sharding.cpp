@@ -353,15 +353,7 @@ void FullSharding::restore_weights(const model::NamedParams& trainable, const We
       u->shard.narrow(0, begin - f.mine.begin, end - begin).copy_(values);
     }
   }
-  for (size_t i = 0; i < trainable.names.size(); ++i)
-    if (!holds(trainable.tensors[i])) trainable.tensors[i].copy_(read(trainable.names[i]));
-}
-
-std::vector<torch::Tensor> FullSharding::held_whole(const model::NamedParams& trainable) const {
-  std::vector<torch::Tensor> whole;
-  for (const auto& t : trainable.tensors)
-    if (!holds(t)) whole.push_back(t);
-  return whole;
+  WeightSync::restore_weights(trainable, read);  // the tensors held whole: LoRA's adapters
 }
 
 torch::Tensor FullSharding::empty_batch_loss(int32_t pad_id) {

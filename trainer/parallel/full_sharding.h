@@ -94,9 +94,9 @@ class FullSharding : public WeightSync {
   torch::Tensor weight_value(const std::string& name, const torch::Tensor& param) override;
   void after_reading_weights() override { release(); }
 
+  bool splits(const torch::Tensor& t) const override { return holds(t); }
   // A split tensor's values are restored into this process's slice of them.
   void restore_weights(const model::NamedParams& trainable, const WeightReader& read) override;
-  std::vector<torch::Tensor> held_whole(const model::NamedParams& trainable) const override;
 
   // Whether `t` is one of the sharded tensors (its values are then not readable in between).
   bool holds(const torch::Tensor& t) const;

@@ -21,7 +21,14 @@ std::vector<optim::AdamWParam> whole_entries(
 void WeightSync::restore_weights(const model::NamedParams& trainable, const WeightReader& read) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < trainable.names.size(); ++i)
-    trainable.tensors[i].copy_(read(trainable.names[i]));
+    if (!splits(trainable.tensors[i])) trainable.tensors[i].copy_(read(trainable.names[i]));
+}
+
+std::vector<torch::Tensor> WeightSync::held_whole(const model::NamedParams& trainable) const {
+  std::vector<torch::Tensor> whole;
+  for (const auto& t : trainable.tensors)
+    if (!splits(t)) whole.push_back(t);
+  return whole;
 }
 
 // The one place that reads distributed.sharding (with make_weight_sync below).

@@ -84,14 +84,14 @@ class WeightSync {
   }
   virtual void after_reading_weights() {}
 
-  // Before the first step, on resume: sets the trainable weights from a checkpoint, whole, or
-  // this process's slices of those the scheme splits.
+  // Whether `t` lives in slices across the processes rather than whole on each.
+  virtual bool splits(const torch::Tensor& /*t*/) const { return false; }
+  // Before the first step, on resume: sets the trainable weights held whole from a checkpoint (a
+  // scheme that splits some restores its slices of those too).
   virtual void restore_weights(const model::NamedParams& trainable, const WeightReader& read);
   // The trainable tensors every process holds whole, which rank 0 broadcasts before the first
   // step (the split ones were loaded alike on every process: full_sharding.h).
-  virtual std::vector<torch::Tensor> held_whole(const model::NamedParams& trainable) const {
-    return trainable.tensors;
-  }
+  std::vector<torch::Tensor> held_whole(const model::NamedParams& trainable) const;
 };
 
 // AdamW's entries for tensors each process updates whole: those of `tensors` that `skip` (when
