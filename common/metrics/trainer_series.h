@@ -39,6 +39,11 @@ inline constexpr std::string_view kMicroBatchSize = "kubetune_micro_batch_size";
 inline constexpr std::string_view kOutOfMemoryRecoveriesTotal =
     "kubetune_out_of_memory_recoveries_total";
 inline constexpr std::string_view kExpertTokensTotal = "kubetune_expert_tokens_total";
+inline constexpr std::string_view kPreferenceRewardAccuracy =
+    "kubetune_preference_reward_accuracy";
+inline constexpr std::string_view kPreferenceRewardMargin = "kubetune_preference_reward_margin";
+inline constexpr std::string_view kPreferenceReward = "kubetune_preference_reward";
+inline constexpr std::string_view kPreferenceLogProb = "kubetune_preference_log_prob";
 
 // Values of the `phase` label of kubetune_step_phase_seconds_total.
 inline constexpr std::array<std::string_view, 4> kStepPhases = {"data_wait", "forward_backward",
@@ -50,7 +55,7 @@ inline constexpr std::array<double, 13> kStepSecondsBuckets = {0.05, 0.1, 0.25, 
 
 inline constexpr std::string_view kRankLabels = "job,rank,local_rank";
 
-inline constexpr std::array<SeriesSpec, 24> kAll = {{
+inline constexpr std::array<SeriesSpec, 28> kAll = {{
     {kTrainLoss, MetricType::kGauge, "Training loss of the last optimizer step.",
      "job,rank,local_rank"},
     {kEvalLoss, MetricType::kGauge, "Loss of the last evaluation pass.", "job,rank,local_rank"},
@@ -102,6 +107,22 @@ inline constexpr std::array<SeriesSpec, 24> kAll = {{
      "Mixture of experts: tokens this rank routed to each expert, summed over the sparse layers "
      "(an expert near zero is starving).",
      "job,rank,local_rank,expert"},
+    {kPreferenceRewardAccuracy, MetricType::kGauge,
+     "Preference objectives: share of the last step's pairs whose chosen answer has the higher "
+     "reward (TRL's rewards/accuracies).",
+     "job,rank,local_rank"},
+    {kPreferenceRewardMargin, MetricType::kGauge,
+     "Preference objectives: mean chosen minus rejected reward over the last step's pairs (TRL's "
+     "rewards/margins).",
+     "job,rank,local_rank"},
+    {kPreferenceReward, MetricType::kGauge,
+     "Preference objectives: mean reward of the last step's chosen or rejected answers (TRL's "
+     "rewards/chosen, rewards/rejected).",
+     "job,rank,local_rank,answer"},
+    {kPreferenceLogProb, MetricType::kGauge,
+     "Preference objectives: mean log-probability of the last step's chosen or rejected answers "
+     "(TRL's logps/chosen, logps/rejected).",
+     "job,rank,local_rank,answer"},
 }};
 
 }  // namespace kubetune::metrics::trainer_series

@@ -68,6 +68,19 @@ MicroBatch pad_batch(const std::vector<const Example*>& examples, int32_t pad_id
   return lay_out(rows, pad_id);
 }
 
+MicroBatch pair_batch(const std::vector<const Example*>& pairs, int32_t pad_id) {
+  std::vector<const Example*> rows = pairs;
+  for (const Example* pair : pairs) {
+    if (!pair->rejected)
+      throw std::invalid_argument("example from line " + std::to_string(pair->source_line) +
+                                  " is not a preference pair");
+    rows.push_back(pair->rejected.get());
+  }
+  MicroBatch batch = pad_batch(rows, pad_id);
+  batch.pairs = static_cast<int64_t>(pairs.size());
+  return batch;
+}
+
 MicroBatch pack_batch(const std::vector<const Example*>& examples, int64_t max_length,
                       int32_t pad_id) {
   if (max_length < 1) throw std::invalid_argument("pack_batch: max_length must be positive");

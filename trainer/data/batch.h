@@ -22,6 +22,9 @@ struct MicroBatch {
   std::vector<int64_t> labels;        // -100 on padding and at each example's first position
   int64_t n_targets = 0;              // sum of count_targets over the examples
   int64_t n_tokens = 0;               // non-padding tokens
+  // Preference pairs (pair_batch): rows [0, pairs) hold the chosen answers, rows [pairs,
+  // 2 pairs) the rejected ones in the same order; 0 otherwise.
+  int64_t pairs = 0;
   // False only when every row holds exactly one example and no padding, so the model can use a
   // plain causal mask.
   bool has_padding_or_packing = false;
@@ -29,6 +32,11 @@ struct MicroBatch {
 
 // Each example in its own row, right-padded with pad_id to the longest one.
 MicroBatch pad_batch(const std::vector<const Example*>& examples, int32_t pad_id);
+
+// Preference pairs, as TRL's collator lays them out: every chosen sequence, then every rejected
+// one, each in its own row, right-padded. Throws std::invalid_argument for an example that is not
+// a pair.
+MicroBatch pair_batch(const std::vector<const Example*>& pairs, int32_t pad_id);
 
 // First-fit packing, in the given order, of examples into rows of at most max_length tokens; an
 // example is never split across rows. The batch length is the fullest row's length. Throws

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "trainer/data/jsonl_reader.h"
+#include "trainer/data/preference_pair.h"
 #include "trainer/data/record_encoder.h"
 #include "trainer/data/record_format.h"
 
@@ -35,6 +36,18 @@ class FormatChecker {
   size_t first_line_ = 0;
 };
 
+// Preference objectives train on pairs and nothing else; SFT cannot use a pair.
+void check_objective_takes(Format format, bool pairs) {
+  if (pairs && format != Format::kPreference)
+    throw std::runtime_error(std::string("record is in ") + api::to_string(format) +
+                             " format, but training.objective trains on preference pairs: "
+                             "{\"prompt\", \"chosen\", \"rejected\"}");
+  if (!pairs && format == Format::kPreference)
+    throw std::runtime_error(
+        "record is a preference pair (\"chosen\" and \"rejected\"): set training.objective to "
+        "dpo, ipo, simpo or orpo to train on pairs");
+}
+
 // Keeps the start: the prompt and the beginning of the answer are what the model must see.
 void truncate(Example& example, int max_length) {
   const size_t limit = static_cast<size_t>(max_length);
@@ -42,6 +55,26 @@ void truncate(Example& example, int max_length) {
     example.input_ids.resize(limit);
     example.labels.resize(limit);
   }
+}
+
+// A pair's two sequences are cut alike, keeping the start (TRL's keep_start); a prompt that fills
+// data.maxLength leaves no answer to compare, and TRL drops such a pair: here it is a bad line.
+void truncate_pair(Example& pair, int max_length, size_t line) {
+  const size_t prompt = prompt_length(pair);
+  if (prompt >= static_cast<size_t>(max_length))
+    throw std::runtime_error("the prompt alone has " + std::to_string(prompt) +
+                             " tokens, at least data.maxLength (" + std::to_string(max_length) +
+                             "), so no answer token is left to compare; raise data.maxLength or "
+                             "shorten the prompt");
+  truncate(pair, max_length);
+  Example rejected = *pair.rejected;
+  truncate(rejected, max_length);
+  rejected.source_line = line;
+  pair.rejected = std::make_shared<const Example>(std::move(rejected));
+}
+
+size_t length_of_both(const Example& example) {
+  return example.input_ids.size() + (example.rejected ? example.rejected->input_ids.size() : 0);
 }
 
 void check_has_targets(const Example& example, size_t untruncated_length, int max_length) {
@@ -75,14 +108,19 @@ DatasetScan scan_jsonl(const std::string& path, const text::Tokenizer& tokenizer
       if (!reader.next(record)) break;
       reading = false;
       const Format format = formats.check(record, reader.line());
+      check_objective_takes(format, options.pairs);
       Example example = encode_record(record, format, context);
-      const size_t untruncated_length = example.input_ids.size();
-      truncate(example, options.max_length);
-      check_has_targets(example, untruncated_length, options.max_length);
+      const size_t untruncated_length = length_of_both(example);
+      if (example.rejected) {
+        truncate_pair(example, options.max_length, reader.line());
+      } else {
+        truncate(example, options.max_length);
+        check_has_targets(example, untruncated_length, options.max_length);
+      }
       example.source_line = reader.line();
-      if (example.input_ids.size() < untruncated_length) scan.truncated.push_back(reader.line());
-      scan.tokens += static_cast<int64_t>(example.input_ids.size());
-      scan.targets += count_targets(example);
+      if (length_of_both(example) < untruncated_length) scan.truncated.push_back(reader.line());
+      scan.tokens += static_cast<int64_t>(length_of_both(example));
+      scan.targets += count_targets(example) + (example.rejected ? count_targets(*example.rejected) : 0);
       scan.examples.push_back(std::move(example));
     } catch (const std::exception& e) {
       // The reader's own errors carry the location; tokenizer and template errors get it here:

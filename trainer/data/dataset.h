@@ -5,6 +5,7 @@
 //   {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", ...}, ...]}
 //   {"prompt": "...", "completion": "..."}   (or prompt/completion as message lists)
 //   {"text": "..."}
+//   {"prompt": "...", "chosen": "...", "rejected": "..."}   (or message lists: preference_pair.h)
 // With LossOn::kCompletion only assistant turns / the completion (plus their end-of-turn marker or
 // EOS) are targets; with LossOn::kAll every token is. Text records always train on every token.
 
@@ -27,6 +28,9 @@ struct DatasetOptions {
   Format format = Format::kAuto;
   LossOn loss_on = LossOn::kCompletion;
   int max_length = 2048;  // examples are truncated to this many tokens, keeping the start
+  // training.objective is a preference objective: every record must be a preference pair (and
+  // none may be one otherwise).
+  bool pairs = false;
 };
 
 // Reads a JSONL file, one record per line; blank lines are skipped. `chat` may be null but is

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace kubetune::data {
@@ -16,6 +17,10 @@ struct Example {
   // never predicted.
   std::vector<int32_t> labels;
   size_t source_line = 0;  // 1-based line of the JSONL file the example came from
+  // A preference pair (data.format preference): this example is the prompt and the chosen answer,
+  // `rejected` the same prompt and the rejected answer; the answers alone are targets. Null
+  // otherwise.
+  std::shared_ptr<const Example> rejected;
 };
 
 // Number of tokens the loss is computed on: labels != -100, excluding position 0 (never predicted).

@@ -6,6 +6,7 @@
 
 #include "trainer/data/chat_masking.h"
 #include "trainer/data/json_fields.h"
+#include "trainer/data/preference_pair.h"
 
 namespace kubetune::data {
 namespace {
@@ -133,6 +134,8 @@ Example encode_record(const nlohmann::json& record, Format format, const EncodeC
       return encode_prompt_completion(record, context);
     case Format::kText:
       return encode_text(record, context);
+    case Format::kPreference:
+      return encode_preference(record, context);
     case Format::kAuto:
       break;
   }

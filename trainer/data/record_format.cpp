@@ -18,6 +18,7 @@ std::string keys_of(const nlohmann::json& record) {
 }  // namespace
 
 std::optional<Format> detect_format(const nlohmann::json& record) {
+  if (record.contains("chosen") && record.contains("rejected")) return Format::kPreference;
   if (record.contains("messages")) return Format::kMessages;
   if (record.contains("prompt") && record.contains("completion")) return Format::kPromptCompletion;
   if (record.contains("text")) return Format::kText;
@@ -29,7 +30,8 @@ Format resolve_format(const nlohmann::json& record, Format requested) {
   if (const auto detected = detect_format(record)) return *detected;
   throw std::runtime_error(
       "unknown record format: expected a \"messages\" field, \"prompt\" and \"completion\" "
-      "fields, or a \"text\" field; the record has fields " +
+      "fields, a \"text\" field, or \"prompt\", \"chosen\" and \"rejected\" fields; the record "
+      "has fields " +
       keys_of(record));
 }
 

@@ -28,6 +28,7 @@ data::DatasetOptions dataset_options(const TrainConfig& c) {
   o.format = c.data.format;
   o.loss_on = c.data.loss_on;
   o.max_length = c.data.max_length;
+  o.pairs = c.training.objective != api::TrainingObjective::kSft;
   return o;
 }
 

@@ -9,6 +9,7 @@
 #include "trainer/io/hf_checkpoint.h"
 #include "trainer/io/peft_adapter.h"
 #include "trainer/loop/evaluate.h"
+#include "trainer/loop/preference.h"
 #include "trainer/plan/micro_batch.h"
 
 namespace fs = std::filesystem;
@@ -114,10 +115,25 @@ void write_checkpoint(Run& run) {
 
 double run_validation(Run& run) {
   run.weight_sync->wait_for_weights();
-  auto result = evaluate(*run.model, run.validation, micro_batch_size(run.config), run.text.pad_id,
-                         run.device, run.dtype, &run.comm);
+  double loss = 0;
+  if (run.preference) {
+    const auto e = evaluate_pairs(pair_scoring(*run.model, run.device, run.dtype, run.comm,
+                                               run.config, run.text.pad_id),
+                                  *run.preference, run.validation, run.validation_reference);
+    if (run.comm.rank() == 0)
+      log::info() << "held-out pairs at step=" << run.state.step << ": "
+                  << log::fixed(100 * e.preferred, 1)
+                  << "% with the chosen answer likelier per token, reward accuracy "
+                  << log::fixed(100 * e.accuracy, 1) << "%, reward margin "
+                  << log::fixed(e.margin, 4) << ", loss " << log::fixed(e.loss, 4);
+    loss = e.loss;
+  } else {
+    loss = evaluate(*run.model, run.validation, micro_batch_size(run.config), run.text.pad_id,
+                    run.device, run.dtype, &run.comm)
+               .mean_loss;
+  }
   run.weight_sync->after_evaluation();
-  return result.mean_loss;
+  return loss;
 }
 
 void save_outputs(Run& run) {

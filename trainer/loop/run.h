@@ -16,6 +16,7 @@
 #include "trainer/metrics/observers.h"
 #include "trainer/model/causal_lm.h"
 #include "trainer/model/lora.h"
+#include "trainer/model/preference_loss.h"
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/communicator.h"
@@ -46,7 +47,15 @@ struct Run {
   // This rank ran out of GPU memory: it votes to skip every step queued until all ranks have
   // read the vote and re-run the step (recover_from_out_of_memory).
   bool out_of_memory_pending = false;
+  // A preference objective (training.objective other than sft); none for SFT.
+  std::optional<model::PreferenceObjective> preference = std::nullopt;
+  // Its reference log-probabilities (preference.h: pair_log_probs), [pairs, 2]; undefined when the
+  // objective needs none.
+  torch::Tensor train_reference = {}, validation_reference = {};
 };
+
+// training.objective as the step takes it: none for sft.
+std::optional<model::PreferenceObjective> preference_objective(const TrainConfig& c);
 
 // method.lora as the model takes it; none when the run trains no adapters.
 std::optional<model::LoraConfig> lora_config(const TrainConfig& c);

@@ -20,9 +20,16 @@ std::optional<model::LoraConfig> lora_config(const TrainConfig& c) {
   model::LoraConfig l;
   l.r = c.method.lora.r;
   l.alpha = c.method.lora.alpha;
-  l.dropout = c.method.lora.dropout;
+  // Preference objectives train without dropout, as TRL's disable_dropout (on by default) does:
+  // the policy's log-probabilities must be comparable with the reference's.
+  l.dropout = c.training.objective == api::TrainingObjective::kSft ? c.method.lora.dropout : 0;
   l.target_modules = lora_target_modules(c.method.lora);
   return l;
+}
+
+std::optional<model::PreferenceObjective> preference_objective(const TrainConfig& c) {
+  if (c.training.objective == api::TrainingObjective::kSft) return std::nullopt;
+  return model::PreferenceObjective{c.training.objective, c.training.preference};
 }
 
 namespace {

@@ -21,6 +21,7 @@
 #include "trainer/data/batch.h"
 #include "trainer/device/out_of_memory.h"
 #include "trainer/inputs/user_input_error.h"
+#include "trainer/loop/preference.h"
 #include "trainer/loop/stop_signal.h"
 #include "trainer/model/device_copy.h"
 #include "trainer/model/loss.h"
@@ -45,6 +46,8 @@ data::MicroBatch collate(const std::vector<data::Example>& examples,
   std::vector<const data::Example*> picked;
   for (size_t i : indices) picked.push_back(&examples[i]);
   if (picked.empty()) return {};
+  // Pairs are never packed (TRL pads them too): a pair's two rows are compared as a whole.
+  if (picked.front()->rejected) return data::pair_batch(picked, pad_id);
   return c.data.packing ? data::pack_batch(picked, c.data.max_length, pad_id)
                         : data::pad_batch(picked, pad_id);
 }
@@ -83,26 +86,78 @@ torch::Tensor clip_gradients(Run& run) {
 // This step's micro-batches and the global counts that normalise its loss.
 struct StepBatch {
   std::vector<data::MicroBatch> micro;
-  // On the device, summed over ranks: target tokens, tokens, ranks asked to stop.
+  // A preference objective with a reference: each micro-batch's reference log-probabilities, in
+  // its rows' order (host).
+  std::vector<torch::Tensor> reference;
+  // On the device, summed over ranks (StepCount).
   torch::Tensor counts;
 };
+enum StepCount : int64_t { kTargets, kTokens, kStopVotes, kPairs, kChosenTargets };
+
+// What the step's per-micro-batch sums are divided by, global and on the device: a single
+// process with the whole global batch would compute the same loss.
+struct LossScales {
+  torch::Tensor per_target;         // SFT: 1 / target tokens
+  torch::Tensor per_pair;           // preference: 1 / pairs (TRL's mean over pairs)
+  torch::Tensor per_chosen_target;  // orpo's NLL: 1 / the chosen answers' target tokens
+};
+
+LossScales loss_scales(const torch::Tensor& counts) {
+  auto inverse = [&](StepCount c) {
+    return (1.0 / counts[c].clamp_min(1).to(torch::kFloat64)).to(torch::kFloat32);
+  };
+  return {inverse(kTargets), inverse(kPairs), inverse(kChosenTargets)};
+}
+
+// The sums a step's micro-batches add up on the device (StepResults reads them after the
+// all-reduce): the next-token loss (SFT; orpo's NLL), the pairs' losses, then PreferenceStat.
+enum StepSum : int64_t { kLossSum, kPairLossSum, kPreferenceSums };
+constexpr int64_t kStepSums = kPreferenceSums + model::kPreferenceStats;
 
 StepBatch step_batch(Run& run, int64_t epoch, int64_t step_in_epoch, StepStats& s) {
   StepBatch b;
-  int64_t local_targets = 0;
+  int64_t local_targets = 0, local_pairs = 0, chosen_targets = 0;
   for (const auto& indices : run.sampler.micro_batches(epoch, step_in_epoch)) {
     b.micro.push_back(collate(run.train, indices, run.config, run.text.pad_id));
     local_targets += b.micro.back().n_targets;
+    local_pairs += b.micro.back().pairs;
     s.local_tokens += b.micro.back().n_tokens;
     s.local_samples += static_cast<int64_t>(indices.size());
+    if (!run.preference) continue;
+    for (size_t i : indices) chosen_targets += data::count_targets(run.train[i]);
+    b.reference.push_back(run.train_reference.defined() && !indices.empty()
+                              ? reference_rows(run.train_reference, indices)
+                              : torch::Tensor());
   }
   // The third count is how many ranks were asked to stop (stop_signal.h): every rank learns it
   // with this step's results, so all of them stop after the same step.
   const int64_t stop_vote = stop_requested() ? 1 : 0;
   b.counts = model::to_device_async(
-      torch::tensor({local_targets, s.local_tokens, stop_vote}, torch::kInt64), run.device);
+      torch::tensor({local_targets, s.local_tokens, stop_vote, local_pairs, chosen_targets},
+                    torch::kInt64),
+      run.device);
   run.comm.all_reduce_sum(b.counts, "target-token count");
   return b;
+}
+
+// A preference objective's loss on one micro-batch of pairs: its per-pair losses / global pairs
+// (+ orpo's NLL / the global batch's chosen targets), from each sequence's log-probabilities.
+torch::Tensor pair_loss(Run& run, const torch::Tensor& hidden,
+                        const torch::Tensor& labels, const torch::Tensor& reference,
+                        const LossScales& scale, torch::Tensor& sums) {
+  auto [log_probs, targets] =
+      model::sequence_log_probs(*run.model, hidden, labels, loss_chunk_rows(run));
+  const auto terms = model::preference_terms(
+      *run.preference, log_probs, model::to_device_async(targets, run.device),
+      reference.defined() ? model::to_device_async(reference, run.device) : reference);
+  sums[kPairLossSum].add_(terms.pair_loss_sum.detach().to(torch::kFloat64));
+  sums.narrow(0, kPreferenceSums, model::kPreferenceStats).add_(terms.stats);
+  torch::Tensor loss = terms.pair_loss_sum * scale.per_pair;
+  if (terms.nll_sum.defined()) {
+    sums[kLossSum].add_(terms.nll_sum.detach().to(torch::kFloat64));
+    loss = loss + terms.nll_sum * scale.per_chosen_target;
+  }
+  return loss;
 }
 
 // One micro-batch's forward; its loss scaled by 1/global_targets (gradients are summed over
@@ -110,28 +165,35 @@ StepBatch step_batch(Run& run, int64_t epoch, int64_t step_in_epoch, StepStats& 
 // examples, or after this rank ran out of memory, contributes zero gradients. A mixture of
 // experts whose config asks for the router's load-balancing loss adds it with weight
 // 1 / (micro-batches x ranks): the step's is then the mean over its micro-batches, what one
-// forward over them all would give transformers. (loss_sum, what is reported, is the next-token
-// loss alone.)
-torch::Tensor micro_batch_loss(Run& run, const data::MicroBatch& micro, const torch::Tensor& scale,
-                               torch::Tensor& loss_sum, double router_weight) {
+// forward over them all would give transformers. (The reported sums hold the
+// next-token or pair losses alone.) Preference objectives: pair_loss.
+torch::Tensor micro_batch_loss(Run& run, const StepBatch& b, size_t m, const LossScales& scale,
+                               torch::Tensor& sums, double router_weight) {
   // Autocast for the forward only: backward runs outside it (autograd's threads inherit it).
   AutocastScope autocast(run.device, run.dtype);
+  const data::MicroBatch& micro = b.micro[m];
   if (micro.batch == 0 || run.out_of_memory_pending)
     return run.weight_sync->empty_batch_loss(run.text.pad_id);
   inject_test_out_of_memory(micro.batch, run.comm.rank());
   auto t = to_tensors(micro, run.device);
   auto hidden = run.model->hidden_states(t.input_ids, t.position_ids, t.segment_ids);
-  auto [sum, n] = model::next_token_loss_sum(*run.model, hidden, t.labels, loss_chunk_rows(run));
-  loss_sum += sum.detach().to(torch::kFloat64);
+  torch::Tensor loss;
+  if (run.preference) {
+    loss = pair_loss(run, hidden, t.labels, b.reference[m], scale, sums);
+  } else {
+    auto [sum, n] = model::next_token_loss_sum(*run.model, hidden, t.labels, loss_chunk_rows(run));
+    sums[kLossSum].add_(sum.detach().to(torch::kFloat64));
+    loss = sum * scale.per_target;
+  }
   const torch::Tensor router = run.model->router_loss(router_weight);
-  return router.defined() ? sum * scale + router : sum * scale;
+  return router.defined() ? loss + router : loss;
 }
 
 // This rank ran out of GPU memory in micro-batch `m`: it drops what the step computed and votes
 // to skip the update; it still takes part in the step's collectives, with zero gradients. Where
 // the weight sync cannot let it rejoin, the run stops here and names what to change.
 void drop_step_after_out_of_memory(Run& run, const c10::OutOfMemoryError& e, size_t m,
-                                   const StepBatch& b, torch::Tensor& loss_sum) {
+                                   const StepBatch& b, torch::Tensor& sums) {
   if (const auto why = run.weight_sync->why_out_of_memory_is_final(); !why.empty())
     throw UserInputError(
         "rank " + std::to_string(run.comm.rank()) + " ran out of GPU memory in step " +
@@ -144,7 +206,7 @@ void drop_step_after_out_of_memory(Run& run, const c10::OutOfMemoryError& e, siz
               << run.state.step + 1 << " (micro-batch " << m + 1 << " of " << b.micro.size() << ", "
               << b.micro[m].batch << " examples): " << first_line(e.what());
   run.out_of_memory_pending = true;
-  loss_sum.zero_();
+  sums.zero_();
   drop_gradients(run);
   release_cached_memory(run.device);
 }
@@ -168,7 +230,7 @@ UserInputError out_of_memory_in_synced_backward(const Run& run, const c10::OutOf
 // kLastGradient moves with every gradient that arrives: its last position is when this rank's
 // own backward ended and waiting for the others began.
 void synced_backward(Run& run, torch::Tensor& loss, size_t m, const StepBatch& b,
-                     torch::Tensor& loss_sum, DeviceTimeline& timeline) {
+                     torch::Tensor& sums, DeviceTimeline& timeline) {
   parallel::Communicator::Watch watch(run.comm, "gradient all-reduce (backward)");
   timeline.record(kLastGradient);
   *run.on_gradient = [&] { timeline.record(kLastGradient); };
@@ -178,7 +240,7 @@ void synced_backward(Run& run, torch::Tensor& loss, size_t m, const StepBatch& b
   } catch (const c10::OutOfMemoryError& e) {
     *run.on_gradient = nullptr;
     if (run.comm.world_size() > 1) throw out_of_memory_in_synced_backward(run, e);
-    drop_step_after_out_of_memory(run, e, m, b, loss_sum);  // alone, nothing was reduced yet
+    drop_step_after_out_of_memory(run, e, m, b, sums);  // alone, nothing was reduced yet
   } catch (const std::exception& e) {
     *run.on_gradient = nullptr;
     if (run.comm.world_size() > 1 && parallel::is_collective_failure(e))
@@ -188,35 +250,49 @@ void synced_backward(Run& run, torch::Tensor& loss, size_t m, const StepBatch& b
   *run.on_gradient = nullptr;
 }
 
-// Forward and backward over the step's micro-batches; returns this rank's summed loss (fp64, on
+// Forward and backward over the step's micro-batches; returns this rank's sums (StepSum, fp64, on
 // the device). Only the last backward synchronises gradients.
-torch::Tensor forward_backward(Run& run, const StepBatch& b, const torch::Tensor& scale,
+torch::Tensor forward_backward(Run& run, const StepBatch& b, const LossScales& scale,
                                DeviceTimeline& timeline) {
-  auto loss_sum =
-      torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
+  auto sums =
+      torch::zeros({kStepSums}, torch::TensorOptions().dtype(torch::kFloat64).device(run.device));
   TORCH_CHECK(!b.micro.empty(), "a step without micro-batches");
   const size_t last = b.micro.size() - 1;
   const double router_weight = 1.0 / (static_cast<double>(b.micro.size()) * run.comm.world_size());
   for (size_t m = 0; m < last; ++m) {
     if (run.out_of_memory_pending) continue;  // the step is dropped: only its collectives remain
     try {
-      micro_batch_loss(run, b.micro[m], scale, loss_sum, router_weight).backward();
+      micro_batch_loss(run, b, m, scale, sums, router_weight).backward();
       run.weight_sync->after_backward();
     } catch (const c10::OutOfMemoryError& e) {
-      drop_step_after_out_of_memory(run, e, m, b, loss_sum);
+      drop_step_after_out_of_memory(run, e, m, b, sums);
     }
   }
   run.comm.begin_synced_micro_step();
   torch::Tensor loss;
   try {
-    loss = micro_batch_loss(run, b.micro[last], scale, loss_sum, router_weight);
+    loss = micro_batch_loss(run, b, last, scale, sums, router_weight);
   } catch (const c10::OutOfMemoryError& e) {
-    drop_step_after_out_of_memory(run, e, last, b, loss_sum);
-    loss = micro_batch_loss(run, b.micro[last], scale, loss_sum,
-                            router_weight);  // now the empty batch's
+    drop_step_after_out_of_memory(run, e, last, b, sums);
+    loss = micro_batch_loss(run, b, last, scale, sums, router_weight);  // now the empty batch's
   }
-  synced_backward(run, loss, last, b, loss_sum, timeline);
-  return loss_sum;
+  synced_backward(run, loss, last, b, sums, timeline);
+  return sums;
+}
+
+// TRL's metrics: means over the global batch's pairs; the loss is the mean pair loss (plus orpo's
+// NLL per chosen target).
+PreferenceStats preference_stats(const StepResults<double>& r, double& loss) {
+  const double pairs = r.global_pairs;
+  loss = r.pair_loss_sum / pairs + r.loss_sum / std::max(1.0, r.chosen_targets);
+  PreferenceStats p;
+  p.rewards_chosen = r.preference[model::kChosenReward] / pairs;
+  p.rewards_rejected = r.preference[model::kRejectedReward] / pairs;
+  p.rewards_margins = p.rewards_chosen - p.rewards_rejected;
+  p.rewards_accuracies = r.preference[model::kCorrectPairs] / pairs;
+  p.logps_chosen = r.preference[model::kChosenLogProb] / pairs;
+  p.logps_rejected = r.preference[model::kRejectedLogProb] / pairs;
+  return p;
 }
 
 }  // namespace
@@ -240,20 +316,20 @@ PendingStep queue_step(Run& run) {
   p.timeline.add();   // kLastGradient: recorded before the last backward, then by the hook
 
   // 2. Forward and backward.
-  const torch::Tensor scale =
-      (1.0 / batch.counts[0].clamp_min(1).to(torch::kFloat64)).to(torch::kFloat32);
+  const LossScales scale = loss_scales(batch.counts);
   torch::manual_seed(run.config.training.seed + 1000003ULL * run.state.step +
                      run.comm.rank());  // dropout
-  const torch::Tensor loss_sum = forward_backward(run, batch, scale, p.timeline);
+  const torch::Tensor sums = forward_backward(run, batch, scale, p.timeline);
   run.weight_sync->finish_gradients();
 
   // 3. The loss and whether any rank ran out of memory, summed in the step's one small
   // all-reduce. The vote stays on the device: the optimizer reads it there (a skipped update),
   // the host with the step's results, so no rank waits for it here.
-  auto loss_and_vote = torch::stack(
-      {loss_sum, torch::full({}, run.out_of_memory_pending ? 1.0 : 0.0, loss_sum.options())});
-  run.comm.all_reduce_sum(loss_and_vote, "loss and out-of-memory vote");
-  const torch::Tensor skip_vote = loss_and_vote[1].clamp_max(1).to(torch::kFloat32);
+  auto sums_and_vote = torch::cat(
+      {sums, torch::full({1}, run.out_of_memory_pending ? 1.0 : 0.0, sums.options())});
+  run.comm.all_reduce_sum(sums_and_vote, "loss and out-of-memory vote");
+  const torch::Tensor vote = sums_and_vote[kStepSums];
+  const torch::Tensor skip_vote = vote.clamp_max(1).to(torch::kFloat32);
   p.timeline.mark();  // kGradientsSynced
 
   // 4. Update (none where some rank ran out of memory).
@@ -265,11 +341,20 @@ PendingStep queue_step(Run& run) {
   p.timeline.mark();  // kWeightsUpdated
 
   // 5. The results, copied to the host without waiting.
-  StepResults<torch::Tensor> results{loss_and_vote[0], batch.counts[0], batch.counts[1],
-                                     grad_norm,        batch.counts[2], loss_and_vote[1]};
+  StepResults<torch::Tensor> results{sums_and_vote[kLossSum],
+                                     batch.counts[kTargets],
+                                     batch.counts[kTokens],
+                                     grad_norm,
+                                     batch.counts[kStopVotes],
+                                     vote,
+                                     batch.counts[kPairs],
+                                     batch.counts[kChosenTargets],
+                                     sums_and_vote[kPairLossSum],
+                                     {}};
+  for (int64_t k = 0; k < model::kPreferenceStats; ++k)
+    results.preference[k] = sums_and_vote[kPreferenceSums + k];
   std::vector<torch::Tensor> values;
-  results.each(
-      [&](torch::Tensor& v) { values.push_back(v.to(loss_sum.device(), torch::kFloat64)); });
+  results.each([&](torch::Tensor& v) { values.push_back(v.to(sums.device(), torch::kFloat64)); });
   p.results = model::to_host_async(torch::stack(values));
   if (const torch::Tensor routed = run.model->take_expert_tokens(); routed.defined())
     p.expert_tokens = model::to_host_async(routed.to(torch::kFloat64));
@@ -291,6 +376,7 @@ StepStats finish_step(Run& run, PendingStep& p) {
   s.global_targets = static_cast<int64_t>(r.global_targets);
   s.global_tokens = static_cast<int64_t>(r.global_tokens);
   s.loss = r.loss_sum / std::max<int64_t>(1, s.global_targets);
+  if (r.global_pairs > 0) s.preference = preference_stats(r, s.loss);
   s.grad_norm = r.grad_norm;
   s.stop_requested = r.stop_votes > 0;
   s.out_of_memory = r.out_of_memory_votes > 0;

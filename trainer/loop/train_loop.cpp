@@ -20,6 +20,7 @@
 #include "trainer/device/device.h"
 #include "trainer/device/out_of_memory.h"
 #include "trainer/loop/outputs.h"
+#include "trainer/loop/preference.h"
 #include "trainer/loop/run_setup.h"
 #include "trainer/loop/step.h"
 #include "trainer/loop/stop_signal.h"
@@ -227,6 +228,21 @@ int run_training(const TrainConfig& configured) {
   model->set_recompute_offload(c.model.offload_checkpoints && device.is_cuda());
   // How the weights stay in step across processes, and the optimizer over what it hands out.
   auto weight_sync = parallel::make_weight_sync(c, *comm, model, trainable, loading);
+  // The reference of dpo and ipo: the weights as loaded, before a checkpoint replaces them.
+  const auto preference = preference_objective(c);
+  torch::Tensor train_reference, validation_reference;
+  if (preference && preference->uses_reference()) {
+    const PairScoring scoring = pair_scoring(*model, device, dtype, *comm, c, inputs.text.pad_id);
+    weight_sync->wait_for_weights();
+    train_reference = pair_log_probs(scoring, inputs.train);
+    if (!inputs.validation.empty())
+      validation_reference = pair_log_probs(scoring, inputs.validation);
+    weight_sync->after_evaluation();
+    if (lead)
+      log::info() << "reference log-probabilities of " << inputs.train.size() + inputs.validation.size()
+                  << " pairs computed from the starting weights (training.objective "
+                  << api::to_string(c.training.objective) << ")";
+  }
   if (checkpoint) {
     weight_sync->restore_weights(
         trainable, [&](const std::string& name) { return checkpoint->trainable.read(name); });
@@ -254,6 +270,9 @@ int run_training(const TrainConfig& configured) {
           start_state(c, shape, env.world_size, checkpoint),
           make_observers(c, env, device),
           std::make_shared<std::function<void()>>()};
+  run.preference = preference;
+  run.train_reference = train_reference;
+  run.validation_reference = validation_reference;
   if (checkpoint) {
     restore_optimizer(run, *checkpoint);
     if (lead) {
@@ -267,6 +286,8 @@ int run_training(const TrainConfig& configured) {
 
   if (lead) log_start(run, shape, total_steps);
   log_gpu_memory(run, nullptr);
+  // Held-out pairs before the first step, to compare with the end's.
+  if (run.preference && !run.validation.empty() && run.state.step == 0) run_validation(run);
   const StepStats last = train_steps(run, total_steps);
   if (run.state.step < total_steps) return stop_early(run, total_steps);
   finish_training(run, last);

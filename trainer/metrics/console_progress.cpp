@@ -20,10 +20,14 @@ std::string format_duration(double seconds) {
 
 void ProgressPrinter::on_step(const StepStats& s) {
   if (s.step % every_ != 0 && s.step != s.total_steps && s.step != 1) return;
-  log::info() << "step=" << s.step << "/" << s.total_steps << " epoch=" << log::fixed(s.epoch, 2)
+  auto line = log::info();
+  line << "step=" << s.step << "/" << s.total_steps << " epoch=" << log::fixed(s.epoch, 2)
               << " loss=" << log::fixed(s.loss, 4) << " lr=" << log::general(s.learning_rate, 3)
-              << " grad_norm=" << log::fixed(s.grad_norm, 3)
-              << " tokens_per_second=" << log::fixed(s.tokens_per_second, 0)
+              << " grad_norm=" << log::fixed(s.grad_norm, 3);
+  if (const auto& p = s.preference)
+    line << " reward_accuracy=" << log::fixed(p->rewards_accuracies, 3)
+         << " reward_margin=" << log::fixed(p->rewards_margins, 4);
+  line << " tokens_per_second=" << log::fixed(s.tokens_per_second, 0)
               << " elapsed=" << format_duration(s.elapsed_seconds)
               << " eta=" << format_duration(s.eta_seconds);
 }

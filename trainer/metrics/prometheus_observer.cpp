@@ -89,6 +89,14 @@ void PrometheusObserver::on_step(const StepStats& s) {
   gauge(ts::kSamplesPerSecond)
       .Set(s.step_seconds > 0 ? static_cast<double>(s.local_samples) / s.step_seconds : 0.0);
   if (s.eval_loss) gauge(ts::kEvalLoss).Set(*s.eval_loss);
+  if (const auto& p = s.preference) {
+    gauge(ts::kPreferenceRewardAccuracy).Set(p->rewards_accuracies);
+    gauge(ts::kPreferenceRewardMargin).Set(p->rewards_margins);
+    gauge(ts::kPreferenceReward, {{"answer", "chosen"}}).Set(p->rewards_chosen);
+    gauge(ts::kPreferenceReward, {{"answer", "rejected"}}).Set(p->rewards_rejected);
+    gauge(ts::kPreferenceLogProb, {{"answer", "chosen"}}).Set(p->logps_chosen);
+    gauge(ts::kPreferenceLogProb, {{"answer", "rejected"}}).Set(p->logps_rejected);
+  }
 
   // This rank's share only: sum(kubetune_tokens_total) over ranks is the job's total.
   tokens_total_->Increment(static_cast<double>(s.local_tokens));

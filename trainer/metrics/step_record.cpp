@@ -18,6 +18,15 @@ nlohmann::json step_record(const train::StepStats& s) {
                          {"elapsed_seconds", s.elapsed_seconds}};
   // A mixture of experts: this rank's tokens per expert (an array: TensorBoard takes numbers only).
   if (!s.expert_tokens.empty()) line["expert_tokens"] = s.expert_tokens;
+  // A preference objective: TRL's metrics under TRL's names (TensorBoard: train/rewards/chosen).
+  if (const auto& p = s.preference) {
+    line["rewards/chosen"] = p->rewards_chosen;
+    line["rewards/rejected"] = p->rewards_rejected;
+    line["rewards/margins"] = p->rewards_margins;
+    line["rewards/accuracies"] = p->rewards_accuracies;
+    line["logps/chosen"] = p->logps_chosen;
+    line["logps/rejected"] = p->logps_rejected;
+  }
   if (s.has_device_memory) {
     line["gpu_memory_allocated_bytes"] = s.device_memory.allocated;
     line["gpu_memory_peak_bytes"] = s.device_memory.peak;

@@ -11,6 +11,12 @@
 
 namespace kubetune::train {
 
+// A preference objective's view of a step, TRL's metrics: means over the global batch's pairs.
+struct PreferenceStats {
+  double rewards_chosen = 0, rewards_rejected = 0, rewards_margins = 0, rewards_accuracies = 0;
+  double logps_chosen = 0, logps_rejected = 0;
+};
+
 struct StepStats {
   int64_t step = 0;  // optimizer steps done (1-based after the first step)
   int64_t total_steps = 0;
@@ -40,6 +46,7 @@ struct StepStats {
   // A mixture of experts: the tokens this rank routed to each expert in this step, summed over
   // the sparse layers (empty for a dense model).
   std::vector<double> expert_tokens;
+  std::optional<PreferenceStats> preference;  // training.objective other than sft
   bool has_device_memory = false;  // false on CPU: GPU series are then absent, not zero
   DeviceMemory device_memory;      // this process's GPU
 };

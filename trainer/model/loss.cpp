@@ -83,6 +83,60 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
   }
 };
 
+// out[s] = sum over the rows i of segment s of log softmax(rows_i W^T)[target_i]. Forward keeps
+// only each row's logsumexp; backward recomputes the logits chunk by chunk and weights each row's
+// d logits = (one_hot - softmax) by its segment's incoming gradient.
+struct ChunkedSegmentLogProbs : public torch::autograd::Function<ChunkedSegmentLogProbs> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows,
+                            const at::Tensor& weight, const at::Tensor& targets,
+                            const at::Tensor& segments, int64_t n_segments, int64_t chunk) {
+    const at::ScalarType dtype = ChunkedLinearCrossEntropy::matmul_dtype(rows);
+    const at::Tensor w = weight.to(dtype), r_all = rows.to(dtype);
+    at::Tensor out = at::zeros({n_segments}, rows.options().dtype(at::kFloat));
+    at::Tensor lse_all = at::empty({rows.size(0)}, out.options());
+    for (int64_t start = 0; start < rows.size(0); start += chunk) {
+      const int64_t len = std::min(chunk, rows.size(0) - start);
+      const at::Tensor logits = at::mm(r_all.narrow(0, start, len), w.t());
+      auto [lse, picked] = kernels::logsumexp_target(logits, targets.narrow(0, start, len));
+      lse_all.narrow(0, start, len).copy_(lse);
+      out.index_add_(0, segments.narrow(0, start, len), picked - lse);
+    }
+    ctx->save_for_backward({rows, weight, targets, segments, lse_all});
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &rows = saved[0], &weight = saved[1], &targets = saved[2],
+                     &segments = saved[3], &lse_all = saved[4];
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const bool need_rows = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
+    // d out[s] / d (lse_i - picked_i) = -1 for the rows of s: each row's weight is -g[s].
+    const at::Tensor row_weight = -grad_out[0].to(at::kFloat).index_select(0, segments);
+    const at::Tensor w = weight.to(dtype), r_all = rows.to(dtype);
+    const at::Tensor unit = at::ones({}, row_weight.options());
+    at::Tensor d_rows = need_rows ? at::empty_like(rows) : at::Tensor();
+    at::Tensor d_weight =
+        need_weight ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
+    for (int64_t start = 0; start < rows.size(0); start += chunk) {
+      const int64_t len = std::min(chunk, rows.size(0) - start);
+      const at::Tensor r = r_all.narrow(0, start, len);
+      at::Tensor logits = at::mm(r, w.t());
+      kernels::cross_entropy_backward_(logits, lse_all.narrow(0, start, len),
+                                       targets.narrow(0, start, len), unit);
+      logits.mul_(row_weight.narrow(0, start, len).unsqueeze(1).to(logits.scalar_type()));
+      if (need_rows) d_rows.narrow(0, start, len).copy_(at::mm(logits, w));
+      if (need_weight) ChunkedLinearCrossEntropy::add_weight_gradient(d_weight, logits, r);
+    }
+    if (need_weight) d_weight = d_weight.to(weight.scalar_type());
+    return {d_rows, d_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 int64_t loss_chunk_rows(int64_t vocab, int64_t budget_bytes) {
@@ -124,6 +178,37 @@ std::pair<at::Tensor, int64_t> next_token_loss_sum(CausalLMImpl& model, const at
                                                      grad_mode && rows.requires_grad(),
                                                      grad_mode && weight.requires_grad());
   return {loss, n};
+}
+
+std::pair<at::Tensor, at::Tensor> sequence_log_probs(CausalLMImpl& model, const at::Tensor& hidden,
+                                                     const at::Tensor& labels, int64_t chunk_rows) {
+  TORCH_CHECK(hidden.dim() == 3 && labels.dim() == 2 && hidden.size(0) == labels.size(0) &&
+                  hidden.size(1) == labels.size(1),
+              "sequence_log_probs: hidden must be [B,T,H] and labels [B,T]");
+  TORCH_CHECK(!model.lm_head || !model.lm_head->has_lora(),
+              "sequence_log_probs: LoRA on lm_head is not supported");
+  const int64_t B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
+  at::Tensor counts = at::zeros({B}, at::kLong);
+  if (T < 2) return {hidden.sum({1, 2}).to(at::kFloat) * 0, counts};
+  // Targets are picked on the host, as in next_token_loss_sum.
+  const at::Tensor targets = labels.narrow(1, 1, T - 1).reshape(-1).cpu();
+  at::Tensor keep = (targets != kIgnoreIndex).nonzero().squeeze(1);
+  if (keep.numel() == 0) return {hidden.sum({1, 2}).to(at::kFloat) * 0, counts};
+  at::Tensor segments = at::floor_divide(keep, T - 1);
+  counts.index_add_(0, segments, at::ones_like(segments));
+  at::Tensor tgt = targets.index_select(0, keep);
+  const int64_t vocab = model.output_weight().size(0);
+  const int64_t lo = tgt.min().item<int64_t>(), hi = tgt.max().item<int64_t>();
+  if (lo < 0 || hi >= vocab)
+    throw std::runtime_error("sequence_log_probs: label " + std::to_string(lo < 0 ? lo : hi) +
+                             " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  keep = to_device_async(keep, hidden.device());
+  tgt = to_device_async(tgt, hidden.device());
+  segments = to_device_async(segments, hidden.device());
+  const at::Tensor rows = hidden.narrow(1, 0, T - 1).reshape({-1, H}).index_select(0, keep);
+  at::Tensor log_probs = ChunkedSegmentLogProbs::apply(rows, model.output_weight(), tgt, segments,
+                                                       B, chunk_rows);
+  return {log_probs, counts};
 }
 
 }  // namespace kubetune::model

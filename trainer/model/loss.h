@@ -26,4 +26,13 @@ std::pair<at::Tensor, int64_t> next_token_loss_sum(CausalLMImpl& model, const at
                                                    const at::Tensor& labels,
                                                    int64_t chunk_rows = 4096);
 
+// Per row: the sum of log p(target) over the row's targets (labels != -100, shifted as above),
+// [B] fp32 and differentiable, and the row's target count ([B] int64, on the host). What the
+// preference objectives compare (TRL's per-sequence log-probabilities). Forward keeps no logits;
+// backward recomputes each chunk's logits once, since a row's gradient weight is only known when
+// the objective has seen every row.
+std::pair<at::Tensor, at::Tensor> sequence_log_probs(CausalLMImpl& model, const at::Tensor& hidden,
+                                                     const at::Tensor& labels,
+                                                     int64_t chunk_rows = 4096);
+
 }  // namespace kubetune::model

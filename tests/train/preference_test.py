@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Preference objectives (training.objective dpo, ipo, simpo, orpo) against TRL, the reference
+everyone uses: trl's DPOTrainer (loss types sigmoid, hinge, robust, ipo), and its CPOTrainer
+(loss_type simpo, cpo_alpha 0) and ORPOTrainer. On the CPU in fp32, on a tiny Llama made by
+transformers, the same pairs in the same order and the same hyper-parameters: the loss and TRL's
+reward metrics at every step, and the weights after the last step.
+
+`preference_test.py NAME`: NAME is an objective (dpo_sigmoid, dpo_hinge, dpo_robust, ipo, simpo,
+orpo: LoRA and full fine-tuning, one process), `dpo_on_3_ranks` (LoRA, 3 Gloo processes against
+one TRL process with the global batch, conversational pairs), `dpo_resume_equals_uninterrupted`, or
+`preference_data_errors_are_named`."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+import harness as h
+
+STEPS = 5
+BATCH = 4  # pairs per step
+# |ours - TRL| on the loss and each metric, relative to the value where it is above 1 (a summed
+# log-probability of -66.5 carries fp32 rounding of a few 1e-6 in either program), and on the
+# weights.
+TOLERANCE = 1e-5
+METRICS = ["loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
+           "logps/chosen", "logps/rejected"]
+
+# Our objective and parameters -> TRL's trainer and config.
+OBJECTIVES = {
+    "dpo_sigmoid": ("dpo", {"dpoLoss": "sigmoid", "beta": 0.1}),
+    "dpo_hinge": ("dpo", {"dpoLoss": "hinge", "beta": 0.5}),
+    "dpo_robust": ("dpo", {"dpoLoss": "robust", "beta": 0.1, "labelSmoothing": 0.2}),
+    "ipo": ("ipo", {"beta": 0.1}),
+    "simpo": ("simpo", {"beta": 2.0, "simpoGamma": 0.5, "labelSmoothing": 0.1}),
+    "orpo": ("orpo", {"beta": 0.1}),
+}
+
+
+def pairs(n: int, conversational: bool = False, seed: int = 0):
+    """Pairs of the shipped upper-casing task: the chosen answer upper-cases, the rejected one
+    repeats the words (answers of different lengths, so padding and per-token averages matter)."""
+    import random
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 5)))
+                 for _ in range(rng.randint(1, 3))]
+        prompt = "upper: " + " ".join(words)
+        chosen, rejected = " ".join(words).upper(), " ".join(words + words[: i % 2 + 1])
+        if conversational:
+            out.append({"prompt": [{"role": "user", "content": prompt}],
+                        "chosen": [{"role": "assistant", "content": chosen}],
+                        "rejected": [{"role": "assistant", "content": rejected}]})
+        else:
+            out.append({"prompt": prompt + "\n", "chosen": chosen, "rejected": rejected})
+    return out
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def our_config(model: Path, data: Path, out: Path, objective: str, preference: dict, method: str,
+               **training) -> dict:
+    cfg = h.config(model, data, out, method=method, microBatchSize=BATCH, maxSteps=STEPS,
+                   objective=objective, preference=preference, **training)
+    cfg["data"].update(format="preference", shuffle=False)
+    cfg["method"]["lora"]["targetModules"] = ["all-linear"]
+    return cfg
+
+
+def run_ours(w: Path, name: str, model: Path, data: Path, objective: str, preference: dict,
+             method: str, nproc: int = 1, **training):
+    out = w / name
+    cfg = our_config(model, data, out, objective, preference, method, **training)
+    # A checkpoint after every step: the first (learning rate 0 in the warm-up step, so nothing
+    # moved) holds the LoRA adapters as they started, which TRL starts from too.
+    cfg["checkpoint"] = {"resume": "never", "dir": str(w / f"{name}-ckpt"), "everySteps": 1,
+                         "keepLast": 10}
+    path = h.write_config(w / f"{name}.json", cfg)
+    args = ["train", "--config", path] if nproc == 1 else \
+        ["launch", "--nproc-per-node", nproc, "--master-port", h.free_port(), "--", "train",
+         "--config", path]
+    p = h.run(args, timeout=600)
+    history = [json.loads(l) for l in (out / "metrics_history.jsonl").read_text().splitlines()]
+    steps = [r for r in history if "loss" in r and "step" in r]
+    return steps, out, w / f"{name}-ckpt" / "step-00000001", p
+
+
+class SequentialTrainer:
+    """TRL's trainers shuffle with their own sampler; ours reads the file in order
+    (data.shuffle false): the same order on both sides."""
+
+    @staticmethod
+    def wrap(cls):
+        from torch.utils.data import SequentialSampler
+
+        class Sequential(cls):
+            def _get_train_sampler(self, *args, **kwargs):
+                return SequentialSampler(self.train_dataset)
+        return Sequential
+
+
+def run_trl(w: Path, model_dir: Path, records, objective: str, preference: dict, method: str,
+            adapter: Path, batch: int = BATCH):
+    """TRL's logged metrics per step, and its final weights (PEFT names for LoRA, transformers'
+    for full fine-tuning)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if method == "lora":
+        from peft import PeftModel
+        model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    common = dict(output_dir=str(w / "trl"), per_device_train_batch_size=batch,
+                  gradient_accumulation_steps=1, learning_rate=1e-3, lr_scheduler_type="linear",
+                  warmup_steps=1, max_grad_norm=1.0, adam_epsilon=1e-4, weight_decay=0.0,
+                  max_steps=STEPS, logging_steps=1, report_to=[], use_cpu=True, bf16=False,
+                  save_strategy="no", max_length=64, gradient_checkpointing=False, seed=7)
+    beta = preference.get("beta", 0.1)
+    if objective in ("dpo", "ipo"):
+        from trl import DPOConfig, DPOTrainer
+        loss = "ipo" if objective == "ipo" else preference.get("dpoLoss", "sigmoid")
+        args = DPOConfig(**common, beta=beta, loss_type=[loss],
+                         label_smoothing=preference.get("labelSmoothing", 0.0))
+        cls = DPOTrainer
+    elif objective == "simpo":
+        from trl.experimental.cpo import CPOConfig, CPOTrainer
+        args = CPOConfig(**common, beta=beta, loss_type="simpo", cpo_alpha=0.0,
+                         simpo_gamma=preference.get("simpoGamma", 0.5),
+                         label_smoothing=preference.get("labelSmoothing", 0.0))
+        cls = CPOTrainer
+    else:
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+        args = ORPOConfig(**common, beta=beta)
+        cls = ORPOTrainer
+    logged = []
+
+    class Keep(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                logged.append(dict(logs, step=state.global_step))
+
+    trainer = SequentialTrainer.wrap(cls)(model=model, args=args, processing_class=tok,
+                                          train_dataset=Dataset.from_list(records),
+                                          callbacks=[Keep()])
+    trainer.train()
+    if method == "lora":
+        from peft import get_peft_model_state_dict
+        final = {"base_model.model." + k.removeprefix("base_model.model."): v
+                 for k, v in get_peft_model_state_dict(trainer.model).items()}
+    else:
+        final = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    return logged, final
+
+
+def compare_steps(ours, theirs, label):
+    assert len(ours) == len(theirs) == STEPS, (label, len(ours), len(theirs))
+    worst = 0.0
+    for a, b in zip(ours, theirs):
+        for key in METRICS:
+            diff = abs(a[key] - b[key]) / max(1.0, abs(b[key]))
+            worst = max(worst, diff)
+            assert diff <= TOLERANCE, f"{label} step {a['step']} {key}: ours {a[key]!r}, TRL {b[key]!r}"
+    first, last = ours[0], ours[-1]
+    print(f"{label}: every metric of {STEPS} steps within {worst:.2g} (relative above 1) of TRL's; loss "
+          f"{first['loss']:.6f} -> {last['loss']:.6f}, reward accuracy "
+          f"{first['rewards/accuracies']:.2f} -> {last['rewards/accuracies']:.2f}")
+    moved = abs(first["loss"] - last["loss"]) + abs(first["logps/chosen"] - last["logps/chosen"])
+    assert moved > 1e-3, f"{label}: training changed nothing: the test would prove nothing"
+
+
+def compare_weights(our_out: Path, trl_final: dict, method: str, label: str):
+    ours = h.weights(our_out)
+    if method == "lora":
+        ours = {k: v for k, v in ours.items() if "lora_" in k}
+    keys = sorted(set(ours) & set(trl_final))
+    assert keys and len(keys) == len(ours), (label, sorted(set(ours) ^ set(trl_final))[:6])
+    diff = max((ours[k].float() - trl_final[k].float()).abs().max().item() for k in keys)
+    print(f"{label}: weights after {STEPS} steps within {diff:.2g} of TRL's ({len(keys)} tensors)")
+    assert diff <= TOLERANCE, (label, diff)
+
+
+def objective_matches_trl(name: str):
+    objective, preference = OBJECTIVES[name]
+    w = h.workdir(f"pref-{name}")
+    model = h.tiny_model(w / "model")
+    records = pairs(STEPS * BATCH)
+    data = write_jsonl(w / "pairs.jsonl", records)
+    for method in ("lora", "full"):
+        ours, out, first_checkpoint, _ = run_ours(w, f"ours-{method}", model, data, objective,
+                                                  preference, method)
+        theirs, final = run_trl(w, model, records, objective, preference, method, first_checkpoint)
+        compare_steps(ours, theirs, f"{name} {method}")
+        compare_weights(out, final, method, f"{name} {method}")
+
+
+def dpo_on_3_ranks():
+    """3 Gloo processes of 2 pairs each == TRL in one process with the batch of 6 (conversational
+    pairs through the chat template: the prompt is what both answers share)."""
+    global BATCH
+    w = h.workdir("pref-ranks")
+    model = h.tiny_model(w / "model")
+    records = pairs(STEPS * 6, conversational=True, seed=1)
+    data = write_jsonl(w / "pairs.jsonl", records)
+    objective, preference = OBJECTIVES["dpo_sigmoid"]
+    BATCH = 2
+    ours, out, first_checkpoint, _ = run_ours(w, "ours", model, data, objective, preference,
+                                              "lora", nproc=3)
+    BATCH = 6
+    theirs, final = run_trl(w, model, records, objective, preference, "lora", first_checkpoint,
+                            batch=6)
+    compare_steps(ours, theirs, "dpo 3 ranks")
+    compare_weights(out, final, "lora", "dpo 3 ranks")
+
+
+def dpo_resume_equals_uninterrupted():
+    """Full fine-tuning, whose reference is the starting weights: a run stopped after step 2 and
+    resumed (the checkpoint holds trained weights, the reference must not move) ends where an
+    uninterrupted run ends, step by step."""
+    w = h.workdir("pref-resume")
+    model = h.tiny_model(w / "model")
+    data = write_jsonl(w / "pairs.jsonl", pairs(STEPS * BATCH))
+    objective, preference = OBJECTIVES["dpo_sigmoid"]
+    straight, straight_out, _, _ = run_ours(w, "straight", model, data, objective, preference,
+                                            "full")
+    cfg = our_config(model, data, w / "resumed", objective, preference, "full")
+    cfg["checkpoint"] = {"resume": "auto", "dir": str(w / "resume-ckpt"), "everySteps": 1,
+                         "keepLast": 10}
+    shutil.copytree(w / "straight-ckpt" / "step-00000002", w / "resume-ckpt" / "step-00000002")
+    p = h.run(["train", "--config", h.write_config(w / "resumed.json", cfg)])
+    assert "resuming from" in p.stderr, p.stderr[-2000:]
+    resumed = [json.loads(l) for l in (w / "resumed" / "metrics_history.jsonl").read_text().splitlines()]
+    resumed = {r["step"]: r for r in resumed if "loss" in r}
+    for r in straight[2:]:
+        for key in METRICS:
+            assert abs(r[key] - resumed[r["step"]][key]) <= 1e-6, (r["step"], key)
+    diff = h.max_abs_diff(h.weights(straight_out), h.weights(w / "resumed"))
+    print(f"resumed at step 2: steps 3-{STEPS} and the final weights equal (max diff {diff:.2g})")
+    assert diff <= 1e-6, diff
+
+
+def preference_data_errors_are_named():
+    """Bad pairs are named by line before any step: a missing field, an empty answer, a chosen
+    equal to its rejected, a prompt that fills data.maxLength; SFT records under dpo and pairs
+    under sft are refused with the field to change."""
+    w = h.workdir("pref-errors")
+    model = h.tiny_model(w / "model")
+    good = pairs(4)
+    bad = [dict(good[0]), {"prompt": "a", "chosen": "b"}, {"prompt": "a", "chosen": "", "rejected": "c"},
+           {"prompt": "a", "chosen": "same", "rejected": "same"},
+           {"prompt": "long " * 200, "chosen": "x", "rejected": "y"}]
+    data = write_jsonl(w / "bad.jsonl", bad)
+    cfg = our_config(model, data, w / "out", "dpo", {}, "lora")
+    cfg["data"]["format"] = "auto"
+    path = h.write_config(w / "bad.json", cfg)
+    p = h.run(["preflight", "--config", path], check=False)
+    text = p.stdout + p.stderr
+    for line, words in ((2, "rejected"), (3, "empty"), (4, "nothing to prefer"), (5, "data.maxLength")):
+        assert f"bad.jsonl:{line}:" in text and words in text, (line, words, text[-3000:])
+    p = h.run(["train", "--config", path], check=False)
+    assert p.returncode != 0 and "bad.jsonl:2:" in p.stderr, p.stderr[-2000:]
+    sft = write_jsonl(w / "sft.jsonl", [{"messages": [{"role": "user", "content": "a"},
+                                                      {"role": "assistant", "content": "b"}]}])
+    cfg = our_config(model, sft, w / "out2", "dpo", {}, "lora")
+    cfg["data"]["format"] = "auto"
+    p = h.run(["train", "--config", h.write_config(w / "sft.json", cfg)], check=False)
+    assert p.returncode != 0 and "sft.jsonl:1:" in p.stderr and "preference pairs" in p.stderr, p.stderr[-2000:]
+    cfg = our_config(model, data, w / "out3", "sft", {}, "lora")
+    cfg["data"]["format"] = "auto"
+    p = h.run(["train", "--config", h.write_config(w / "sft-pairs.json", cfg)], check=False)
+    assert p.returncode != 0 and "training.objective" in p.stderr, p.stderr[-2000:]
+    print("bad pairs named by line; objective and data mismatches refused")
+
+
+if __name__ == "__main__":
+    name = sys.argv[1]
+    tests = {"dpo_on_3_ranks": dpo_on_3_ranks,
+             "dpo_resume_equals_uninterrupted": dpo_resume_equals_uninterrupted,
+             "preference_data_errors_are_named": preference_data_errors_are_named}
+    tests.update({k: (lambda k=k: objective_matches_trl(k)) for k in OBJECTIVES})
+    tests[name]()
+    print(f"{name}: ok")

@@ -1,0 +1,120 @@
+#include "trainer/loop/preference.h"
+
+#include <torch/torch.h>
+
+#include <functional>
+
+#include "trainer/data/batch.h"
+#include "trainer/device/device.h"
+#include "trainer/inputs/run_inputs.h"
+#include "trainer/model/loss.h"
+
+namespace kubetune::train {
+namespace {
+
+// Runs `score(indices, log_probs [2N], targets [2N])` over this rank's pairs (every world-th),
+// `micro_batch` at a time, without gradients. Every rank runs as many forwards as the one with the
+// most pairs: with fully sharded weights each forward gathers from the peers (the extra ones run
+// on one padding token).
+void for_each_pair_batch(
+    const PairScoring& s, const std::vector<data::Example>& pairs,
+    const std::function<void(const std::vector<size_t>&, const torch::Tensor&,
+                             const torch::Tensor&)>& score) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = s.model.is_training();
+  s.model.eval();
+  const auto rank = static_cast<size_t>(s.comm.rank());
+  const auto world = static_cast<size_t>(s.comm.world_size());
+  const auto size = static_cast<size_t>(s.micro_batch);
+  std::vector<size_t> mine;
+  for (size_t i = rank; i < pairs.size(); i += world) mine.push_back(i);
+  const size_t forwards = ((pairs.size() + world - 1) / world + size - 1) / size;
+  for (size_t begin = 0, done = 0; done < forwards; begin += size, ++done) {
+    AutocastScope autocast(s.device, s.dtype);
+    if (begin >= mine.size()) {
+      auto pad = torch::full({1, 1}, static_cast<int64_t>(s.pad_id),
+                             torch::TensorOptions().dtype(torch::kInt64).device(s.device));
+      s.model.hidden_states(pad, torch::zeros_like(pad));
+      continue;
+    }
+    const std::vector<size_t> indices(mine.begin() + static_cast<std::ptrdiff_t>(begin),
+                                      mine.begin() + static_cast<std::ptrdiff_t>(
+                                                         std::min(mine.size(), begin + size)));
+    std::vector<const data::Example*> batch_pairs;
+    for (size_t i : indices) batch_pairs.push_back(&pairs[i]);
+    const auto t = to_tensors(data::pair_batch(batch_pairs, s.pad_id), s.device);
+    const auto hidden = s.model.hidden_states(t.input_ids, t.position_ids, t.segment_ids);
+    auto [log_probs, targets] =
+        model::sequence_log_probs(s.model, hidden, t.labels, s.chunk_rows);
+    score(indices, log_probs, targets);
+  }
+  if (was_training) s.model.train();
+}
+
+}  // namespace
+
+PairScoring pair_scoring(model::CausalLMImpl& model, torch::Device device, torch::Dtype dtype,
+                         parallel::Communicator& comm, const TrainConfig& c, int32_t pad_id) {
+  // Without gradients the logits chunk is the largest allocation: a quarter of a GiB of it.
+  return {model,  device, dtype, comm, micro_batch_size(c), pad_id,
+          model::loss_chunk_rows(model.config().vocab_size, 256LL << 20)};
+}
+
+torch::Tensor pair_log_probs(const PairScoring& s, const std::vector<data::Example>& pairs) {
+  const auto n = static_cast<int64_t>(pairs.size());
+  auto all = torch::zeros({n, 2}, torch::kFloat64);
+  for_each_pair_batch(s, pairs, [&](const std::vector<size_t>& indices, const torch::Tensor& lp,
+                                    const torch::Tensor&) {
+    const auto rows = lp.to(torch::kCPU, torch::kFloat64).view({2, -1});
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const auto i = static_cast<int64_t>(indices[k]), j = static_cast<int64_t>(k);
+      all[i][0] = rows[0][j];
+      all[i][1] = rows[1][j];
+    }
+  });
+  // Each pair was scored on one rank, zeros elsewhere: the sum is every pair's values.
+  auto on_device = all.to(s.device);
+  s.comm.all_reduce_sum(on_device, "reference log-probabilities");
+  return on_device.cpu();
+}
+
+PairEvaluation evaluate_pairs(const PairScoring& s, const model::PreferenceObjective& objective,
+                              const std::vector<data::Example>& pairs,
+                              const torch::Tensor& reference) {
+  // Sums: pair losses, NLL (orpo), chosen targets, pairs preferred, then the PreferenceStat values.
+  constexpr int64_t kStats = 4;
+  auto sums = torch::zeros({kStats + model::kPreferenceStats}, torch::kFloat64);
+  for_each_pair_batch(s, pairs, [&](const std::vector<size_t>& indices, const torch::Tensor& lp,
+                                    const torch::Tensor& targets) {
+    const torch::Tensor ref = objective.uses_reference()
+                                  ? reference_rows(reference, indices).to(s.device)
+                                  : torch::Tensor();
+    const auto terms = model::preference_terms(objective, lp, targets.to(s.device), ref);
+    const auto n = static_cast<int64_t>(indices.size());
+    sums[0] += terms.pair_loss_sum.item<double>();
+    if (terms.nll_sum.defined()) sums[1] += terms.nll_sum.item<double>();
+    sums[2] += targets.narrow(0, 0, n).sum().item<double>();
+    const auto per_token = lp.to(torch::kCPU, torch::kFloat64) / targets.clamp_min(1);
+    sums[3] += (per_token.narrow(0, 0, n) > per_token.narrow(0, n, n)).sum().item<double>();
+    sums.narrow(0, kStats, model::kPreferenceStats) += terms.stats.cpu();
+  });
+  auto on_device = sums.to(s.device);
+  s.comm.all_reduce_sum(on_device, "held-out pair totals");
+  const auto total = on_device.cpu();
+  const double count = std::max<double>(1, static_cast<double>(pairs.size()));
+  const auto at = [&](int64_t i) { return total[i].item<double>(); };
+  PairEvaluation e;
+  e.loss = at(0) / count + at(1) / std::max(1.0, at(2));
+  e.accuracy = at(kStats + model::kCorrectPairs) / count;
+  e.margin = (at(kStats + model::kChosenReward) - at(kStats + model::kRejectedReward)) / count;
+  e.preferred = at(3) / count;
+  return e;
+}
+
+torch::Tensor reference_rows(const torch::Tensor& reference, const std::vector<size_t>& indices) {
+  std::vector<int64_t> picked(indices.begin(), indices.end());
+  const auto rows = reference.index_select(0, torch::tensor(picked, torch::kInt64));
+  return torch::cat({rows.select(1, 0), rows.select(1, 1)});
+}
+
+}  // namespace kubetune::train
