@@ -82,6 +82,10 @@ TrainConfig parse_train_config(const nlohmann::json& validated) {
 
 bool micro_batch_is_auto(const TrainConfig& c) { return c.training.micro_batch_size.is_string(); }
 
+int64_t sequences_per_example(const TrainConfig& c) {
+  return c.training.objective == api::TrainingObjective::kSft ? 1 : 2;
+}
+
 int64_t micro_batch_size(const TrainConfig& c) {
   // The schema takes integral numbers written as 4.0 too.
   if (!c.training.micro_batch_size.is_number())

@@ -80,6 +80,28 @@ int preflight_command(const std::string& config_path, const train::PreflightOpti
   return kExitUserError;
 }
 
+// Preference pairs (the loss and answers above are the chosen ones'): how many of them the model
+// finds the chosen answer likelier for, per token, than the rejected one.
+void print_pair_preference(model::CausalLMImpl& model, const std::vector<data::Example>& pairs,
+                           const train::EvalResult& chosen, int batch_size, int32_t pad_id,
+                           const torch::Device& device, torch::Dtype dtype) {
+  std::vector<data::Example> rejected;
+  for (const auto& pair : pairs) rejected.push_back(*pair.rejected);
+  const auto other = train::evaluate(model, rejected, batch_size, pad_id, device, dtype, nullptr);
+  auto mean_loss = [](const train::ExampleScore& s) {
+    return s.n_targets ? s.loss_sum / static_cast<double>(s.n_targets) : 0.0;
+  };
+  size_t preferred = 0;
+  for (size_t i = 0; i < pairs.size(); ++i)
+    preferred += mean_loss(chosen.per_example[i]) < mean_loss(other.per_example[i]) ? 1 : 0;
+  std::cout << "pairs " << pairs.size() << " | chosen answer likelier per token than the rejected "
+            << "one in "
+            << log::fixed(100.0 * static_cast<double>(preferred) /
+                              static_cast<double>(std::max<size_t>(1, pairs.size())),
+                          1)
+            << "%" << std::endl;
+}
+
 int eval_command(const std::string& model_dir, const std::string& adapter_dir,
                  const std::string& data_path, int batch_size, int max_length, bool as_json,
                  int show) {
@@ -88,6 +110,7 @@ int eval_command(const std::string& model_dir, const std::string& adapter_dir,
   auto text = train::load_text_tools(model_dir);
   data::DatasetOptions options;
   options.max_length = max_length;
+  options.pairs = data::starts_with_pair(data_path);
   auto examples = data::load_jsonl(data_path, text.tokenizer, text.chat.get(), options);
   auto model = train::load_model(model_dir, device, dtype, std::nullopt, false, 0);
   if (!adapter_dir.empty()) {
@@ -126,6 +149,8 @@ int eval_command(const std::string& model_dir, const std::string& adapter_dir,
     std::cout << "records " << examples.size() << " | target tokens " << result.n_targets
               << " | mean loss " << result.mean_loss << " | token accuracy " << result.accuracy
               << std::endl;
+    if (options.pairs)
+      print_pair_preference(*model, examples, result, batch_size, text.pad_id, device, dtype);
   }
   return 0;
 }

@@ -49,6 +49,9 @@ inline constexpr std::string_view kPreferenceLogProb = "kubetune_preference_log_
 inline constexpr std::array<std::string_view, 4> kStepPhases = {"data_wait", "forward_backward",
                                                                 "allreduce_wait", "optimizer"};
 
+// Values of the `answer` label of kubetune_preference_reward and kubetune_preference_log_prob.
+inline constexpr std::array<std::string_view, 2> kPreferenceAnswers = {"chosen", "rejected"};
+
 // Buckets for kubetune_step_seconds: from small LoRA steps to large full fine-tuning steps.
 inline constexpr std::array<double, 13> kStepSecondsBuckets = {0.05, 0.1, 0.25, 0.5, 1,   2,  5,
                                                                10,   20,  30,   60,  120, 300};

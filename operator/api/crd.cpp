@@ -62,15 +62,14 @@ json printer_columns() {
   // What the workers run at: training.microBatchSize, auto's choice, or less after an OOM.
   json micro_batch = col("MicroBatch", "integer", ".status.progress.microBatchSize");
   micro_batch["priority"] = 1;
-  return {col("Phase", "string", ".status.phase"),
-          scheduled,
+  return {col("Phase", "string", ".status.phase"), scheduled,
           col("Progress", "string", ".status.progress.summary"),
           col("Loss", "number", ".status.progress.loss"),
+          // Preference objectives (empty for SFT): TRL's rewards/accuracies and rewards/margins.
+          col("Accuracy", "number", ".status.progress.rewardAccuracy"),
+          col("Margin", "number", ".status.progress.rewardMargin"),
           col("Tokens/s", "number", ".status.progress.tokensPerSecond"),
-          col("ETA", "string", ".status.progress.eta"),
-          restarts,
-          micro_batch,
-          waiting,
+          col("ETA", "string", ".status.progress.eta"), restarts, micro_batch, waiting,
           col("Age", "date", ".metadata.creationTimestamp")};
 }
 

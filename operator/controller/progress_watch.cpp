@@ -51,6 +51,8 @@ void JobReconciler::update_progress(Pass& p, const k8s::Pod& pod0) {
   if (pr.total_steps) progress.total_steps = static_cast<int64_t>(*pr.total_steps);
   put(progress.epoch, pr.epoch);
   put(progress.loss, pr.loss);
+  put(progress.reward_accuracy, pr.reward_accuracy);
+  put(progress.reward_margin, pr.reward_margin);
   put(progress.tokens_per_second, pr.tokens_per_second, world);  // rank 0's rate x world size
   put(progress.eta_seconds, pr.eta_seconds);
   if (progress.eta_seconds) progress.eta = format_duration(*progress.eta_seconds);

@@ -22,6 +22,8 @@ Progress scrape_progress(const std::string& url, int timeout_ms) {
   p.epoch = value(ts::kEpoch);
   p.loss = value(ts::kTrainLoss);
   p.tokens_per_second = value(ts::kTokensPerSecond);
+  p.reward_accuracy = value(ts::kPreferenceRewardAccuracy);
+  p.reward_margin = value(ts::kPreferenceRewardMargin);
   p.eta_seconds = value(ts::kEtaSeconds);
   p.checkpoints = value(ts::kCheckpointsTotal);
   p.micro_batch_size = value(ts::kMicroBatchSize);

@@ -11,7 +11,8 @@ namespace kubetune::op {
 
 struct Progress {
   std::optional<double> step, total_steps, epoch, loss, tokens_per_second, eta_seconds;
-  std::optional<double> checkpoints;  // kubetune_checkpoints_total
+  std::optional<double> reward_accuracy, reward_margin;  // preference objectives only
+  std::optional<double> checkpoints;                     // kubetune_checkpoints_total
   std::optional<double> micro_batch_size, out_of_memory_recoveries;
 };
 

@@ -81,7 +81,8 @@ StepStats step_stats(int64_t step) {
   s.eta_seconds = 10.0 - static_cast<double>(step);
   s.tokens_per_second = 1000.0 + static_cast<double>(step);
   s.mfu = 0.375;
-  s.expert_tokens = {2.0 * static_cast<double>(step), 1.0};  // a mixture of two experts
+  s.expert_tokens = {2.0 * static_cast<double>(step), 1.0};             // a mixture of two experts
+  s.preference = PreferenceStats{0.25, -0.5, 0.75, 1.0, -10.0, -20.0};  // a preference objective
   return s;
 }
 
@@ -131,6 +132,12 @@ TEST(PrometheusObserver, ExportsEveryCpuSeriesWithItsLabelsAndNoGpuSeries) {
       auto first = labels;
       first["expert"] = "0";
       EXPECT_EQ(value(page, spec.name, first), 2.0 + 4.0 + 6.0);  // summed over the steps
+    } else if (spec.name == ts::kPreferenceReward || spec.name == ts::kPreferenceLogProb) {
+      for (std::string_view answer : ts::kPreferenceAnswers) {
+        auto with_answer = labels;
+        with_answer["answer"] = std::string(answer);
+        EXPECT_TRUE(value(page, spec.name, with_answer)) << spec.name << " answer " << answer;
+      }
     } else if (spec.name == ts::kStepPhaseSecondsTotal) {
       for (std::string_view phase : ts::kStepPhases) {
         auto with_phase = labels;

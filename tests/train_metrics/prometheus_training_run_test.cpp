@@ -326,10 +326,14 @@ TEST(TrainerPrometheus, TwoCpuRanksScrapedByARealPrometheus) {
 
   // 5. What Prometheus stored.
   for (const metrics::SeriesSpec& spec : ts::kAll) {
-    // The demo model is dense: no tokens are routed to experts.
-    if (!is_gpu_series(spec.name) && spec.name != ts::kExpertTokensTotal)
+    // The demo model is dense: no tokens are routed to experts. It trains with SFT: no pairs.
+    const bool preference = std::string_view(spec.name).rfind("kubetune_preference_", 0) == 0;
+    if (!is_gpu_series(spec.name) && spec.name != ts::kExpertTokensTotal && !preference)
       expect_series_on_both_ranks(prometheus, spec);
   }
+  EXPECT_TRUE(
+      prometheus.query(last("{__name__=~\"kubetune_preference_.+\",job=\"ptest\"}")).empty())
+      << "preference series on an SFT run";
   const auto gpu =
       prometheus.query(last("{__name__=~\"kubetune_gpu_.+|kubetune_mfu_ratio\",job=\"ptest\"}"));
   EXPECT_TRUE(gpu.empty()) << "GPU series on a CPU run:\n" << describe(gpu);

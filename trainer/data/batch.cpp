@@ -81,6 +81,14 @@ MicroBatch pair_batch(const std::vector<const Example*>& pairs, int32_t pad_id) 
   return batch;
 }
 
+std::vector<int64_t> whole_sequence_labels(const MicroBatch& batch, int64_t rows) {
+  const auto cells = static_cast<size_t>(rows * batch.length);
+  std::vector<int64_t> labels(cells, kIgnoreIndex);
+  for (size_t cell = 0; cell < cells; ++cell)
+    if (batch.segment_ids[cell] != 0) labels[cell] = batch.input_ids[cell];
+  return labels;
+}
+
 MicroBatch pack_batch(const std::vector<const Example*>& examples, int64_t max_length,
                       int32_t pad_id) {
   if (max_length < 1) throw std::invalid_argument("pack_batch: max_length must be positive");

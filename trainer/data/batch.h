@@ -38,6 +38,10 @@ MicroBatch pad_batch(const std::vector<const Example*>& examples, int32_t pad_id
 // a pair.
 MicroBatch pair_batch(const std::vector<const Example*>& pairs, int32_t pad_id);
 
+// Labels that make every token of the first `rows` rows a target (padding excepted): ORPO's NLL is
+// over the chosen sequences whole, prompt included. [rows, length], row-major.
+std::vector<int64_t> whole_sequence_labels(const MicroBatch& batch, int64_t rows);
+
 // First-fit packing, in the given order, of examples into rows of at most max_length tokens; an
 // example is never split across rows. The batch length is the fullest row's length. Throws
 // std::runtime_error if an example is longer than max_length.

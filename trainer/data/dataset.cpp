@@ -120,7 +120,8 @@ DatasetScan scan_jsonl(const std::string& path, const text::Tokenizer& tokenizer
       example.source_line = reader.line();
       if (length_of_both(example) < untruncated_length) scan.truncated.push_back(reader.line());
       scan.tokens += static_cast<int64_t>(length_of_both(example));
-      scan.targets += count_targets(example) + (example.rejected ? count_targets(*example.rejected) : 0);
+      scan.targets +=
+          count_targets(example) + (example.rejected ? count_targets(*example.rejected) : 0);
       scan.examples.push_back(std::move(example));
     } catch (const std::exception& e) {
       // The reader's own errors carry the location; tokenizer and template errors get it here:
@@ -132,6 +133,12 @@ DatasetScan scan_jsonl(const std::string& path, const text::Tokenizer& tokenizer
     }
   }
   return scan;
+}
+
+bool starts_with_pair(const std::string& path) {
+  JsonlReader reader(path);
+  nlohmann::json record;
+  return reader.next(record) && detect_format(record) == Format::kPreference;
 }
 
 std::vector<Example> load_jsonl(const std::string& path, const text::Tokenizer& tokenizer,

@@ -39,6 +39,9 @@ struct DatasetOptions {
 std::vector<Example> load_jsonl(const std::string& path, const text::Tokenizer& tokenizer,
                                 const text::ChatTemplate* chat, const DatasetOptions& options);
 
+// Whether the file's first record is a preference pair (what `eval` scores as pairs).
+bool starts_with_pair(const std::string& path);
+
 // A whole file read without stopping at the first bad line: what the preflight reports.
 struct DatasetScan {
   struct BadLine {

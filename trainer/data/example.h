@@ -20,7 +20,7 @@ struct Example {
   // A preference pair (data.format preference): this example is the prompt and the chosen answer,
   // `rejected` the same prompt and the rejected answer; the answers alone are targets. Null
   // otherwise.
-  std::shared_ptr<const Example> rejected;
+  std::shared_ptr<const Example> rejected = nullptr;
 };
 
 // Number of tokens the loss is computed on: labels != -100, excluding position 0 (never predicted).

@@ -2,24 +2,29 @@
 
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <functional>
 
+#include "common/log.h"
 #include "trainer/data/batch.h"
 #include "trainer/device/device.h"
 #include "trainer/inputs/run_inputs.h"
+#include "trainer/io/file_digest.h"
+#include "trainer/io/safetensors.h"
 #include "trainer/model/loss.h"
 
 namespace kubetune::train {
 namespace {
 
-// Runs `score(indices, log_probs [2N], targets [2N])` over this rank's pairs (every world-th),
-// `micro_batch` at a time, without gradients. Every rank runs as many forwards as the one with the
-// most pairs: with fully sharded weights each forward gathers from the peers (the extra ones run
-// on one padding token).
+// Runs `score(indices, batch, hidden, log_probs [2N], targets [2N])` over this rank's pairs (every
+// world-th), `micro_batch` at a time, without gradients. Every rank runs as many forwards as the
+// one with the most pairs: with fully sharded weights each forward gathers from the peers (the
+// extra ones run on one padding token).
 void for_each_pair_batch(
     const PairScoring& s, const std::vector<data::Example>& pairs,
-    const std::function<void(const std::vector<size_t>&, const torch::Tensor&,
-                             const torch::Tensor&)>& score) {
+    const std::function<void(const std::vector<size_t>&, const data::MicroBatch&,
+                             const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>&
+        score) {
   torch::NoGradGuard no_grad;
   const bool was_training = s.model.is_training();
   s.model.eval();
@@ -37,16 +42,16 @@ void for_each_pair_batch(
       s.model.hidden_states(pad, torch::zeros_like(pad));
       continue;
     }
-    const std::vector<size_t> indices(mine.begin() + static_cast<std::ptrdiff_t>(begin),
-                                      mine.begin() + static_cast<std::ptrdiff_t>(
-                                                         std::min(mine.size(), begin + size)));
+    const std::vector<size_t> indices(
+        mine.begin() + static_cast<std::ptrdiff_t>(begin),
+        mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), begin + size)));
     std::vector<const data::Example*> batch_pairs;
     for (size_t i : indices) batch_pairs.push_back(&pairs[i]);
-    const auto t = to_tensors(data::pair_batch(batch_pairs, s.pad_id), s.device);
+    const data::MicroBatch batch = data::pair_batch(batch_pairs, s.pad_id);
+    const auto t = to_tensors(batch, s.device);
     const auto hidden = s.model.hidden_states(t.input_ids, t.position_ids, t.segment_ids);
-    auto [log_probs, targets] =
-        model::sequence_log_probs(s.model, hidden, t.labels, s.chunk_rows);
-    score(indices, log_probs, targets);
+    auto [log_probs, targets] = model::sequence_log_probs(s.model, hidden, t.labels, s.chunk_rows);
+    score(indices, batch, hidden, log_probs, targets);
   }
   if (was_training) s.model.train();
 }
@@ -56,48 +61,130 @@ void for_each_pair_batch(
 PairScoring pair_scoring(model::CausalLMImpl& model, torch::Device device, torch::Dtype dtype,
                          parallel::Communicator& comm, const TrainConfig& c, int32_t pad_id) {
   // Without gradients the logits chunk is the largest allocation: a quarter of a GiB of it.
-  return {model,  device, dtype, comm, micro_batch_size(c), pad_id,
+  return {model,
+          device,
+          dtype,
+          comm,
+          micro_batch_size(c),
+          pad_id,
           model::loss_chunk_rows(model.config().vocab_size, 256LL << 20)};
 }
 
 torch::Tensor pair_log_probs(const PairScoring& s, const std::vector<data::Example>& pairs) {
   const auto n = static_cast<int64_t>(pairs.size());
   auto all = torch::zeros({n, 2}, torch::kFloat64);
-  for_each_pair_batch(s, pairs, [&](const std::vector<size_t>& indices, const torch::Tensor& lp,
-                                    const torch::Tensor&) {
-    const auto rows = lp.to(torch::kCPU, torch::kFloat64).view({2, -1});
-    for (size_t k = 0; k < indices.size(); ++k) {
-      const auto i = static_cast<int64_t>(indices[k]), j = static_cast<int64_t>(k);
-      all[i][0] = rows[0][j];
-      all[i][1] = rows[1][j];
-    }
-  });
+  if (n == 0) return all;  // no validation file: the same on every rank
+  for_each_pair_batch(s, pairs,
+                      [&](const std::vector<size_t>& indices, const data::MicroBatch&,
+                          const torch::Tensor&, const torch::Tensor& lp, const torch::Tensor&) {
+                        const auto rows = lp.to(torch::kCPU, torch::kFloat64).view({2, -1});
+                        for (size_t k = 0; k < indices.size(); ++k) {
+                          const auto i = static_cast<int64_t>(indices[k]),
+                                     j = static_cast<int64_t>(k);
+                          all[i][0] = rows[0][j];
+                          all[i][1] = rows[1][j];
+                        }
+                      });
   // Each pair was scored on one rank, zeros elsewhere: the sum is every pair's values.
   auto on_device = all.to(s.device);
   s.comm.all_reduce_sum(on_device, "reference log-probabilities");
   return on_device.cpu();
 }
 
+namespace {
+
+// What a run's reference log-probabilities depend on, as one string: a file with another is stale.
+std::string reference_key(const TrainConfig& c) {
+  nlohmann::json key = {{"train", io::file_xxh3(c.data.train)},  {"model", c.model.path},
+                        {"maxLength", c.data.max_length},        {"method", c.method.type},
+                        {"quantization", c.method.quantization}, {"dtype", c.model.dtype},
+                        {"precision", c.model.precision}};
+  if (c.data.validation) key["validation"] = io::file_xxh3(*c.data.validation);
+  return key.dump();
+}
+
+std::string reference_path(const TrainConfig& c) {
+  return checkpoint_dir(c) + "/reference_logps.safetensors";
+}
+
+// Rank 0's copy of the file, when it is there and made for this run.
+std::optional<ReferenceLogProbs> read_reference(const TrainConfig& c, const std::string& key,
+                                                size_t train, size_t validation) {
+  const std::string path = reference_path(c);
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  try {
+    const io::SafetensorsFile file(path);
+    if (file.metadata().value("key", "") != key) return std::nullopt;
+    ReferenceLogProbs r{file.tensor("train").clone(), file.tensor("validation").clone()};
+    if (r.train.size(0) != static_cast<int64_t>(train) ||
+        r.validation.size(0) != static_cast<int64_t>(validation))
+      return std::nullopt;
+    return r;
+  } catch (const std::exception& e) {  // damaged: computed again and rewritten
+    log::warn() << path << ": " << e.what() << "; computing the reference again";
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+ReferenceLogProbs reference_log_probs(const PairScoring& s, const TrainConfig& c,
+                                      const std::vector<data::Example>& train,
+                                      const std::vector<data::Example>& validation) {
+  const bool lead = s.comm.rank() == 0;
+  const std::string key = lead ? reference_key(c) : "";
+  std::optional<ReferenceLogProbs> kept;
+  if (lead) kept = read_reference(c, key, train.size(), validation.size());
+  std::vector<torch::Tensor> found = {
+      torch::full({1}, kept ? 1.0 : 0.0, torch::kFloat64).to(s.device)};
+  s.comm.broadcast(found, 0, "whether the reference log-probabilities are kept");
+  if (found[0].item<double>() > 0) {
+    const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(s.device);
+    auto values_of = [&](const torch::Tensor* kept_values, size_t pairs) {
+      return kept_values ? kept_values->to(s.device)
+                         : torch::zeros({static_cast<int64_t>(pairs), 2}, options);
+    };
+    std::vector<torch::Tensor> values = {values_of(lead ? &kept->train : nullptr, train.size())};
+    if (!validation.empty())  // (no empty tensor goes through a collective)
+      values.push_back(values_of(lead ? &kept->validation : nullptr, validation.size()));
+    s.comm.broadcast(values, 0, "the kept reference log-probabilities");
+    if (lead) log::info() << "reference log-probabilities read from " << reference_path(c);
+    return {values[0].cpu(),
+            validation.empty() ? torch::zeros({0, 2}, torch::kFloat64) : values[1].cpu()};
+  }
+  ReferenceLogProbs r{pair_log_probs(s, train), pair_log_probs(s, validation)};
+  if (lead) {
+    std::filesystem::create_directories(checkpoint_dir(c));
+    io::save_safetensors(reference_path(c), {{"train", r.train}, {"validation", r.validation}},
+                         {{"key", key}});
+  }
+  return r;
+}
+
 PairEvaluation evaluate_pairs(const PairScoring& s, const model::PreferenceObjective& objective,
                               const std::vector<data::Example>& pairs,
                               const torch::Tensor& reference) {
-  // Sums: pair losses, NLL (orpo), chosen targets, pairs preferred, then the PreferenceStat values.
+  // Sums: pair losses, NLL (orpo), its tokens, pairs preferred, then the PreferenceStat values.
   constexpr int64_t kStats = 4;
   auto sums = torch::zeros({kStats + model::kPreferenceStats}, torch::kFloat64);
-  for_each_pair_batch(s, pairs, [&](const std::vector<size_t>& indices, const torch::Tensor& lp,
-                                    const torch::Tensor& targets) {
-    const torch::Tensor ref = objective.uses_reference()
-                                  ? reference_rows(reference, indices).to(s.device)
-                                  : torch::Tensor();
-    const auto terms = model::preference_terms(objective, lp, targets.to(s.device), ref);
-    const auto n = static_cast<int64_t>(indices.size());
-    sums[0] += terms.pair_loss_sum.item<double>();
-    if (terms.nll_sum.defined()) sums[1] += terms.nll_sum.item<double>();
-    sums[2] += targets.narrow(0, 0, n).sum().item<double>();
-    const auto per_token = lp.to(torch::kCPU, torch::kFloat64) / targets.clamp_min(1);
-    sums[3] += (per_token.narrow(0, 0, n) > per_token.narrow(0, n, n)).sum().item<double>();
-    sums.narrow(0, kStats, model::kPreferenceStats) += terms.stats.cpu();
-  });
+  for_each_pair_batch(
+      s, pairs,
+      [&](const std::vector<size_t>& indices, const data::MicroBatch& batch,
+          const torch::Tensor& hidden, const torch::Tensor& lp, const torch::Tensor& targets) {
+        const torch::Tensor ref = objective.uses_reference()
+                                      ? reference_rows(reference, indices).to(s.device)
+                                      : torch::Tensor();
+        const auto terms = model::preference_terms(objective, lp, targets.to(s.device), ref);
+        const auto n = static_cast<int64_t>(indices.size());
+        sums[0] += terms.pair_loss_sum.item<double>();
+        if (objective.adds_chosen_nll()) {
+          sums[1] += chosen_sequence_nll(s.model, hidden, batch, s.chunk_rows).item<double>();
+          for (size_t i : indices) sums[2] += static_cast<double>(chosen_sequence_tokens(pairs[i]));
+        }
+        const auto per_token = lp.to(torch::kCPU, torch::kFloat64) / targets.clamp_min(1);
+        sums[3] += (per_token.narrow(0, 0, n) > per_token.narrow(0, n, n)).sum().item<double>();
+        sums.narrow(0, kStats, model::kPreferenceStats) += terms.stats.cpu();
+      });
   auto on_device = sums.to(s.device);
   s.comm.all_reduce_sum(on_device, "held-out pair totals");
   const auto total = on_device.cpu();
@@ -109,6 +196,18 @@ PairEvaluation evaluate_pairs(const PairScoring& s, const model::PreferenceObjec
   e.margin = (at(kStats + model::kChosenReward) - at(kStats + model::kRejectedReward)) / count;
   e.preferred = at(3) / count;
   return e;
+}
+
+torch::Tensor chosen_sequence_nll(model::CausalLMImpl& model, const torch::Tensor& hidden,
+                                  const data::MicroBatch& pairs, int64_t chunk_rows) {
+  const auto labels = torch::tensor(data::whole_sequence_labels(pairs, pairs.pairs), torch::kInt64)
+                          .view({pairs.pairs, pairs.length});
+  return model::next_token_loss_sum(model, hidden.narrow(0, 0, pairs.pairs), labels, chunk_rows)
+      .first;
+}
+
+int64_t chosen_sequence_tokens(const data::Example& pair) {
+  return static_cast<int64_t>(pair.input_ids.size()) - 1;
 }
 
 torch::Tensor reference_rows(const torch::Tensor& reference, const std::vector<size_t>& indices) {

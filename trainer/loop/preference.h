@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/train_config.h"
+#include "trainer/data/batch.h"
 #include "trainer/data/example.h"
 #include "trainer/model/causal_lm.h"
 #include "trainer/model/preference_loss.h"
@@ -36,6 +37,21 @@ PairScoring pair_scoring(model::CausalLMImpl& model, torch::Device device, torch
 // second copy of it.
 torch::Tensor pair_log_probs(const PairScoring& s, const std::vector<data::Example>& pairs);
 
+// The reference of a run (train, validation: pair_log_probs of each, [pairs, 2]), computed once and
+// kept in its checkpoint folder as reference_logps.safetensors (written atomically), so that a
+// resumed run or a restarted gang reads it instead of making a pass over the data. The file names
+// what the values depend on (the data files' checksums, the model folder, data.maxLength, the
+// method, its quantization and the model's precision); a file made for anything else is computed
+// again.
+struct ReferenceLogProbs {
+  torch::Tensor train, validation;
+};
+// Rank 0 looks for the file; every rank gets its values (or computes them with the others, and
+// rank 0 writes the file). Under the starting weights: call before a checkpoint is restored.
+ReferenceLogProbs reference_log_probs(const PairScoring& s, const TrainConfig& c,
+                                      const std::vector<data::Example>& train,
+                                      const std::vector<data::Example>& validation);
+
 struct PairEvaluation {
   double loss = 0;      // the objective's loss over all pairs (what training minimises)
   double accuracy = 0;  // pairs whose chosen reward is above the rejected one's
@@ -48,6 +64,13 @@ struct PairEvaluation {
 PairEvaluation evaluate_pairs(const PairScoring& s, const model::PreferenceObjective& objective,
                               const std::vector<data::Example>& pairs,
                               const torch::Tensor& reference);
+
+// ORPO's NLL on a micro-batch of pairs: the next-token loss summed over every token of the chosen
+// sequences, prompt included (differentiable, 0-dim); TRL averages it over those tokens
+// (chosen_sequence_tokens).
+torch::Tensor chosen_sequence_nll(model::CausalLMImpl& model, const torch::Tensor& hidden,
+                                  const data::MicroBatch& pairs, int64_t chunk_rows);
+int64_t chosen_sequence_tokens(const data::Example& pair);
 
 // The reference values of the pairs `indices` in the order pair_batch lays them out: every chosen
 // one, then every rejected one ([2N] fp64, host).

@@ -92,21 +92,22 @@ struct StepBatch {
   // On the device, summed over ranks (StepCount).
   torch::Tensor counts;
 };
-enum StepCount : int64_t { kTargets, kTokens, kStopVotes, kPairs, kChosenTargets };
+// kChosenTokens: the chosen sequences' predicted tokens, prompt included (orpo's NLL; else 0).
+enum StepCount : int64_t { kTargets, kTokens, kStopVotes, kPairs, kChosenTokens };
 
 // What the step's per-micro-batch sums are divided by, global and on the device: a single
 // process with the whole global batch would compute the same loss.
 struct LossScales {
-  torch::Tensor per_target;         // SFT: 1 / target tokens
-  torch::Tensor per_pair;           // preference: 1 / pairs (TRL's mean over pairs)
-  torch::Tensor per_chosen_target;  // orpo's NLL: 1 / the chosen answers' target tokens
+  torch::Tensor per_target;        // SFT: 1 / target tokens
+  torch::Tensor per_pair;          // preference: 1 / pairs (TRL's mean over pairs)
+  torch::Tensor per_chosen_token;  // orpo's NLL: 1 / the chosen sequences' tokens
 };
 
 LossScales loss_scales(const torch::Tensor& counts) {
   auto inverse = [&](StepCount c) {
     return (1.0 / counts[c].clamp_min(1).to(torch::kFloat64)).to(torch::kFloat32);
   };
-  return {inverse(kTargets), inverse(kPairs), inverse(kChosenTargets)};
+  return {inverse(kTargets), inverse(kPairs), inverse(kChosenTokens)};
 }
 
 // The sums a step's micro-batches add up on the device (StepResults reads them after the
@@ -116,7 +117,7 @@ constexpr int64_t kStepSums = kPreferenceSums + model::kPreferenceStats;
 
 StepBatch step_batch(Run& run, int64_t epoch, int64_t step_in_epoch, StepStats& s) {
   StepBatch b;
-  int64_t local_targets = 0, local_pairs = 0, chosen_targets = 0;
+  int64_t local_targets = 0, local_pairs = 0, chosen_tokens = 0;
   for (const auto& indices : run.sampler.micro_batches(epoch, step_in_epoch)) {
     b.micro.push_back(collate(run.train, indices, run.config, run.text.pad_id));
     local_targets += b.micro.back().n_targets;
@@ -124,7 +125,8 @@ StepBatch step_batch(Run& run, int64_t epoch, int64_t step_in_epoch, StepStats& 
     s.local_tokens += b.micro.back().n_tokens;
     s.local_samples += static_cast<int64_t>(indices.size());
     if (!run.preference) continue;
-    for (size_t i : indices) chosen_targets += data::count_targets(run.train[i]);
+    if (run.preference->adds_chosen_nll())
+      for (size_t i : indices) chosen_tokens += chosen_sequence_tokens(run.train[i]);
     b.reference.push_back(run.train_reference.defined() && !indices.empty()
                               ? reference_rows(run.train_reference, indices)
                               : torch::Tensor());
@@ -133,7 +135,7 @@ StepBatch step_batch(Run& run, int64_t epoch, int64_t step_in_epoch, StepStats& 
   // with this step's results, so all of them stop after the same step.
   const int64_t stop_vote = stop_requested() ? 1 : 0;
   b.counts = model::to_device_async(
-      torch::tensor({local_targets, s.local_tokens, stop_vote, local_pairs, chosen_targets},
+      torch::tensor({local_targets, s.local_tokens, stop_vote, local_pairs, chosen_tokens},
                     torch::kInt64),
       run.device);
   run.comm.all_reduce_sum(b.counts, "target-token count");
@@ -141,8 +143,8 @@ StepBatch step_batch(Run& run, int64_t epoch, int64_t step_in_epoch, StepStats& 
 }
 
 // A preference objective's loss on one micro-batch of pairs: its per-pair losses / global pairs
-// (+ orpo's NLL / the global batch's chosen targets), from each sequence's log-probabilities.
-torch::Tensor pair_loss(Run& run, const torch::Tensor& hidden,
+// (+ orpo's NLL / the global batch's chosen tokens), from each sequence's log-probabilities.
+torch::Tensor pair_loss(Run& run, const data::MicroBatch& micro, const torch::Tensor& hidden,
                         const torch::Tensor& labels, const torch::Tensor& reference,
                         const LossScales& scale, torch::Tensor& sums) {
   auto [log_probs, targets] =
@@ -153,9 +155,10 @@ torch::Tensor pair_loss(Run& run, const torch::Tensor& hidden,
   sums[kPairLossSum].add_(terms.pair_loss_sum.detach().to(torch::kFloat64));
   sums.narrow(0, kPreferenceSums, model::kPreferenceStats).add_(terms.stats);
   torch::Tensor loss = terms.pair_loss_sum * scale.per_pair;
-  if (terms.nll_sum.defined()) {
-    sums[kLossSum].add_(terms.nll_sum.detach().to(torch::kFloat64));
-    loss = loss + terms.nll_sum * scale.per_chosen_target;
+  if (run.preference->adds_chosen_nll()) {
+    const auto nll = chosen_sequence_nll(*run.model, hidden, micro, loss_chunk_rows(run));
+    sums[kLossSum].add_(nll.detach().to(torch::kFloat64));
+    loss = loss + nll * scale.per_chosen_token;
   }
   return loss;
 }
@@ -179,7 +182,7 @@ torch::Tensor micro_batch_loss(Run& run, const StepBatch& b, size_t m, const Los
   auto hidden = run.model->hidden_states(t.input_ids, t.position_ids, t.segment_ids);
   torch::Tensor loss;
   if (run.preference) {
-    loss = pair_loss(run, hidden, t.labels, b.reference[m], scale, sums);
+    loss = pair_loss(run, micro, hidden, t.labels, b.reference[m], scale, sums);
   } else {
     auto [sum, n] = model::next_token_loss_sum(*run.model, hidden, t.labels, loss_chunk_rows(run));
     sums[kLossSum].add_(sum.detach().to(torch::kFloat64));
@@ -281,10 +284,10 @@ torch::Tensor forward_backward(Run& run, const StepBatch& b, const LossScales& s
 }
 
 // TRL's metrics: means over the global batch's pairs; the loss is the mean pair loss (plus orpo's
-// NLL per chosen target).
+// NLL per chosen token).
 PreferenceStats preference_stats(const StepResults<double>& r, double& loss) {
   const double pairs = r.global_pairs;
-  loss = r.pair_loss_sum / pairs + r.loss_sum / std::max(1.0, r.chosen_targets);
+  loss = r.pair_loss_sum / pairs + r.loss_sum / std::max(1.0, r.chosen_tokens);
   PreferenceStats p;
   p.rewards_chosen = r.preference[model::kChosenReward] / pairs;
   p.rewards_rejected = r.preference[model::kRejectedReward] / pairs;
@@ -325,8 +328,8 @@ PendingStep queue_step(Run& run) {
   // 3. The loss and whether any rank ran out of memory, summed in the step's one small
   // all-reduce. The vote stays on the device: the optimizer reads it there (a skipped update),
   // the host with the step's results, so no rank waits for it here.
-  auto sums_and_vote = torch::cat(
-      {sums, torch::full({1}, run.out_of_memory_pending ? 1.0 : 0.0, sums.options())});
+  auto sums_and_vote =
+      torch::cat({sums, torch::full({1}, run.out_of_memory_pending ? 1.0 : 0.0, sums.options())});
   run.comm.all_reduce_sum(sums_and_vote, "loss and out-of-memory vote");
   const torch::Tensor vote = sums_and_vote[kStepSums];
   const torch::Tensor skip_vote = vote.clamp_max(1).to(torch::kFloat32);
@@ -341,16 +344,11 @@ PendingStep queue_step(Run& run) {
   p.timeline.mark();  // kWeightsUpdated
 
   // 5. The results, copied to the host without waiting.
-  StepResults<torch::Tensor> results{sums_and_vote[kLossSum],
-                                     batch.counts[kTargets],
-                                     batch.counts[kTokens],
-                                     grad_norm,
-                                     batch.counts[kStopVotes],
-                                     vote,
-                                     batch.counts[kPairs],
-                                     batch.counts[kChosenTargets],
-                                     sums_and_vote[kPairLossSum],
-                                     {}};
+  StepResults<torch::Tensor> results{sums_and_vote[kLossSum],     batch.counts[kTargets],
+                                     batch.counts[kTokens],       grad_norm,
+                                     batch.counts[kStopVotes],    vote,
+                                     batch.counts[kPairs],        batch.counts[kChosenTokens],
+                                     sums_and_vote[kPairLossSum], {}};
   for (int64_t k = 0; k < model::kPreferenceStats; ++k)
     results.preference[k] = sums_and_vote[kPreferenceSums + k];
   std::vector<torch::Tensor> values;

@@ -199,7 +199,7 @@ int run_training(const TrainConfig& configured) {
                                              c.distributed.timeout_seconds);
   const bool lead = env.rank == 0;
 
-  apply_test_memory_cap(device, env.rank);  // a smaller GPU for tests, loading included
+  apply_test_memory_cap(device, env.rank);    // a smaller GPU for tests, loading included
   parallel::WeightLoading loading(c, *comm);  // a sharded scheme splits each part as it loads
   auto inputs = load_user_inputs(c, device, dtype, env.local_world_size,
                                  [&loading](const std::string& prefix, torch::nn::Module& part) {
@@ -233,15 +233,18 @@ int run_training(const TrainConfig& configured) {
   torch::Tensor train_reference, validation_reference;
   if (preference && preference->uses_reference()) {
     const PairScoring scoring = pair_scoring(*model, device, dtype, *comm, c, inputs.text.pad_id);
+    const auto reference_start = Clock::now();
     weight_sync->wait_for_weights();
-    train_reference = pair_log_probs(scoring, inputs.train);
-    if (!inputs.validation.empty())
-      validation_reference = pair_log_probs(scoring, inputs.validation);
+    auto reference = reference_log_probs(scoring, c, inputs.train, inputs.validation);
+    train_reference = reference.train;
+    validation_reference = reference.validation;
     weight_sync->after_evaluation();
     if (lead)
-      log::info() << "reference log-probabilities of " << inputs.train.size() + inputs.validation.size()
-                  << " pairs computed from the starting weights (training.objective "
-                  << api::to_string(c.training.objective) << ")";
+      log::info() << "reference log-probabilities of "
+                  << inputs.train.size() + inputs.validation.size()
+                  << " pairs under the starting weights (training.objective "
+                  << api::to_string(c.training.objective)
+                  << ") reference_seconds=" << log::fixed(seconds_since(reference_start), 2);
   }
   if (checkpoint) {
     weight_sync->restore_weights(

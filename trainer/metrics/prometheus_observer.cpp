@@ -92,10 +92,11 @@ void PrometheusObserver::on_step(const StepStats& s) {
   if (const auto& p = s.preference) {
     gauge(ts::kPreferenceRewardAccuracy).Set(p->rewards_accuracies);
     gauge(ts::kPreferenceRewardMargin).Set(p->rewards_margins);
-    gauge(ts::kPreferenceReward, {{"answer", "chosen"}}).Set(p->rewards_chosen);
-    gauge(ts::kPreferenceReward, {{"answer", "rejected"}}).Set(p->rewards_rejected);
-    gauge(ts::kPreferenceLogProb, {{"answer", "chosen"}}).Set(p->logps_chosen);
-    gauge(ts::kPreferenceLogProb, {{"answer", "rejected"}}).Set(p->logps_rejected);
+    const auto& [chosen, rejected] = ts::kPreferenceAnswers;
+    gauge(ts::kPreferenceReward, {{"answer", std::string(chosen)}}).Set(p->rewards_chosen);
+    gauge(ts::kPreferenceReward, {{"answer", std::string(rejected)}}).Set(p->rewards_rejected);
+    gauge(ts::kPreferenceLogProb, {{"answer", std::string(chosen)}}).Set(p->logps_chosen);
+    gauge(ts::kPreferenceLogProb, {{"answer", std::string(rejected)}}).Set(p->logps_rejected);
   }
 
   // This rank's share only: sum(kubetune_tokens_total) over ranks is the job's total.

@@ -53,8 +53,8 @@ PairTerms ipo(const PreferenceObjective& o, const at::Tensor& chosen, const at::
               const at::Tensor& chosen_targets, const at::Tensor& rejected_targets) {
   const double beta = o.config.beta;
   const at::Tensor chosen_ratio = chosen - chosen_ref, rejected_ratio = rejected - rejected_ref;
-  const at::Tensor delta = chosen_ratio / chosen_targets.clamp_min(1) -
-                           rejected_ratio / rejected_targets.clamp_min(1);
+  const at::Tensor delta =
+      chosen_ratio / chosen_targets.clamp_min(1) - rejected_ratio / rejected_targets.clamp_min(1);
   return {(delta - 1 / (2 * beta)).pow(2), beta * chosen_ratio, beta * rejected_ratio, chosen,
           rejected};
 }
@@ -68,7 +68,7 @@ PairTerms simpo(const PreferenceObjective& o, const at::Tensor& chosen_mean,
           beta * rejected_mean, chosen_mean, rejected_mean};
 }
 
-// ORPO's odds-ratio term on length-normalised log-probabilities (its NLL is added by the caller).
+// ORPO's odds-ratio term on length-normalised log-probabilities (its NLL is the caller's).
 PairTerms orpo(const PreferenceObjective& o, const at::Tensor& chosen_mean,
                const at::Tensor& rejected_mean) {
   const double beta = o.config.beta;
@@ -122,7 +122,6 @@ PreferenceTerms preference_terms(const PreferenceObjective& o, const at::Tensor&
   }
   PreferenceTerms terms;
   terms.pair_loss_sum = t.loss.sum();
-  if (o.objective == Objective::kOrpo) terms.nll_sum = -chosen.sum();
   const auto total = [](const at::Tensor& v) { return v.detach().sum().to(at::kDouble); };
   terms.stats = at::stack({total(t.chosen_reward), total(t.rejected_reward),
                            total((t.chosen_reward > t.rejected_reward).to(at::kDouble)),

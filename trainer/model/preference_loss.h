@@ -15,6 +15,9 @@ struct PreferenceObjective {
   api::PreferenceConfig config;
   // dpo and ipo compare the policy with a reference model; simpo and orpo need none.
   bool uses_reference() const;
+  // orpo adds the chosen sequences' next-token loss, over every token, prompt included (TRL's
+  // ORPOTrainer); the caller computes it (loss.h: next_token_loss_sum).
+  bool adds_chosen_nll() const { return objective == api::TrainingObjective::kOrpo; }
 };
 
 // The sums over a micro-batch's pairs that TRL logs as means (rewards/chosen, rewards/rejected,
@@ -30,10 +33,7 @@ enum PreferenceStat : int64_t {
 
 struct PreferenceTerms {
   at::Tensor pair_loss_sum;  // 0-dim fp32, differentiable: the per-pair losses, summed
-  // orpo: the chosen answers' next-token loss summed over their targets (differentiable; TRL
-  // divides it by their count); undefined for the others.
-  at::Tensor nll_sum;
-  at::Tensor stats;  // [kPreferenceStats] fp64, detached
+  at::Tensor stats;          // [kPreferenceStats] fp64, detached
 };
 
 // log_probs [2N]: each sequence's summed target log-probabilities; targets [2N] its target count;

@@ -41,7 +41,8 @@ double recompute_input_element_bytes(const TrainConfig& c) {
 
 int64_t offloaded_recompute_input_bytes(const model::ModelConfig& m, const TrainConfig& c) {
   if (!c.model.offload_checkpoints || m.num_hidden_layers < 2) return 0;
-  const double tokens = static_cast<double>(micro_batch_size(c) * c.data.max_length);
+  const double tokens =
+      static_cast<double>(micro_batch_size(c) * sequences_per_example(c) * c.data.max_length);
   return static_cast<int64_t>(tokens * static_cast<double>(m.hidden_size) *
                               recompute_input_element_bytes(c) *
                               static_cast<double>(m.num_hidden_layers - 1));

@@ -192,9 +192,9 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
       const double root_bytes = root_elements(m) * (bf16 ? 2 : 4);
       const double layer_bytes = (static_cast<double>(quantized_whole) - root_bytes) /
                                  std::max<int64_t>(1, m.num_hidden_layers);
-      e.frozen_weights = static_cast<int64_t>(
-          static_cast<double>(quantized_whole) / world_size + root_bytes +
-          std::min<double>(2, m.num_hidden_layers) * layer_bytes);
+      e.frozen_weights =
+          static_cast<int64_t>(static_cast<double>(quantized_whole) / world_size + root_bytes +
+                               std::min<double>(2, m.num_hidden_layers) * layer_bytes);
     }
   }
   e.trainable_weights = trainable * 4;
@@ -230,7 +230,7 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   // Under fp8 full fine-tuning backward keeps each decoder linear weight in FP8 (one byte) where
   // autocast kept a bf16 copy.
   if (fp8 && full && e.autocast_copies > 0) e.autocast_copies = (trainable - linear) * 2 + linear;
-  const int64_t tokens = micro_batch_size(c) * c.data.max_length;
+  const int64_t tokens = micro_batch_size(c) * sequences_per_example(c) * c.data.max_length;
   // Whether the MLP runs as one node (frozen_linear_group.h: separate gate and up layers).
   const bool mlp_grouped =
       !m.family->fused_gate_up && !m.family->has_experts() &&

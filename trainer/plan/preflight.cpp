@@ -207,7 +207,7 @@ PreflightReport preflight(const TrainConfig& configured, const PreflightOptions&
   }
   const MemoryEstimate memory = estimate_gpu_memory(model, c, o.world_size);
   r.memory = memory.to_report();
-  r.memory.micro_batch_tokens = micro_batch_size(c) * c.data.max_length;
+  r.memory.micro_batch_tokens = micro_batch_size(c) * sequences_per_example(c) * c.data.max_length;
   r.memory.gradient_checkpointing = recomputes_layers(c);
   r.memory.offload_checkpoints = c.model.offload_checkpoints;
   r.memory.gpu_memory_gib = o.gpu_memory_gib;
