@@ -221,27 +221,36 @@ def dpo_on_3_ranks():
 def dpo_resume_equals_uninterrupted():
     """Full fine-tuning, whose reference is the starting weights: a run stopped after step 2 and
     resumed (the checkpoint holds trained weights, the reference must not move) ends where an
-    uninterrupted run ends, step by step."""
+    uninterrupted run ends, step by step: once with the reference kept in the checkpoint folder
+    (read back), once without it (computed again from the model folder before the checkpoint is
+    restored)."""
     w = h.workdir("pref-resume")
     model = h.tiny_model(w / "model")
     data = write_jsonl(w / "pairs.jsonl", pairs(STEPS * BATCH))
     objective, preference = OBJECTIVES["dpo_sigmoid"]
     straight, straight_out, _, _ = run_ours(w, "straight", model, data, objective, preference,
                                             "full")
-    cfg = our_config(model, data, w / "resumed", objective, preference, "full")
-    cfg["checkpoint"] = {"resume": "auto", "dir": str(w / "resume-ckpt"), "everySteps": 1,
-                         "keepLast": 10}
-    shutil.copytree(w / "straight-ckpt" / "step-00000002", w / "resume-ckpt" / "step-00000002")
-    p = h.run(["train", "--config", h.write_config(w / "resumed.json", cfg)])
-    assert "resuming from" in p.stderr, p.stderr[-2000:]
-    resumed = [json.loads(l) for l in (w / "resumed" / "metrics_history.jsonl").read_text().splitlines()]
-    resumed = {r["step"]: r for r in resumed if "loss" in r}
-    for r in straight[2:]:
-        for key in METRICS:
-            assert abs(r[key] - resumed[r["step"]][key]) <= 1e-6, (r["step"], key)
-    diff = h.max_abs_diff(h.weights(straight_out), h.weights(w / "resumed"))
-    print(f"resumed at step 2: steps 3-{STEPS} and the final weights equal (max diff {diff:.2g})")
-    assert diff <= 1e-6, diff
+    kept = w / "straight-ckpt" / "reference_logps.safetensors"
+    assert kept.exists(), "the reference was not kept in the checkpoint folder"
+    for label in ("kept", "recomputed"):
+        cfg = our_config(model, data, w / f"resumed-{label}", objective, preference, "full")
+        cfg["checkpoint"] = {"resume": "auto", "dir": str(w / f"ckpt-{label}"), "everySteps": 1,
+                             "keepLast": 10}
+        shutil.copytree(w / "straight-ckpt" / "step-00000002", w / f"ckpt-{label}" / "step-00000002")
+        if label == "kept":
+            shutil.copy(kept, w / f"ckpt-{label}" / kept.name)
+        p = h.run(["train", "--config", h.write_config(w / f"resumed-{label}.json", cfg)])
+        assert "resuming from" in p.stderr, p.stderr[-2000:]
+        assert ("reference log-probabilities read from" in p.stderr) == (label == "kept"), p.stderr[-2000:]
+        resumed = [json.loads(l) for l in (w / f"resumed-{label}" / "metrics_history.jsonl").read_text().splitlines()]
+        resumed = {r["step"]: r for r in resumed if "loss" in r}
+        for r in straight[2:]:
+            for key in METRICS:
+                assert abs(r[key] - resumed[r["step"]][key]) <= 1e-6, (label, r["step"], key)
+        diff = h.max_abs_diff(h.weights(straight_out), h.weights(w / f"resumed-{label}"))
+        print(f"resumed at step 2, reference {label}: steps 3-{STEPS} and the final weights equal "
+              f"(max diff {diff:.2g})")
+        assert diff <= 1e-6, diff
 
 
 def preference_data_errors_are_named():
