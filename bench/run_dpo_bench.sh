@@ -6,23 +6,25 @@
 #   bench/run_dpo_bench.sh BIN_DIR [--shape llama-3.1-8b] [--methods "lora qlora"] [--prompt 256]
 #                          [--answer 768] [--micro-batch 4] [--steps 10] [--warmup 3]
 #                          [--impls "ours trl unsloth"] [--competitors DIR] [--out DIR]
+#                          [--pairs N]
 #
 # Pairs of random words, one character per token with the project's tokenizer: a prompt of --prompt
 # tokens and two answers of --answer tokens each (+ EOS), so every sequence has the same length.
 # tokens/s counts both sequences of a pair. Ours computes the reference log-probabilities once
-# before the first step (the reference pass is reported as reference_seconds, and
-# tokens_per_s_with_reference spreads it over the timed steps' share of the data); TRL and Unsloth
-# run the reference forward in every step (TRL's default).
+# before the first step over all --pairs pairs (default: the steps' own), reported as
+# reference_seconds; tokens_per_s_with_reference adds the timed steps' share of it (their pairs /
+# all pairs) to their time. A larger --pairs measures that pass past its start-up costs. TRL and
+# Unsloth run the reference forward in every step (TRL's default).
 set -euo pipefail
 BIN=$1; shift
 SHAPE=llama-3.1-8b METHODS="lora qlora" PROMPT=256 ANSWER=768 MB=4 STEPS=10 WARMUP=3
-IMPLS="ours trl unsloth" COMPETITORS="" OUT=${OUT:-/tmp/kubetune-dpo-bench}
+IMPLS="ours trl unsloth" COMPETITORS="" OUT=${OUT:-/tmp/kubetune-dpo-bench} NPAIRS=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --shape) SHAPE=$2; shift 2 ;; --methods) METHODS=$2; shift 2 ;; --prompt) PROMPT=$2; shift 2 ;;
     --answer) ANSWER=$2; shift 2 ;; --micro-batch) MB=$2; shift 2 ;; --steps) STEPS=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;; --impls) IMPLS=$2; shift 2 ;;
-    --competitors) COMPETITORS=$2; shift 2 ;; --out) OUT=$2; shift 2 ;;
+    --competitors) COMPETITORS=$2; shift 2 ;; --out) OUT=$2; shift 2 ;; --pairs) NPAIRS=$2; shift 2 ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
 done
@@ -32,7 +34,8 @@ mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 RESULTS=$OUT/results.jsonl; : >"$RESULTS"
 [[ -d $OUT/inputs/model ]] || python3 "$HERE/make_bench_inputs.py" "$OUT/inputs" --shape "$SHAPE" --seq 64 --records 1
 PAIRS=$OUT/inputs/pairs.jsonl
-python3 - "$PAIRS" "$PROMPT" "$ANSWER" $(( (STEPS + WARMUP) * MB )) <<'PY'
+NPAIRS=${NPAIRS:-$(( (STEPS + WARMUP) * MB ))}
+python3 - "$PAIRS" "$PROMPT" "$ANSWER" "$NPAIRS" <<'PY'
 import json, random, sys
 path, prompt, answer, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rng = random.Random(0)
@@ -52,7 +55,8 @@ MAXLEN=$((PROMPT + ANSWER + 8))
 site_env=()
 if [[ -n $COMPETITORS ]]; then
   if [[ ! -d $COMPETITORS/site && -f $COMPETITORS/site.tar.gz ]]; then tar -C "$COMPETITORS" -xzf "$COMPETITORS/site.tar.gz"; fi
-  site_env=(PYTHONPATH="$(cd "$COMPETITORS/site" && pwd)${PYTHONPATH:+:$PYTHONPATH}")
+  # Without it TRL and Unsloth do not import (the GPU machines have neither): their rows fail.
+  [[ -d $COMPETITORS/site ]] && site_env=(PYTHONPATH="$(cd "$COMPETITORS/site" && pwd)${PYTHONPATH:+:$PYTHONPATH}")
 fi
 for method in $METHODS; do
   for impl in $IMPLS; do
@@ -69,15 +73,16 @@ for method in $METHODS; do
 JSON
       "$BIN/kubetune-trainer" train --config "$run/config.json" >"$run/log.txt" 2>&1 || { tail -30 "$run/log.txt"; continue; }
       "$BIN/kubetune-trainer" preflight --config "$run/config.json" >"$run/preflight.json" 2>/dev/null || true
-      python3 - "$run" "$method" "$WARMUP" "$STEPS" "$MB" >>"$RESULTS" <<'PY'
+      python3 - "$run" "$method" "$WARMUP" "$STEPS" "$MB" "$NPAIRS" >>"$RESULTS" <<'PY'
 import json, re, sys
 run, method, warmup, steps, mb = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+pairs = int(sys.argv[6])
 rows = [json.loads(l) for l in open(f"{run}/out/metrics_history.jsonl") if '"loss"' in l]
 timed = [r for r in rows if r["step"] > warmup]
 tokens, seconds = sum(r["global_tokens"] for r in timed), sum(r["step_seconds"] for r in timed)
 m = re.search(r"reference_seconds=([0-9.]+)", open(f"{run}/log.txt").read())
 reference = float(m.group(1)) if m else None
-share = steps / (steps + warmup)  # the timed steps' share of the data the reference pass read
+share = steps * mb / pairs  # the timed steps' share of the pairs the reference pass read
 try:
     estimate = json.load(open(f"{run}/preflight.json"))["memory"]["totalGiB"]
 except (OSError, ValueError, KeyError):
@@ -85,7 +90,7 @@ except (OSError, ValueError, KeyError):
 print(json.dumps({"impl": "ours", "objective": "dpo", "method": method, "gpus": 1, "recompute": "on",
                   "pairs_per_step": mb, "tokens_per_s_per_gpu": tokens / seconds,
                   "tokens_per_s_with_reference": tokens / (seconds + share * reference) if reference else None,
-                  "reference_seconds": reference,
+                  "reference_seconds": reference, "reference_pairs": pairs,
                   "peak_gib": max(r.get("gpu_memory_peak_bytes", 0) for r in rows) / 2**30,
                   "preflight_estimate_gib": estimate, "first_loss": rows[0]["loss"]}))
 PY
