@@ -6,9 +6,10 @@ transformers, the same pairs in the same order and the same hyper-parameters: th
 reward metrics at every step, and the weights after the last step.
 
 `preference_test.py NAME`: NAME is an objective (dpo_sigmoid, dpo_hinge, dpo_robust, ipo, simpo,
-orpo: LoRA and full fine-tuning, one process), `dpo_on_3_ranks` (LoRA, 3 Gloo processes against
-one TRL process with the global batch, conversational pairs), `dpo_resume_equals_uninterrupted`, or
-`preference_data_errors_are_named`."""
+orpo: LoRA and full fine-tuning, one process), `dpo_on_several_ranks` (LoRA on 3 Gloo processes,
+full fine-tuning on 2, against one TRL process with the global batch, conversational pairs),
+`dpo_resume_equals_uninterrupted`, `preference_data_errors_are_named` or
+`demo_learns_preference_visibly`."""
 import json
 import shutil
 import sys
@@ -40,7 +41,8 @@ OBJECTIVES = {
 
 def pairs(n: int, conversational: bool = False, seed: int = 0):
     """Pairs of the shipped upper-casing task: the chosen answer upper-cases, the rejected one
-    repeats the words (answers of different lengths, so padding and per-token averages matter)."""
+    repeats the words and adds a number (answers of different lengths, so padding and per-token
+    averages matter)."""
     import random
     rng = random.Random(seed)
     out = []
@@ -48,7 +50,10 @@ def pairs(n: int, conversational: bool = False, seed: int = 0):
         words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 5)))
                  for _ in range(rng.randint(1, 3))]
         prompt = "upper: " + " ".join(words)
-        chosen, rejected = " ".join(words).upper(), " ".join(words + words[: i % 2 + 1])
+        # The rejected answer ends with digits, tokens that neither prompts nor chosen answers
+        # have (under data parallelism their embedding rows must still be reduced).
+        chosen = " ".join(words).upper()
+        rejected = " ".join(words + words[: i % 2 + 1]) + f" {i % 10}{i * 7 % 10}"
         if conversational:
             out.append({"prompt": [{"role": "user", "content": prompt}],
                         "chosen": [{"role": "assistant", "content": chosen}],
@@ -73,9 +78,10 @@ def our_config(model: Path, data: Path, out: Path, objective: str, preference: d
 
 
 def run_ours(w: Path, name: str, model: Path, data: Path, objective: str, preference: dict,
-             method: str, nproc: int = 1, **training):
+             method: str, nproc: int = 1, sharding: str = "none", **training):
     out = w / name
     cfg = our_config(model, data, out, objective, preference, method, **training)
+    cfg["distributed"]["sharding"] = sharding
     # A checkpoint after every step: the first (learning rate 0 in the warm-up step, so nothing
     # moved) holds the LoRA adapters as they started, which TRL starts from too.
     cfg["checkpoint"] = {"resume": "never", "dir": str(w / f"{name}-ckpt"), "everySteps": 1,
@@ -199,23 +205,28 @@ def objective_matches_trl(name: str):
         compare_weights(out, final, method, f"{name} {method}")
 
 
-def dpo_on_3_ranks():
-    """3 Gloo processes of 2 pairs each == TRL in one process with the batch of 6 (conversational
-    pairs through the chat template: the prompt is what both answers share)."""
+def dpo_on_several_ranks():
+    """Gloo processes of 2 pairs each == TRL in one process with their whole batch (conversational
+    pairs through the chat template: the prompt is what both answers share): LoRA on 3 ranks, and
+    full fine-tuning on 2, replicated (the embedding's rows of both answers' tokens are reduced:
+    the rejected answers hold digits the chosen ones do not) and fully sharded."""
     global BATCH
     w = h.workdir("pref-ranks")
     model = h.tiny_model(w / "model")
-    records = pairs(STEPS * 6, conversational=True, seed=1)
-    data = write_jsonl(w / "pairs.jsonl", records)
     objective, preference = OBJECTIVES["dpo_sigmoid"]
-    BATCH = 2
-    ours, out, first_checkpoint, _ = run_ours(w, "ours", model, data, objective, preference,
-                                              "lora", nproc=3)
-    BATCH = 6
-    theirs, final = run_trl(w, model, records, objective, preference, "lora", first_checkpoint,
-                            batch=6)
-    compare_steps(ours, theirs, "dpo 3 ranks")
-    compare_weights(out, final, "lora", "dpo 3 ranks")
+    for method, ranks, sharding in (("lora", 3, "none"), ("full", 2, "none"), ("full", 2, "full")):
+        label = f"dpo {method} {ranks} ranks sharding {sharding}"
+        records = pairs(STEPS * 2 * ranks, conversational=True, seed=1)
+        data = write_jsonl(w / f"pairs-{method}.jsonl", records)
+        BATCH = 2
+        ours, out, first_checkpoint, _ = run_ours(w, f"ours-{method}-{sharding}", model, data,
+                                                  objective, preference, method, nproc=ranks,
+                                                  sharding=sharding)
+        BATCH = 2 * ranks
+        theirs, final = run_trl(w, model, records, objective, preference, method,
+                                first_checkpoint, batch=2 * ranks)
+        compare_steps(ours, theirs, label)
+        compare_weights(out, final, method, label)
 
 
 def dpo_resume_equals_uninterrupted():
@@ -328,7 +339,7 @@ def demo_learns_preference_visibly():
 
 if __name__ == "__main__":
     name = sys.argv[1]
-    tests = {"dpo_on_3_ranks": dpo_on_3_ranks,
+    tests = {"dpo_on_several_ranks": dpo_on_several_ranks,
              "dpo_resume_equals_uninterrupted": dpo_resume_equals_uninterrupted,
              "preference_data_errors_are_named": preference_data_errors_are_named,
              "demo_learns_preference_visibly": demo_learns_preference_visibly}

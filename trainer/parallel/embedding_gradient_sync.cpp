@@ -9,8 +9,11 @@ namespace kubetune::parallel {
 std::vector<int64_t> token_ids_in(const std::vector<data::Example>& examples,
                                   const std::vector<size_t>& indices, int32_t pad_id) {
   std::vector<int64_t> ids{pad_id};
-  for (size_t i : indices)
+  for (size_t i : indices) {
     ids.insert(ids.end(), examples[i].input_ids.begin(), examples[i].input_ids.end());
+    if (const auto& rejected = examples[i].rejected)  // a pair: its other sequence's rows too
+      ids.insert(ids.end(), rejected->input_ids.begin(), rejected->input_ids.end());
+  }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
