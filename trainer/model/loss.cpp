@@ -137,6 +137,43 @@ struct ChunkedSegmentLogProbs : public torch::autograd::Function<ChunkedSegmentL
   }
 };
 
+void check_inputs(CausalLMImpl& model, const at::Tensor& hidden, const at::Tensor& labels,
+                  const char* who) {
+  TORCH_CHECK(hidden.dim() == 3 && labels.dim() == 2 && hidden.size(0) == labels.size(0) &&
+                  hidden.size(1) == labels.size(1),
+              who, ": hidden must be [B,T,H] and labels [B,T]");
+  TORCH_CHECK(!model.lm_head || !model.lm_head->has_lora(), who,
+              ": LoRA on lm_head is not supported");
+}
+
+// The shifted positions (into a [B * (T-1)] view of the rows) whose label is a target, and those
+// labels, on the host. Selection happens there: labels come from the data loader there, and doing
+// it on the device would stall the GPU queue on `nonzero` and the range check. Throws naming `who`
+// for a label outside the vocabulary.
+struct TargetRows {
+  at::Tensor positions, labels;
+};
+TargetRows target_rows(CausalLMImpl& model, const at::Tensor& labels, const char* who) {
+  const int64_t T = labels.size(1);
+  const at::Tensor targets = labels.narrow(1, 1, T - 1).reshape(-1).cpu();
+  TargetRows t;
+  t.positions = (targets != kIgnoreIndex).nonzero().squeeze(1);
+  t.labels = targets.index_select(0, t.positions);
+  if (t.positions.numel() == 0) return t;
+  const int64_t vocab = model.output_weight().size(0);
+  const int64_t lo = t.labels.min().item<int64_t>(), hi = t.labels.max().item<int64_t>();
+  if (lo < 0 || hi >= vocab)
+    throw std::runtime_error(std::string(who) + ": label " + std::to_string(lo < 0 ? lo : hi) +
+                             " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  return t;
+}
+
+// The hidden states that predict the targets at `positions` (on hidden's device): [n, H].
+at::Tensor rows_at(const at::Tensor& hidden, const at::Tensor& positions) {
+  const int64_t T = hidden.size(1), H = hidden.size(2);
+  return hidden.narrow(1, 0, T - 1).reshape({-1, H}).index_select(0, positions);
+}
+
 }  // namespace
 
 int64_t loss_chunk_rows(int64_t vocab, int64_t budget_bytes) {
@@ -146,32 +183,16 @@ int64_t loss_chunk_rows(int64_t vocab, int64_t budget_bytes) {
 
 std::pair<at::Tensor, int64_t> next_token_loss_sum(CausalLMImpl& model, const at::Tensor& hidden,
                                                    const at::Tensor& labels, int64_t chunk_rows) {
-  TORCH_CHECK(hidden.dim() == 3 && labels.dim() == 2 && hidden.size(0) == labels.size(0) &&
-                  hidden.size(1) == labels.size(1),
-              "next_token_loss_sum: hidden must be [B,T,H] and labels [B,T]");
+  check_inputs(model, hidden, labels, "next_token_loss_sum");
   TORCH_CHECK(chunk_rows > 0, "next_token_loss_sum: chunk_rows must be positive");
-  TORCH_CHECK(!model.lm_head || !model.lm_head->has_lora(),
-              "next_token_loss_sum: LoRA on lm_head is not supported");
-  const int64_t T = hidden.size(1), H = hidden.size(2);
+  const int64_t T = hidden.size(1);
   if (T < 2) return {hidden.sum().to(at::kFloat) * 0, 0};
-
-  // Target selection happens on the host: labels come from the data loader there, and doing it on
-  // the device would stall the GPU queue on `nonzero` and the range check.
-  at::Tensor targets = labels.narrow(1, 1, T - 1).reshape(-1).cpu();
-  at::Tensor keep = (targets != kIgnoreIndex).nonzero().squeeze(1);
-  const int64_t n = keep.numel();
+  TargetRows t = target_rows(model, labels, "next_token_loss_sum");
+  const int64_t n = t.positions.numel();
   // Keep the result connected to the graph so that backward() works on an all-masked batch.
   if (n == 0) return {hidden.sum().to(at::kFloat) * 0, 0};
-
-  at::Tensor tgt = targets.index_select(0, keep);
-  const int64_t vocab = model.output_weight().size(0);
-  const int64_t lo = tgt.min().item<int64_t>(), hi = tgt.max().item<int64_t>();
-  if (lo < 0 || hi >= vocab)
-    throw std::runtime_error("next_token_loss_sum: label " + std::to_string(lo < 0 ? lo : hi) +
-                             " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  keep = to_device_async(keep, hidden.device());
-  tgt = to_device_async(tgt, hidden.device());
-  at::Tensor rows = hidden.narrow(1, 0, T - 1).reshape({-1, H}).index_select(0, keep);
+  const at::Tensor tgt = to_device_async(t.labels, hidden.device());
+  const at::Tensor rows = rows_at(hidden, to_device_async(t.positions, hidden.device()));
   at::Tensor& weight = model.output_weight();
   const bool grad_mode = torch::GradMode::is_enabled();
   at::Tensor loss = ChunkedLinearCrossEntropy::apply(rows, weight, tgt, chunk_rows,
@@ -182,32 +203,19 @@ std::pair<at::Tensor, int64_t> next_token_loss_sum(CausalLMImpl& model, const at
 
 std::pair<at::Tensor, at::Tensor> sequence_log_probs(CausalLMImpl& model, const at::Tensor& hidden,
                                                      const at::Tensor& labels, int64_t chunk_rows) {
-  TORCH_CHECK(hidden.dim() == 3 && labels.dim() == 2 && hidden.size(0) == labels.size(0) &&
-                  hidden.size(1) == labels.size(1),
-              "sequence_log_probs: hidden must be [B,T,H] and labels [B,T]");
-  TORCH_CHECK(!model.lm_head || !model.lm_head->has_lora(),
-              "sequence_log_probs: LoRA on lm_head is not supported");
-  const int64_t B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
+  check_inputs(model, hidden, labels, "sequence_log_probs");
+  const int64_t B = hidden.size(0), T = hidden.size(1);
   at::Tensor counts = at::zeros({B}, at::kLong);
   if (T < 2) return {hidden.sum({1, 2}).to(at::kFloat) * 0, counts};
-  // Targets are picked on the host, as in next_token_loss_sum.
-  const at::Tensor targets = labels.narrow(1, 1, T - 1).reshape(-1).cpu();
-  at::Tensor keep = (targets != kIgnoreIndex).nonzero().squeeze(1);
-  if (keep.numel() == 0) return {hidden.sum({1, 2}).to(at::kFloat) * 0, counts};
-  at::Tensor segments = at::floor_divide(keep, T - 1);
+  TargetRows t = target_rows(model, labels, "sequence_log_probs");
+  if (t.positions.numel() == 0) return {hidden.sum({1, 2}).to(at::kFloat) * 0, counts};
+  at::Tensor segments = at::floor_divide(t.positions, T - 1);  // the row of each target
   counts.index_add_(0, segments, at::ones_like(segments));
-  at::Tensor tgt = targets.index_select(0, keep);
-  const int64_t vocab = model.output_weight().size(0);
-  const int64_t lo = tgt.min().item<int64_t>(), hi = tgt.max().item<int64_t>();
-  if (lo < 0 || hi >= vocab)
-    throw std::runtime_error("sequence_log_probs: label " + std::to_string(lo < 0 ? lo : hi) +
-                             " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  keep = to_device_async(keep, hidden.device());
-  tgt = to_device_async(tgt, hidden.device());
+  const at::Tensor tgt = to_device_async(t.labels, hidden.device());
   segments = to_device_async(segments, hidden.device());
-  const at::Tensor rows = hidden.narrow(1, 0, T - 1).reshape({-1, H}).index_select(0, keep);
-  at::Tensor log_probs = ChunkedSegmentLogProbs::apply(rows, model.output_weight(), tgt, segments,
-                                                       B, chunk_rows);
+  const at::Tensor rows = rows_at(hidden, to_device_async(t.positions, hidden.device()));
+  at::Tensor log_probs =
+      ChunkedSegmentLogProbs::apply(rows, model.output_weight(), tgt, segments, B, chunk_rows);
   return {log_probs, counts};
 }
 
