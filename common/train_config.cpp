@@ -2,6 +2,7 @@
 
 #include "common/contracts.h"
 #include "common/finetunejob_schema_json.h"  // generated: kFineTuneJobSchemaJson
+#include "common/preference_refusals.h"
 #include "common/schema_validator.h"
 #include "common/source_forms.h"
 #include "common/yaml_file.h"
@@ -71,6 +72,14 @@ TrainConfig parse_train_config(const nlohmann::json& validated) {
   if (!sources.empty()) throw ConfigError(sources);
   if (micro_batch_is_auto(c) && c.training.global_batch_size == 0)
     throw ConfigError({kAutoMicroBatchNeedsGlobalBatch});
+  const bool preference = c.training.objective != api::TrainingObjective::kSft;
+  if (preference && c.data.format != api::DataFormat::kAuto &&
+      c.data.format != api::DataFormat::kPreference)
+    throw ConfigError({kPreferenceObjectiveNeedsPairs});
+  if (!preference && c.data.format == api::DataFormat::kPreference)
+    throw ConfigError({kPairsNeedPreferenceObjective});
+  if (preference && c.data.packing) throw ConfigError({kPairsAreNotPacked});
+  if (c.training.preference.label_smoothing >= 0.5) throw ConfigError({kLabelSmoothingBelowHalf});
   if (c.model.precision == api::ModelPrecision::kFp8) {
     if (c.model.dtype == api::ModelDtype::kFloat32) throw ConfigError({kFp8NeedsBf16});
     if (c.distributed.sharding == api::DistributedSharding::kFull &&

@@ -3,6 +3,7 @@
 #include <regex>
 #include <set>
 
+#include "common/preference_refusals.h"
 #include "common/source_forms.h"
 #include "common/train_config.h"
 #include "operator/api/crd.h"
@@ -39,6 +40,12 @@ long long int_at(const json& obj, const char* a, const char* b, long long fallba
     return fallback;
   }
   return obj[a][b].get<long long>();
+}
+
+// training.objective is set and is not sft (the schema's default is sft).
+bool preference_objective(const json& spec) {
+  const std::string objective = string_at(spec, "training", "objective");
+  return !objective.empty() && objective != "sft";
 }
 
 // The CEL rule and its twin for one source field (`field` of the object at the rule's place):
@@ -207,6 +214,39 @@ std::vector<CelRule> make_rules() {
                      return string_at(self, "model", "precision") != "fp8" ||
                             string_at(self, "distributed", "sharding") != "full" ||
                             (!method.empty() && method != "lora");
+                   }});
+  rules.push_back({"spec",
+                   "!has(self.training) || !has(self.training.objective) || "
+                   "self.training.objective == 'sft' || !has(self.data.format) || "
+                   "self.data.format == 'auto' || self.data.format == 'preference'",
+                   kPreferenceObjectiveNeedsPairs, [](const json& self, const json*) {
+                     const std::string format = string_at(self, "data", "format");
+                     return !preference_objective(self) || format.empty() || format == "auto" ||
+                            format == "preference";
+                   }});
+  rules.push_back({"spec",
+                   "!has(self.data.format) || self.data.format != 'preference' || "
+                   "(has(self.training) && has(self.training.objective) && "
+                   "self.training.objective != 'sft')",
+                   kPairsNeedPreferenceObjective, [](const json& self, const json*) {
+                     return string_at(self, "data", "format") != "preference" ||
+                            preference_objective(self);
+                   }});
+  rules.push_back({"spec",
+                   "!has(self.data.packing) || !self.data.packing || !has(self.training) || "
+                   "!has(self.training.objective) || self.training.objective == 'sft'",
+                   kPairsAreNotPacked, [](const json& self, const json*) {
+                     const json data = self.value("data", json::object());
+                     return !data.value("packing", false) || !preference_objective(self);
+                   }});
+  rules.push_back({"spec",
+                   "!has(self.training) || !has(self.training.preference) || "
+                   "!has(self.training.preference.labelSmoothing) || "
+                   "double(self.training.preference.labelSmoothing) < 0.5",
+                   kLabelSmoothingBelowHalf, [](const json& self, const json*) {
+                     const json training = self.value("training", json::object());
+                     const json preference = training.value("preference", json::object());
+                     return preference.value("labelSmoothing", 0.0) < 0.5;
                    }});
   rules.push_back(spec_immutable_unless_suspended());
   rules.push_back(source_rule("spec.model", "path", true, false,

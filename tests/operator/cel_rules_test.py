@@ -136,6 +136,23 @@ def edits_of(base):
             "validation", "s3:/data/valid.jsonl")),
         "a local path with a colon": edit(lambda o: o["spec"]["data"].__setitem__(
             "train", "/data/hf:2024/train.jsonl")),
+        # Preference objectives and their data (issue 47).
+        "dpo on messages": edit(lambda o: (o["spec"].setdefault("training", {}).__setitem__(
+            "objective", "dpo"), o["spec"]["data"].__setitem__("format", "messages"))),
+        "dpo on pairs": edit(lambda o: (o["spec"].setdefault("training", {}).__setitem__(
+            "objective", "dpo"), o["spec"]["data"].__setitem__("format", "preference"))),
+        "dpo on auto": edit(lambda o: (o["spec"].setdefault("training", {}).__setitem__(
+            "objective", "orpo"), o["spec"]["data"].__setitem__("format", "auto"))),
+        "pairs under sft": edit(lambda o: o["spec"]["data"].__setitem__("format", "preference")),
+        "pairs under explicit sft": edit(lambda o: (o["spec"].setdefault("training", {}).__setitem__(
+            "objective", "sft"), o["spec"]["data"].__setitem__("format", "preference"))),
+        "packed pairs": edit(lambda o: (o["spec"].setdefault("training", {}).__setitem__(
+            "objective", "simpo"), o["spec"]["data"].__setitem__("packing", True))),
+        "packed sft": edit(lambda o: o["spec"]["data"].__setitem__("packing", True)),
+        "label smoothing 0.5": edit(lambda o: o["spec"].setdefault("training", {}).__setitem__(
+            "preference", {"labelSmoothing": 0.5})),
+        "label smoothing 0.4": edit(lambda o: o["spec"].setdefault("training", {}).__setitem__(
+            "preference", {"labelSmoothing": 0.4})),
     }
 
 

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 
@@ -56,6 +57,30 @@ void for_each_pair_batch(
   if (was_training) s.model.train();
 }
 
+// A pass over many pairs (the reference of 100k pairs takes minutes on an 8B model) says how far it
+// is every 30 s: rank 0's share, which is every rank's.
+class PassProgress {
+ public:
+  PassProgress(bool lead, size_t share) : lead_(lead), share_(share) {}
+  void add(size_t pairs) {
+    done_ += pairs;
+    const auto now = Clock::now();
+    if (!lead_ || now - last_ < std::chrono::seconds(30) || done_ >= share_) return;
+    last_ = now;
+    const double seconds = std::chrono::duration<double>(now - start_).count();
+    const double eta = seconds / static_cast<double>(done_) * static_cast<double>(share_ - done_);
+    log::info() << "reference log-probabilities: " << done_ << "/" << share_
+                << " pairs of this rank, " << log::fixed(static_cast<double>(done_) / seconds, 1)
+                << " pairs/s, eta " << log::fixed(eta, 0) << " s";
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool lead_;
+  size_t share_, done_ = 0;
+  Clock::time_point start_ = Clock::now(), last_ = Clock::now();
+};
+
 }  // namespace
 
 PairScoring pair_scoring(model::CausalLMImpl& model, torch::Device device, torch::Dtype dtype,
@@ -74,6 +99,8 @@ torch::Tensor pair_log_probs(const PairScoring& s, const std::vector<data::Examp
   const auto n = static_cast<int64_t>(pairs.size());
   auto all = torch::zeros({n, 2}, torch::kFloat64);
   if (n == 0) return all;  // no validation file: the same on every rank
+  PassProgress progress(s.comm.rank() == 0, (pairs.size() + s.comm.world_size() - 1) /
+                                                static_cast<size_t>(s.comm.world_size()));
   for_each_pair_batch(s, pairs,
                       [&](const std::vector<size_t>& indices, const data::MicroBatch&,
                           const torch::Tensor&, const torch::Tensor& lp, const torch::Tensor&) {
@@ -84,6 +111,7 @@ torch::Tensor pair_log_probs(const PairScoring& s, const std::vector<data::Examp
                           all[i][0] = rows[0][j];
                           all[i][1] = rows[1][j];
                         }
+                        progress.add(indices.size());
                       });
   // Each pair was scored on one rank, zeros elsewhere: the sum is every pair's values.
   auto on_device = all.to(s.device);
