@@ -35,42 +35,28 @@ Tokenized tokenize_strings(const std::string& prompt, std::string chosen, std::s
   const std::string eos = tokenizer.eos_token();
   if (eos.empty()) throw std::runtime_error("the tokenizer has no EOS token, which ends answers");
   for (std::string* answer : {&chosen, &rejected})
-    if (answer->size() < eos.size() || answer->compare(answer->size() - eos.size(), eos.size(), eos) != 0)
+    if (answer->size() < eos.size() ||
+        answer->compare(answer->size() - eos.size(), eos.size(), eos) != 0)
       *answer += eos;
   return {tokenizer.encode(prompt, true), tokenizer.encode(prompt + chosen, true),
           tokenizer.encode(prompt + rejected, true)};
 }
 
-void check_messages(const nlohmann::json& messages, const std::string& name) {
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string item = name + "[" + std::to_string(i) + "]";
-    if (!messages[i].is_object())
-      throw std::runtime_error("field \"" + item + "\": expected an object, got " +
-                               messages[i].type_name());
-    require_string(require_field(messages[i], "role", item + ".role"), item + ".role");
-    require_string(require_field(messages[i], "content", item + ".content"), item + ".content");
-  }
-}
-
 Tokenized tokenize_conversations(const nlohmann::json& prompt, const nlohmann::json& chosen,
                                  const nlohmann::json& rejected, const EncodeContext& context) {
-  if (context.chat == nullptr)
-    throw std::runtime_error(
-        "conversation records need a chat template, but the tokenizer folder has none "
-        "(chat_template in tokenizer_config.json or chat_template.jinja)");
-  check_messages(prompt, "prompt");
-  check_messages(chosen, "chosen");
-  check_messages(rejected, "rejected");
+  const text::ChatTemplate& chat = require_chat_template(context);
+  validate_messages(prompt, "prompt");
+  validate_messages(chosen, "chosen");
+  validate_messages(rejected, "rejected");
   const text::Tokenizer& tokenizer = context.tokenizer;
-  const nlohmann::json extra = {{"bos_token", tokenizer.bos_token()},
-                                {"eos_token", tokenizer.eos_token()}};
+  const nlohmann::json extra = template_variables(tokenizer);
   auto render = [&](const nlohmann::json& answer) {
     nlohmann::json messages = prompt;
     messages.insert(messages.end(), answer.begin(), answer.end());
     // Templates write BOS themselves, so the tokenizer must not add it again.
-    return tokenizer.encode(context.chat->render(messages, false, extra), false);
+    return tokenizer.encode(chat.render(messages, false, extra), false);
   };
-  return {tokenizer.encode(context.chat->render(prompt, true, extra), false), render(chosen),
+  return {tokenizer.encode(chat.render(prompt, true, extra), false), render(chosen),
           render(rejected)};
 }
 
@@ -104,11 +90,10 @@ Example encode_preference(const nlohmann::json& record, const EncodeContext& con
   if (chosen == rejected)
     throw std::runtime_error(
         "fields \"chosen\" and \"rejected\": the same answer, so there is nothing to prefer");
-  const Tokenized t =
-      prompt.is_string()
-          ? tokenize_strings(prompt.get<std::string>(), chosen.get<std::string>(),
-                             rejected.get<std::string>(), context.tokenizer)
-          : tokenize_conversations(prompt, chosen, rejected, context);
+  const Tokenized t = prompt.is_string()
+                          ? tokenize_strings(prompt.get<std::string>(), chosen.get<std::string>(),
+                                             rejected.get<std::string>(), context.tokenizer)
+                          : tokenize_conversations(prompt, chosen, rejected, context);
   const size_t shared =
       std::min(common_prefix(t.prompt, t.chosen), common_prefix(t.prompt, t.rejected));
   if (shared >= t.chosen.size() || shared >= t.rejected.size())

@@ -22,35 +22,14 @@ void append_eos(std::vector<int32_t>& ids, int32_t eos) {
   if (ids.empty() || ids.back() != eos) ids.push_back(eos);
 }
 
-// Checks each message is {"role": string, "content": string, ...}; other keys (tool calls, names)
-// are passed through to the template untouched.
-void validate_messages(const nlohmann::json& messages, const std::string& name) {
-  require_array(messages, name);
-  if (messages.empty()) throw std::runtime_error("field \"" + name + "\": empty conversation");
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string item = name + "[" + std::to_string(i) + "]";
-    if (!messages[i].is_object()) {
-      throw std::runtime_error("field \"" + item + "\": expected an object, got " +
-                               messages[i].type_name());
-    }
-    require_string(require_field(messages[i], "role", item + ".role"), item + ".role");
-    require_string(require_field(messages[i], "content", item + ".content"), item + ".content");
-  }
-}
-
 // A conversation; messages before `first_target` are context only (the prompt of a
 // conversational prompt/completion record).
 Example encode_conversation(const nlohmann::json& messages, size_t first_target,
                             const EncodeContext& context) {
-  if (context.chat == nullptr) {
-    throw std::runtime_error(
-        "conversation records need a chat template, but the tokenizer folder has none "
-        "(chat_template in tokenizer_config.json or chat_template.jinja)");
-  }
+  const text::ChatTemplate& chat = require_chat_template(context);
   const text::Tokenizer& tokenizer = context.tokenizer;
-  const nlohmann::json extra = {{"bos_token", tokenizer.bos_token()},
-                                {"eos_token", tokenizer.eos_token()}};
-  const std::string full = context.chat->render(messages, false, extra);
+  const nlohmann::json extra = template_variables(tokenizer);
+  const std::string full = chat.render(messages, false, extra);
   // Templates write BOS themselves, so the tokenizer must not add it again.
   text::Encoding encoding = tokenizer.encode_with_offsets(full, false);
 
@@ -125,6 +104,34 @@ Example encode_text(const nlohmann::json& record, const EncodeContext& context) 
 }
 
 }  // namespace
+
+// Each message is {"role": string, "content": string, ...}; other keys (tool calls, names)
+// are passed through to the template untouched.
+void validate_messages(const nlohmann::json& messages, const std::string& name) {
+  require_array(messages, name);
+  if (messages.empty()) throw std::runtime_error("field \"" + name + "\": empty conversation");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string item = name + "[" + std::to_string(i) + "]";
+    if (!messages[i].is_object()) {
+      throw std::runtime_error("field \"" + item + "\": expected an object, got " +
+                               messages[i].type_name());
+    }
+    require_string(require_field(messages[i], "role", item + ".role"), item + ".role");
+    require_string(require_field(messages[i], "content", item + ".content"), item + ".content");
+  }
+}
+
+const text::ChatTemplate& require_chat_template(const EncodeContext& context) {
+  if (context.chat == nullptr)
+    throw std::runtime_error(
+        "conversation records need a chat template, but the tokenizer folder has none "
+        "(chat_template in tokenizer_config.json or chat_template.jinja)");
+  return *context.chat;
+}
+
+nlohmann::json template_variables(const text::Tokenizer& tokenizer) {
+  return {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}};
+}
 
 Example encode_record(const nlohmann::json& record, Format format, const EncodeContext& context) {
   switch (format) {

@@ -104,13 +104,10 @@ torch::Tensor pair_log_probs(const PairScoring& s, const std::vector<data::Examp
   for_each_pair_batch(s, pairs,
                       [&](const std::vector<size_t>& indices, const data::MicroBatch&,
                           const torch::Tensor&, const torch::Tensor& lp, const torch::Tensor&) {
-                        const auto rows = lp.to(torch::kCPU, torch::kFloat64).view({2, -1});
-                        for (size_t k = 0; k < indices.size(); ++k) {
-                          const auto i = static_cast<int64_t>(indices[k]),
-                                     j = static_cast<int64_t>(k);
-                          all[i][0] = rows[0][j];
-                          all[i][1] = rows[1][j];
-                        }
+                        // lp is every chosen row, then every rejected one: [2, N] -> [N, 2].
+                        const auto rows = lp.to(torch::kCPU, torch::kFloat64).view({2, -1}).t();
+                        const std::vector<int64_t> at(indices.begin(), indices.end());
+                        all.index_copy_(0, torch::tensor(at, torch::kInt64), rows);
                         progress.add(indices.size());
                       });
   // Each pair was scored on one rank, zeros elsewhere: the sum is every pair's values.
