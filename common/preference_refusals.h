@@ -1,6 +1,6 @@
 // The refusals of preference data and objectives that do not go together, by the trainer
 // (parse_train_config) and by the CRD's rules (operator/api/cel_rules.cpp): a preference objective
-// reads pairs, pairs need one, and pairs are never packed.
+// reads pairs (kto: unpaired examples), pairs need one, and neither is ever packed.
 #pragma once
 
 namespace kubetune {
@@ -14,7 +14,12 @@ inline constexpr const char* kPairsNeedPreferenceObjective =
 inline constexpr const char* kLabelSmoothingBelowHalf =
     "training.preference.labelSmoothing is the probability that a pair's preference is wrong: it "
     "must be below 0.5";
+inline constexpr const char* kKtoNeedsUnpairedExamples =
+    "training.objective kto trains on unpaired preference examples {prompt, completion, label}: "
+    "set data.format unpaired_preference (or auto)";
+inline constexpr const char* kUnpairedExamplesNeedKto =
+    "data.format unpaired_preference holds examples for training.objective kto: set it";
 inline constexpr const char* kPairsAreNotPacked =
-    "preference pairs are padded, never packed (a pair is compared whole): set data.packing false";
+    "preference data is padded, never packed (each answer is scored whole): set data.packing false";
 
 }  // namespace kubetune

@@ -73,11 +73,17 @@ TrainConfig parse_train_config(const nlohmann::json& validated) {
   if (micro_batch_is_auto(c) && c.training.global_batch_size == 0)
     throw ConfigError({kAutoMicroBatchNeedsGlobalBatch});
   const bool preference = c.training.objective != api::TrainingObjective::kSft;
-  if (preference && c.data.format != api::DataFormat::kAuto &&
-      c.data.format != api::DataFormat::kPreference)
+  const bool kto = c.training.objective == api::TrainingObjective::kKto;
+  const auto format = c.data.format;
+  if (preference && !kto && format != api::DataFormat::kAuto &&
+      format != api::DataFormat::kPreference)
     throw ConfigError({kPreferenceObjectiveNeedsPairs});
-  if (!preference && c.data.format == api::DataFormat::kPreference)
+  if ((!preference || kto) && format == api::DataFormat::kPreference)
     throw ConfigError({kPairsNeedPreferenceObjective});
+  if (kto && format != api::DataFormat::kAuto && format != api::DataFormat::kUnpairedPreference)
+    throw ConfigError({kKtoNeedsUnpairedExamples});
+  if (!kto && format == api::DataFormat::kUnpairedPreference)
+    throw ConfigError({kUnpairedExamplesNeedKto});
   if (preference && c.data.packing) throw ConfigError({kPairsAreNotPacked});
   if (c.training.preference.label_smoothing >= 0.5) throw ConfigError({kLabelSmoothingBelowHalf});
   if (c.model.precision == api::ModelPrecision::kFp8) {
@@ -92,7 +98,9 @@ TrainConfig parse_train_config(const nlohmann::json& validated) {
 bool micro_batch_is_auto(const TrainConfig& c) { return c.training.micro_batch_size.is_string(); }
 
 int64_t sequences_per_example(const TrainConfig& c) {
-  return c.training.objective == api::TrainingObjective::kSft ? 1 : 2;
+  // kto's step scores its KL sequences apart, without gradients: one sequence per example.
+  const auto o = c.training.objective;
+  return o == api::TrainingObjective::kSft || o == api::TrainingObjective::kKto ? 1 : 2;
 }
 
 int64_t micro_batch_size(const TrainConfig& c) {

@@ -102,6 +102,20 @@ void print_pair_preference(model::CausalLMImpl& model, const std::vector<data::E
             << "%" << std::endl;
 }
 
+// Unpaired examples (kto): the mean loss per completion token of the desirable completions and of
+// the undesirable ones; training should lower the first and raise the second.
+void print_unpaired_preference(const std::vector<data::Example>& examples,
+                               const train::EvalResult& result) {
+  double loss[2] = {0, 0}, targets[2] = {0, 0};
+  for (size_t i = 0; i < examples.size(); ++i) {
+    loss[examples[i].desirable] += result.per_example[i].loss_sum;
+    targets[examples[i].desirable] += static_cast<double>(result.per_example[i].n_targets);
+  }
+  std::cout << "mean loss per completion token: desirable "
+            << log::fixed(loss[1] / std::max(1.0, targets[1]), 4) << ", undesirable "
+            << log::fixed(loss[0] / std::max(1.0, targets[0]), 4) << std::endl;
+}
+
 int eval_command(const std::string& model_dir, const std::string& adapter_dir,
                  const std::string& data_path, int batch_size, int max_length, bool as_json,
                  int show) {
@@ -110,7 +124,7 @@ int eval_command(const std::string& model_dir, const std::string& adapter_dir,
   auto text = train::load_text_tools(model_dir);
   data::DatasetOptions options;
   options.max_length = max_length;
-  options.pairs = data::starts_with_pair(data_path);
+  options.preference = data::preference_format_of(data_path);
   auto examples = data::load_jsonl(data_path, text.tokenizer, text.chat.get(), options);
   auto model = train::load_model(model_dir, device, dtype, std::nullopt, false, 0);
   if (!adapter_dir.empty()) {
@@ -149,7 +163,9 @@ int eval_command(const std::string& model_dir, const std::string& adapter_dir,
     std::cout << "records " << examples.size() << " | target tokens " << result.n_targets
               << " | mean loss " << result.mean_loss << " | token accuracy " << result.accuracy
               << std::endl;
-    if (options.pairs)
+    if (options.preference == data::Format::kUnpairedPreference)
+      print_unpaired_preference(examples, result);
+    if (options.preference == data::Format::kPreference)
       print_pair_preference(*model, examples, result, batch_size, text.pad_id, device, dtype);
   }
   return 0;

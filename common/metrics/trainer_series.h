@@ -39,11 +39,11 @@ inline constexpr std::string_view kMicroBatchSize = "kubetune_micro_batch_size";
 inline constexpr std::string_view kOutOfMemoryRecoveriesTotal =
     "kubetune_out_of_memory_recoveries_total";
 inline constexpr std::string_view kExpertTokensTotal = "kubetune_expert_tokens_total";
-inline constexpr std::string_view kPreferenceRewardAccuracy =
-    "kubetune_preference_reward_accuracy";
+inline constexpr std::string_view kPreferenceRewardAccuracy = "kubetune_preference_reward_accuracy";
 inline constexpr std::string_view kPreferenceRewardMargin = "kubetune_preference_reward_margin";
 inline constexpr std::string_view kPreferenceReward = "kubetune_preference_reward";
 inline constexpr std::string_view kPreferenceLogProb = "kubetune_preference_log_prob";
+inline constexpr std::string_view kPreferenceKl = "kubetune_preference_kl";
 
 // Values of the `phase` label of kubetune_step_phase_seconds_total.
 inline constexpr std::array<std::string_view, 4> kStepPhases = {"data_wait", "forward_backward",
@@ -58,7 +58,7 @@ inline constexpr std::array<double, 13> kStepSecondsBuckets = {0.05, 0.1, 0.25, 
 
 inline constexpr std::string_view kRankLabels = "job,rank,local_rank";
 
-inline constexpr std::array<SeriesSpec, 28> kAll = {{
+inline constexpr std::array<SeriesSpec, 29> kAll = {{
     {kTrainLoss, MetricType::kGauge, "Training loss of the last optimizer step.",
      "job,rank,local_rank"},
     {kEvalLoss, MetricType::kGauge, "Loss of the last evaluation pass.", "job,rank,local_rank"},
@@ -126,6 +126,10 @@ inline constexpr std::array<SeriesSpec, 28> kAll = {{
      "Preference objectives: mean log-probability of the last step's chosen or rejected answers "
      "(TRL's logps/chosen, logps/rejected).",
      "job,rank,local_rank,answer"},
+    {kPreferenceKl, MetricType::kGauge,
+     "kto: the last step's KL estimate, the mean log-ratio to the reference of its prompts with "
+     "each other's completions, at least 0 (TRL's kl).",
+     "job,rank,local_rank"},
 }};
 
 }  // namespace kubetune::metrics::trainer_series

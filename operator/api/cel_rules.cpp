@@ -48,6 +48,11 @@ bool preference_objective(const json& spec) {
   return !objective.empty() && objective != "sft";
 }
 
+// training.objective trains on preference pairs: a preference objective other than kto.
+bool pair_objective(const json& spec) {
+  return preference_objective(spec) && string_at(spec, "training", "objective") != "kto";
+}
+
 // The CEL rule and its twin for one source field (`field` of the object at the rule's place):
 // a local path, or one of the remote forms of common/source_forms.h.
 CelRule source_rule(const std::string& where, const std::string& field, bool model, bool optional,
@@ -215,22 +220,41 @@ std::vector<CelRule> make_rules() {
                             string_at(self, "distributed", "sharding") != "full" ||
                             (!method.empty() && method != "lora");
                    }});
+  // Pairs for dpo, ipo, simpo and orpo; unpaired examples for kto; neither for sft.
   rules.push_back({"spec",
                    "!has(self.training) || !has(self.training.objective) || "
-                   "self.training.objective == 'sft' || !has(self.data.format) || "
-                   "self.data.format == 'auto' || self.data.format == 'preference'",
+                   "self.training.objective == 'sft' || self.training.objective == 'kto' || "
+                   "!has(self.data.format) || self.data.format == 'auto' || "
+                   "self.data.format == 'preference'",
                    kPreferenceObjectiveNeedsPairs, [](const json& self, const json*) {
                      const std::string format = string_at(self, "data", "format");
-                     return !preference_objective(self) || format.empty() || format == "auto" ||
+                     return !pair_objective(self) || format.empty() || format == "auto" ||
                             format == "preference";
                    }});
   rules.push_back({"spec",
                    "!has(self.data.format) || self.data.format != 'preference' || "
                    "(has(self.training) && has(self.training.objective) && "
-                   "self.training.objective != 'sft')",
+                   "self.training.objective != 'sft' && self.training.objective != 'kto')",
                    kPairsNeedPreferenceObjective, [](const json& self, const json*) {
                      return string_at(self, "data", "format") != "preference" ||
-                            preference_objective(self);
+                            pair_objective(self);
+                   }});
+  rules.push_back({"spec",
+                   "!has(self.training) || !has(self.training.objective) || "
+                   "self.training.objective != 'kto' || !has(self.data.format) || "
+                   "self.data.format == 'auto' || self.data.format == 'unpaired_preference'",
+                   kKtoNeedsUnpairedExamples, [](const json& self, const json*) {
+                     const std::string format = string_at(self, "data", "format");
+                     return string_at(self, "training", "objective") != "kto" || format.empty() ||
+                            format == "auto" || format == "unpaired_preference";
+                   }});
+  rules.push_back({"spec",
+                   "!has(self.data.format) || self.data.format != 'unpaired_preference' || "
+                   "(has(self.training) && has(self.training.objective) && "
+                   "self.training.objective == 'kto')",
+                   kUnpairedExamplesNeedKto, [](const json& self, const json*) {
+                     return string_at(self, "data", "format") != "unpaired_preference" ||
+                            string_at(self, "training", "objective") == "kto";
                    }});
   rules.push_back({"spec",
                    "!has(self.data.packing) || !self.data.packing || !has(self.training) || "

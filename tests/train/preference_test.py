@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Preference objectives (training.objective dpo, ipo, simpo, orpo) against TRL, the reference
-everyone uses: trl's DPOTrainer (loss types sigmoid, hinge, robust, ipo), and its CPOTrainer
-(loss_type simpo, cpo_alpha 0) and ORPOTrainer. On the CPU in fp32, on a tiny Llama made by
+"""Preference objectives (training.objective dpo, ipo, simpo, orpo, kto) against TRL, the reference
+everyone uses: trl's DPOTrainer (loss types sigmoid, hinge, robust, ipo), its CPOTrainer
+(loss_type simpo, cpo_alpha 0), ORPOTrainer and KTOTrainer. On the CPU in fp32, on a tiny Llama made by
 transformers, the same pairs in the same order and the same hyper-parameters: the loss and TRL's
 reward metrics at every step, and the weights after the last step.
 
 `preference_test.py NAME`: NAME is an objective (dpo_sigmoid, dpo_hinge, dpo_robust, ipo, simpo,
-orpo: LoRA and full fine-tuning, one process), `dpo_on_several_ranks` (LoRA on 3 Gloo processes,
-full fine-tuning on 2, against one TRL process with the global batch, conversational pairs),
+orpo, kto: LoRA and full fine-tuning, one process), `dpo_on_several_ranks` (LoRA on 3 Gloo
+processes, full fine-tuning on 2, against one TRL process with the global batch, conversational
+pairs), `kto_on_several_ranks` (2 processes with accumulation, one TRL process with the batch),
 `dpo_resume_equals_uninterrupted`, `preference_data_errors_are_named` or
 `demo_learns_preference_visibly`."""
 import json
@@ -36,7 +37,10 @@ OBJECTIVES = {
     "ipo": ("ipo", {"beta": 0.1}),
     "simpo": ("simpo", {"beta": 2.0, "simpoGamma": 0.5, "labelSmoothing": 0.1}),
     "orpo": ("orpo", {"beta": 0.1}),
+    "kto": ("kto", {"beta": 0.2, "desirableWeight": 1.0, "undesirableWeight": 1.5}),
 }
+# TRL logs no accuracy for kto, and its KL estimate besides the rewards.
+KTO_METRICS = [m for m in METRICS if m != "rewards/accuracies"] + ["kl"]
 
 
 def pairs(n: int, conversational: bool = False, seed: int = 0):
@@ -63,6 +67,18 @@ def pairs(n: int, conversational: bool = False, seed: int = 0):
     return out
 
 
+def unpaired(n: int, conversational: bool = False, seed: int = 0):
+    """kto's unpaired examples of the same task: each pair's chosen answer as a desirable
+    completion, or its rejected one as an undesirable one; every third is undesirable, so each
+    batch of 2 or more holds both kinds, in changing proportions."""
+    out = []
+    for i, p in enumerate(pairs(n, conversational, seed)):
+        desirable = i % 3 != 0
+        out.append({"prompt": p["prompt"], "completion": p["chosen" if desirable else "rejected"],
+                    "label": desirable})
+    return out
+
+
 def write_jsonl(path: Path, records) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
@@ -72,7 +88,8 @@ def our_config(model: Path, data: Path, out: Path, objective: str, preference: d
                **training) -> dict:
     cfg = h.config(model, data, out, method=method, microBatchSize=BATCH, maxSteps=STEPS,
                    objective=objective, preference=preference, **training)
-    cfg["data"].update(format="preference", shuffle=False)
+    cfg["data"].update(format="unpaired_preference" if objective == "kto" else "preference",
+                       shuffle=False)
     cfg["method"]["lora"]["targetModules"] = ["all-linear"]
     return cfg
 
@@ -140,6 +157,12 @@ def run_trl(w: Path, model_dir: Path, records, objective: str, preference: dict,
                          simpo_gamma=preference.get("simpoGamma", 0.5),
                          label_smoothing=preference.get("labelSmoothing", 0.0))
         cls = CPOTrainer
+    elif objective == "kto":
+        from trl import KTOConfig, KTOTrainer
+        args = KTOConfig(**common, beta=beta, loss_type="kto",
+                         desirable_weight=preference.get("desirableWeight", 1.0),
+                         undesirable_weight=preference.get("undesirableWeight", 1.0))
+        cls = KTOTrainer
     else:
         from trl.experimental.orpo import ORPOConfig, ORPOTrainer
         args = ORPOConfig(**common, beta=beta)
@@ -164,18 +187,18 @@ def run_trl(w: Path, model_dir: Path, records, objective: str, preference: dict,
     return logged, final
 
 
-def compare_steps(ours, theirs, label):
+def compare_steps(ours, theirs, label, metrics=METRICS):
     assert len(ours) == len(theirs) == STEPS, (label, len(ours), len(theirs))
     worst = 0.0
     for a, b in zip(ours, theirs):
-        for key in METRICS:
+        for key in metrics:
             diff = abs(a[key] - b[key]) / max(1.0, abs(b[key]))
             worst = max(worst, diff)
             assert diff <= TOLERANCE, f"{label} step {a['step']} {key}: ours {a[key]!r}, TRL {b[key]!r}"
     first, last = ours[0], ours[-1]
     print(f"{label}: every metric of {STEPS} steps within {worst:.2g} (relative above 1) of TRL's; loss "
-          f"{first['loss']:.6f} -> {last['loss']:.6f}, reward accuracy "
-          f"{first['rewards/accuracies']:.2f} -> {last['rewards/accuracies']:.2f}")
+          f"{first['loss']:.6f} -> {last['loss']:.6f}, reward margin "
+          f"{first['rewards/margins']:.4f} -> {last['rewards/margins']:.4f}")
     moved = abs(first["loss"] - last["loss"]) + abs(first["logps/chosen"] - last["logps/chosen"])
     assert moved > 1e-3, f"{label}: training changed nothing: the test would prove nothing"
 
@@ -195,13 +218,14 @@ def objective_matches_trl(name: str):
     objective, preference = OBJECTIVES[name]
     w = h.workdir(f"pref-{name}")
     model = h.tiny_model(w / "model")
-    records = pairs(STEPS * BATCH)
+    records = (unpaired if objective == "kto" else pairs)(STEPS * BATCH)
     data = write_jsonl(w / "pairs.jsonl", records)
     for method in ("lora", "full"):
         ours, out, first_checkpoint, _ = run_ours(w, f"ours-{method}", model, data, objective,
                                                   preference, method)
         theirs, final = run_trl(w, model, records, objective, preference, method, first_checkpoint)
-        compare_steps(ours, theirs, f"{name} {method}")
+        compare_steps(ours, theirs, f"{name} {method}",
+                      KTO_METRICS if objective == "kto" else METRICS)
         compare_weights(out, final, method, f"{name} {method}")
 
 
@@ -226,6 +250,30 @@ def dpo_on_several_ranks():
         theirs, final = run_trl(w, model, records, objective, preference, method,
                                 first_checkpoint, batch=2 * ranks)
         compare_steps(ours, theirs, label)
+        compare_weights(out, final, method, label)
+
+
+def kto_on_several_ranks():
+    """kto's KL estimate is over the step's whole batch, whatever its split: 2 Gloo processes of 2
+    micro-batches of 1 example (conversational, through the chat template) == TRL in one process
+    with the batch of 4 (whose KL estimate is over that batch too), for LoRA replicated and for
+    full fine-tuning fully sharded."""
+    global BATCH
+    w = h.workdir("kto-ranks")
+    model = h.tiny_model(w / "model")
+    objective, preference = OBJECTIVES["kto"]
+    records = unpaired(STEPS * 4, conversational=True, seed=2)
+    data = write_jsonl(w / "examples.jsonl", records)
+    for method, sharding in (("lora", "none"), ("full", "full")):
+        label = f"kto {method} 2 ranks x 2 micro-batches, sharding {sharding}"
+        BATCH = 1
+        ours, out, first_checkpoint, _ = run_ours(w, f"ours-{method}", model, data, objective,
+                                                  preference, method, nproc=2, sharding=sharding,
+                                                  gradientAccumulationSteps=2)
+        BATCH = 4
+        theirs, final = run_trl(w, model, records, objective, preference, method,
+                                first_checkpoint, batch=4)
+        compare_steps(ours, theirs, label, KTO_METRICS)
         compare_weights(out, final, method, label)
 
 
@@ -294,7 +342,28 @@ def preference_data_errors_are_named():
     cfg["data"]["format"] = "auto"
     p = h.run(["train", "--config", h.write_config(w / "sft-pairs.json", cfg)], check=False)
     assert p.returncode != 0 and "training.objective" in p.stderr, p.stderr[-2000:]
-    print("bad pairs named by line; objective and data mismatches refused")
+    # kto: a label that is not a boolean, a prompt that fills data.maxLength, an empty completion;
+    # pairs under kto, and unpaired examples under dpo.
+    good = unpaired(3)
+    bad = [good[0], dict(good[1], label="yes"), {"prompt": "long " * 200, "completion": "x", "label": True},
+           dict(good[2], completion="")]
+    data = write_jsonl(w / "kto-bad.jsonl", bad)
+    cfg = our_config(model, data, w / "out4", "kto", {}, "lora")
+    cfg["data"]["format"] = "auto"
+    path = h.write_config(w / "kto-bad.json", cfg)
+    p = h.run(["preflight", "--config", path], check=False)
+    text = p.stdout + p.stderr
+    for line, words in ((2, '"label": expected true'), (3, "data.maxLength"), (4, "empty")):
+        assert f"kto-bad.jsonl:{line}:" in text and words in text, (line, words, text[-3000:])
+    for objective, records, words in (("kto", pairs(2), "unpaired preference examples"),
+                                      ("dpo", unpaired(2), "trains on preference pairs")):
+        data = write_jsonl(w / f"{objective}-mismatch.jsonl", records)
+        cfg = our_config(model, data, w / f"out-{objective}", objective, {}, "lora")
+        cfg["data"]["format"] = "auto"
+        p = h.run(["train", "--config", h.write_config(w / f"{objective}-mismatch.json", cfg)], check=False)
+        assert p.returncode != 0 and f"{objective}-mismatch.jsonl:1:" in p.stderr and words in p.stderr, \
+            (objective, p.stderr[-2000:])
+    print("bad pairs and unpaired examples named by line; objective and data mismatches refused")
 
 
 def demo_learns_preference_visibly():
@@ -340,6 +409,7 @@ def demo_learns_preference_visibly():
 if __name__ == "__main__":
     name = sys.argv[1]
     tests = {"dpo_on_several_ranks": dpo_on_several_ranks,
+             "kto_on_several_ranks": kto_on_several_ranks,
              "dpo_resume_equals_uninterrupted": dpo_resume_equals_uninterrupted,
              "preference_data_errors_are_named": preference_data_errors_are_named,
              "demo_learns_preference_visibly": demo_learns_preference_visibly}

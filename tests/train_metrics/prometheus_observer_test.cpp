@@ -81,8 +81,8 @@ StepStats step_stats(int64_t step) {
   s.eta_seconds = 10.0 - static_cast<double>(step);
   s.tokens_per_second = 1000.0 + static_cast<double>(step);
   s.mfu = 0.375;
-  s.expert_tokens = {2.0 * static_cast<double>(step), 1.0};             // a mixture of two experts
-  s.preference = PreferenceStats{0.25, -0.5, 0.75, 1.0, -10.0, -20.0};  // a preference objective
+  s.expert_tokens = {2.0 * static_cast<double>(step), 1.0};  // a mixture of two experts
+  s.preference = PreferenceStats{0.25, -0.5, 0.75, 1.0, -10.0, -20.0, 0.125};  // preference
   return s;
 }
 

@@ -36,16 +36,28 @@ class FormatChecker {
   size_t first_line_ = 0;
 };
 
-// Preference objectives train on pairs and nothing else; SFT cannot use a pair.
-void check_objective_takes(Format format, bool pairs) {
-  if (pairs && format != Format::kPreference)
+bool is_preference(Format format) {
+  return format == Format::kPreference || format == Format::kUnpairedPreference;
+}
+
+// Preference objectives train on their records and nothing else; SFT cannot use them.
+void check_objective_takes(Format format, std::optional<Format> preference) {
+  if (preference == Format::kPreference && format != Format::kPreference)
     throw std::runtime_error(std::string("record is in ") + api::to_string(format) +
                              " format, but training.objective trains on preference pairs: "
                              "{\"prompt\", \"chosen\", \"rejected\"}");
-  if (!pairs && format == Format::kPreference)
+  if (preference == Format::kUnpairedPreference && format != Format::kUnpairedPreference)
+    throw std::runtime_error(std::string("record is in ") + api::to_string(format) +
+                             " format, but training.objective kto trains on unpaired preference "
+                             "examples: {\"prompt\", \"completion\", \"label\"}");
+  if (!preference && format == Format::kPreference)
     throw std::runtime_error(
         "record is a preference pair (\"chosen\" and \"rejected\"): set training.objective to "
         "dpo, ipo, simpo or orpo to train on pairs");
+  if (!preference && format == Format::kUnpairedPreference)
+    throw std::runtime_error(
+        "record is an unpaired preference example (\"prompt\", \"completion\" and \"label\"): "
+        "set training.objective to kto to train on them");
 }
 
 // Keeps the start: the prompt and the beginning of the answer are what the model must see.
@@ -57,15 +69,20 @@ void truncate(Example& example, int max_length) {
   }
 }
 
-// A pair's two sequences are cut alike, keeping the start (TRL's keep_start); a prompt that fills
-// data.maxLength leaves no answer to compare, and TRL drops such a pair: here it is a bad line.
-void truncate_pair(Example& pair, int max_length, size_t line) {
-  const size_t prompt = prompt_length(pair);
+// A prompt that fills data.maxLength leaves no answer to compare, and TRL drops such a pair or
+// unpaired example: here it is a bad line.
+void check_answer_fits(const Example& example, int max_length) {
+  const size_t prompt = prompt_length(example);
   if (prompt >= static_cast<size_t>(max_length))
     throw std::runtime_error("the prompt alone has " + std::to_string(prompt) +
                              " tokens, at least data.maxLength (" + std::to_string(max_length) +
                              "), so no answer token is left to compare; raise data.maxLength or "
                              "shorten the prompt");
+}
+
+// A pair's two sequences are cut alike, keeping the start (TRL's keep_start).
+void truncate_pair(Example& pair, int max_length, size_t line) {
+  check_answer_fits(pair, max_length);
   truncate(pair, max_length);
   Example rejected = *pair.rejected;
   truncate(rejected, max_length);
@@ -108,11 +125,14 @@ DatasetScan scan_jsonl(const std::string& path, const text::Tokenizer& tokenizer
       if (!reader.next(record)) break;
       reading = false;
       const Format format = formats.check(record, reader.line());
-      check_objective_takes(format, options.pairs);
+      check_objective_takes(format, options.preference);
       Example example = encode_record(record, format, context);
       const size_t untruncated_length = length_of_both(example);
       if (example.rejected) {
         truncate_pair(example, options.max_length, reader.line());
+      } else if (format == Format::kUnpairedPreference) {
+        check_answer_fits(example, options.max_length);
+        truncate(example, options.max_length);
       } else {
         truncate(example, options.max_length);
         check_has_targets(example, untruncated_length, options.max_length);
@@ -135,10 +155,12 @@ DatasetScan scan_jsonl(const std::string& path, const text::Tokenizer& tokenizer
   return scan;
 }
 
-bool starts_with_pair(const std::string& path) {
+std::optional<Format> preference_format_of(const std::string& path) {
   JsonlReader reader(path);
   nlohmann::json record;
-  return reader.next(record) && detect_format(record) == Format::kPreference;
+  if (!reader.next(record)) return std::nullopt;
+  const auto format = detect_format(record);
+  return format && is_preference(*format) ? format : std::nullopt;
 }
 
 std::vector<Example> load_jsonl(const std::string& path, const text::Tokenizer& tokenizer,

@@ -6,9 +6,11 @@
 //   {"prompt": "...", "completion": "..."}   (or prompt/completion as message lists)
 //   {"text": "..."}
 //   {"prompt": "...", "chosen": "...", "rejected": "..."}   (or message lists: preference_pair.h)
+//   {"prompt": "...", "completion": "...", "label": true}   (kto's unpaired examples, the same)
 // With LossOn::kCompletion only assistant turns / the completion (plus their end-of-turn marker or
 // EOS) are targets; with LossOn::kAll every token is. Text records always train on every token.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,9 +30,10 @@ struct DatasetOptions {
   Format format = Format::kAuto;
   LossOn loss_on = LossOn::kCompletion;
   int max_length = 2048;  // examples are truncated to this many tokens, keeping the start
-  // training.objective is a preference objective: every record must be a preference pair (and
-  // none may be one otherwise).
-  bool pairs = false;
+  // The records training.objective takes, when it is a preference objective: kPreference (pairs:
+  // dpo, ipo, simpo, orpo) or kUnpairedPreference (kto). Every record must then be of it, and none
+  // may be a preference record otherwise.
+  std::optional<Format> preference = std::nullopt;
 };
 
 // Reads a JSONL file, one record per line; blank lines are skipped. `chat` may be null but is
@@ -39,8 +42,9 @@ struct DatasetOptions {
 std::vector<Example> load_jsonl(const std::string& path, const text::Tokenizer& tokenizer,
                                 const text::ChatTemplate* chat, const DatasetOptions& options);
 
-// Whether the file's first record is a preference pair (what `eval` scores as pairs).
-bool starts_with_pair(const std::string& path);
+// The format of the file's first record when it is a preference one (pairs, or kto's unpaired
+// examples): what `eval` reads the file as.
+std::optional<Format> preference_format_of(const std::string& path);
 
 // A whole file read without stopping at the first bad line: what the preflight reports.
 struct DatasetScan {

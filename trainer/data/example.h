@@ -18,9 +18,12 @@ struct Example {
   std::vector<int32_t> labels;
   size_t source_line = 0;  // 1-based line of the JSONL file the example came from
   // A preference pair (data.format preference): this example is the prompt and the chosen answer,
-  // `rejected` the same prompt and the rejected answer; the answers alone are targets. Null
-  // otherwise.
+  // `rejected` the same prompt and the rejected answer; the answers alone are targets. An unpaired
+  // example (kto): `rejected` is its KL sequence, the same prompt with another example's
+  // completion (preference_pair.h: attach_kl_sequences). Null otherwise.
   std::shared_ptr<const Example> rejected = nullptr;
+  // An unpaired example (data.format unpaired_preference): whether its completion is desirable.
+  bool desirable = true;
 };
 
 // Number of tokens the loss is computed on: labels != -100, excluding position 0 (never predicted).

@@ -143,6 +143,8 @@ Example encode_record(const nlohmann::json& record, Format format, const EncodeC
       return encode_text(record, context);
     case Format::kPreference:
       return encode_preference(record, context);
+    case Format::kUnpairedPreference:
+      return encode_unpaired_preference(record, context);
     case Format::kAuto:
       break;
   }

@@ -20,6 +20,8 @@ std::string keys_of(const nlohmann::json& record) {
 std::optional<Format> detect_format(const nlohmann::json& record) {
   if (record.contains("chosen") && record.contains("rejected")) return Format::kPreference;
   if (record.contains("messages")) return Format::kMessages;
+  if (record.contains("prompt") && record.contains("completion") && record.contains("label"))
+    return Format::kUnpairedPreference;
   if (record.contains("prompt") && record.contains("completion")) return Format::kPromptCompletion;
   if (record.contains("text")) return Format::kText;
   return std::nullopt;
@@ -30,7 +32,8 @@ Format resolve_format(const nlohmann::json& record, Format requested) {
   if (const auto detected = detect_format(record)) return *detected;
   throw std::runtime_error(
       "unknown record format: expected a \"messages\" field, \"prompt\" and \"completion\" "
-      "fields, a \"text\" field, or \"prompt\", \"chosen\" and \"rejected\" fields; the record "
+      "fields, a \"text\" field, \"prompt\", \"chosen\" and \"rejected\" fields, or \"prompt\", "
+      "\"completion\" and \"label\" fields; the record "
       "has fields " +
       keys_of(record));
 }

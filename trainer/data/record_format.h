@@ -9,7 +9,8 @@
 namespace kubetune::data {
 
 // Preference if the record has "chosen" and "rejected", Messages if it has "messages",
-// PromptCompletion if it has "prompt" and "completion", Text if it has "text"; nullopt otherwise.
+// UnpairedPreference if it has "prompt", "completion" and "label", PromptCompletion if it has
+// "prompt" and "completion", Text if it has "text"; nullopt otherwise.
 std::optional<Format> detect_format(const nlohmann::json& record);
 
 // The format to encode `record` with: `requested` unless it is Auto, then the detected one.

@@ -113,19 +113,36 @@ void write_checkpoint(Run& run) {
   run.checkpointed_step = step;
 }
 
+namespace {
+
+// What a person compares before and after: pairs, how often the chosen answer is likelier; kto's
+// examples, how likely the desirable and the undesirable completions are.
+void log_held_out(int64_t step, const PairEvaluation& e) {
+  auto line = log::info();
+  if (e.kl) {
+    line << "held-out examples at step=" << step << ": loss per completion token "
+         << log::fixed(*e.desirable_loss, 4) << " desirable, " << log::fixed(*e.undesirable_loss, 4)
+         << " undesirable, kl " << log::fixed(*e.kl, 4);
+  } else {
+    line << "held-out pairs at step=" << step << ": "
+         << log::fixed(100 * e.preferred.value_or(0), 1)
+         << "% with the chosen answer likelier per token, reward accuracy "
+         << log::fixed(100 * e.accuracy.value_or(0), 1) << "%";
+  }
+  if (e.margin) line << ", reward margin " << log::fixed(*e.margin, 4);
+  line << ", loss " << log::fixed(e.loss, 4);
+}
+
+}  // namespace
+
 double run_validation(Run& run) {
   run.weight_sync->wait_for_weights();
   double loss = 0;
   if (run.preference) {
-    const auto e = evaluate_pairs(pair_scoring(*run.model, run.device, run.dtype, run.comm,
-                                               run.config, run.text.pad_id),
-                                  *run.preference, run.validation, run.validation_reference);
-    if (run.comm.rank() == 0)
-      log::info() << "held-out pairs at step=" << run.state.step << ": "
-                  << log::fixed(100 * e.preferred, 1)
-                  << "% with the chosen answer likelier per token, reward accuracy "
-                  << log::fixed(100 * e.accuracy, 1) << "%, reward margin "
-                  << log::fixed(e.margin, 4) << ", loss " << log::fixed(e.loss, 4);
+    const auto e = evaluate_pairs(
+        pair_scoring(*run.model, run.device, run.dtype, run.comm, run.config, run.text.pad_id),
+        *run.preference, run.validation, run.validation_reference);
+    if (run.comm.rank() == 0) log_held_out(run.state.step, e);
     loss = e.loss;
   } else {
     loss = evaluate(*run.model, run.validation, micro_batch_size(run.config), run.text.pad_id,

@@ -17,44 +17,89 @@
 namespace kubetune::train {
 namespace {
 
-// Runs `score(indices, batch, hidden, log_probs [2N], targets [2N])` over this rank's pairs (every
-// world-th), `micro_batch` at a time, without gradients. Every rank runs as many forwards as the
-// one with the most pairs: with fully sharded weights each forward gathers from the peers (the
-// extra ones run on one padding token).
-void for_each_pair_batch(
-    const PairScoring& s, const std::vector<data::Example>& pairs,
-    const std::function<void(const std::vector<size_t>&, const data::MicroBatch&,
-                             const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>&
-        score) {
+using Score = std::function<void(const std::vector<size_t>&, const data::MicroBatch&,
+                                 const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
+// How a batch of examples is laid out in rows.
+using Layout = std::function<data::MicroBatch(const std::vector<const data::Example*>&, int32_t)>;
+
+// Pairs as TRL's collator lays them out (kto: its completions, then its KL sequences).
+data::MicroBatch both_sequences(const std::vector<const data::Example*>& examples, int32_t pad) {
+  return data::pair_batch(examples, pad);
+}
+// kto's completions alone, one row each.
+data::MicroBatch first_sequences(const std::vector<const data::Example*>& examples, int32_t pad) {
+  return data::pad_batch(examples, pad);
+}
+// kto's KL sequences alone, one row each.
+data::MicroBatch kl_sequences(const std::vector<const data::Example*>& examples, int32_t pad) {
+  std::vector<const data::Example*> kl;
+  for (const data::Example* e : examples) kl.push_back(e->rejected.get());
+  return data::pad_batch(kl, pad);
+}
+
+// Runs `score(indices, batch, hidden, log_probs, targets)` over `batches` of example indices,
+// this rank's (every rank passes as many), each laid out by `layout`, without gradients. With
+// fully sharded weights each forward gathers from the peers, so an empty batch still runs one, on
+// one padding token.
+void score_batches(const PairScoring& s, const std::vector<data::Example>& examples,
+                   const std::vector<std::vector<size_t>>& batches, const Layout& layout,
+                   const Score& score) {
   torch::NoGradGuard no_grad;
   const bool was_training = s.model.is_training();
   s.model.eval();
-  const auto rank = static_cast<size_t>(s.comm.rank());
-  const auto world = static_cast<size_t>(s.comm.world_size());
-  const auto size = static_cast<size_t>(s.micro_batch);
-  std::vector<size_t> mine;
-  for (size_t i = rank; i < pairs.size(); i += world) mine.push_back(i);
-  const size_t forwards = ((pairs.size() + world - 1) / world + size - 1) / size;
-  for (size_t begin = 0, done = 0; done < forwards; begin += size, ++done) {
+  for (const auto& indices : batches) {
     AutocastScope autocast(s.device, s.dtype);
-    if (begin >= mine.size()) {
+    if (indices.empty()) {
       auto pad = torch::full({1, 1}, static_cast<int64_t>(s.pad_id),
                              torch::TensorOptions().dtype(torch::kInt64).device(s.device));
       s.model.hidden_states(pad, torch::zeros_like(pad));
       continue;
     }
-    const std::vector<size_t> indices(
-        mine.begin() + static_cast<std::ptrdiff_t>(begin),
-        mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), begin + size)));
-    std::vector<const data::Example*> batch_pairs;
-    for (size_t i : indices) batch_pairs.push_back(&pairs[i]);
-    const data::MicroBatch batch = data::pair_batch(batch_pairs, s.pad_id);
+    std::vector<const data::Example*> picked;
+    for (size_t i : indices) picked.push_back(&examples[i]);
+    const data::MicroBatch batch = layout(picked, s.pad_id);
     const auto t = to_tensors(batch, s.device);
     const auto hidden = s.model.hidden_states(t.input_ids, t.position_ids, t.segment_ids);
     auto [log_probs, targets] = model::sequence_log_probs(s.model, hidden, t.labels, s.chunk_rows);
     score(indices, batch, hidden, log_probs, targets);
   }
   if (was_training) s.model.train();
+}
+
+// This rank's share of `n` examples (every world-th), micro_batch at a time, with empty batches
+// after them up to the count of the rank with the most.
+std::vector<std::vector<size_t>> rank_batches(const PairScoring& s, size_t n) {
+  const auto rank = static_cast<size_t>(s.comm.rank());
+  const auto world = static_cast<size_t>(s.comm.world_size());
+  const auto size = static_cast<size_t>(s.micro_batch);
+  std::vector<size_t> mine;
+  for (size_t i = rank; i < n; i += world) mine.push_back(i);
+  const size_t forwards = ((n + world - 1) / world + size - 1) / size;
+  std::vector<std::vector<size_t>> batches(forwards);
+  for (size_t k = 0; k < mine.size(); ++k) batches[k / size].push_back(mine[k]);
+  return batches;
+}
+
+void for_each_pair_batch(const PairScoring& s, const std::vector<data::Example>& pairs,
+                         const Score& score) {
+  score_batches(s, pairs, rank_batches(s, pairs.size()), both_sequences, score);
+}
+
+// kto's KL sums over `batches`: [sum of policy minus reference log-probabilities, sequences], this
+// rank's, on the device.
+torch::Tensor kl_sums(const PairScoring& s, const std::vector<data::Example>& examples,
+                      const std::vector<std::vector<size_t>>& batches,
+                      const torch::Tensor& reference) {
+  auto sums = torch::zeros({2}, torch::TensorOptions().dtype(torch::kFloat64).device(s.device));
+  score_batches(s, examples, batches, kl_sequences,
+                [&](const std::vector<size_t>& indices, const data::MicroBatch&,
+                    const torch::Tensor&, const torch::Tensor& lp, const torch::Tensor&) {
+                  const auto ref = reference.index_select(
+                      0, torch::tensor(std::vector<int64_t>(indices.begin(), indices.end())));
+                  sums[0] += (lp.to(torch::kFloat64) - ref.select(1, 1).to(s.device)).sum();
+                  sums[1] += static_cast<double>(indices.size());
+                });
+  return sums;
 }
 
 // A pass over many pairs (the reference of 100k pairs takes minutes on an 8B model) says how far it
@@ -119,12 +164,15 @@ torch::Tensor pair_log_probs(const PairScoring& s, const std::vector<data::Examp
 namespace {
 
 // What a run's reference log-probabilities depend on, as one string: a file with another is stale.
-std::string reference_key(const TrainConfig& c) {
-  nlohmann::json key = {{"train", io::file_xxh3(c.data.train)},  {"model", c.model.path},
-                        {"maxLength", c.data.max_length},        {"method", c.method.type},
-                        {"quantization", c.method.quantization}, {"dtype", c.model.dtype},
-                        {"precision", c.model.precision}};
+std::string reference_key(const TrainConfig& c, int64_t global_batch) {
+  nlohmann::json key = {
+      {"train", io::file_xxh3(c.data.train)},  {"model", c.model.path},
+      {"maxLength", c.data.max_length},        {"method", c.method.type},
+      {"quantization", c.method.quantization}, {"dtype", c.model.dtype},
+      {"precision", c.model.precision},        {"objective", c.training.objective}};
   if (c.data.validation) key["validation"] = io::file_xxh3(*c.data.validation);
+  // kto's KL sequences pair each prompt with a completion of its block of the global batch.
+  if (c.training.objective == api::TrainingObjective::kKto) key["klBlock"] = global_batch;
   return key.dump();
 }
 
@@ -155,9 +203,10 @@ std::optional<ReferenceLogProbs> read_reference(const TrainConfig& c, const std:
 
 ReferenceLogProbs reference_log_probs(const PairScoring& s, const TrainConfig& c,
                                       const std::vector<data::Example>& train,
-                                      const std::vector<data::Example>& validation) {
+                                      const std::vector<data::Example>& validation,
+                                      int64_t global_batch) {
   const bool lead = s.comm.rank() == 0;
-  const std::string key = lead ? reference_key(c) : "";
+  const std::string key = lead ? reference_key(c, global_batch) : "";
   std::optional<ReferenceLogProbs> kept;
   if (lead) kept = read_reference(c, key, train.size(), validation.size());
   std::vector<torch::Tensor> found = {
@@ -186,9 +235,70 @@ ReferenceLogProbs reference_log_probs(const PairScoring& s, const TrainConfig& c
   return r;
 }
 
+torch::Tensor kto_step_kl(const PairScoring& s, const std::vector<data::Example>& examples,
+                          const std::vector<std::vector<size_t>>& micro,
+                          const torch::Tensor& reference) {
+  auto sums = kl_sums(s, examples, micro, reference);
+  s.comm.all_reduce_sum(sums, "kto's KL estimate");
+  return model::kto_kl(sums);
+}
+
+namespace {
+
+// kto on held-out examples: one KL estimate over all of them, then each completion's loss.
+PairEvaluation evaluate_unpaired(const PairScoring& s, const model::PreferenceObjective& objective,
+                                 const std::vector<data::Example>& examples,
+                                 const torch::Tensor& reference) {
+  const auto batches = rank_batches(s, examples.size());
+  auto kl_total = kl_sums(s, examples, batches, reference);
+  s.comm.all_reduce_sum(kl_total, "held-out KL estimate");
+  const torch::Tensor kl = model::kto_kl(kl_total);
+  // Sums: losses, then the completions' NLL and target tokens, desirable ones and undesirable
+  // ones, then the PreferenceStat values.
+  constexpr int64_t kStats = 5;
+  auto sums = torch::zeros({kStats + model::kPreferenceStats}, torch::kFloat64);
+  score_batches(s, examples, batches, first_sequences,
+                [&](const std::vector<size_t>& indices, const data::MicroBatch&,
+                    const torch::Tensor&, const torch::Tensor& lp, const torch::Tensor& targets) {
+                  std::vector<int64_t> at(indices.begin(), indices.end());
+                  std::vector<uint8_t> good;
+                  for (size_t i : indices) good.push_back(examples[i].desirable ? 1 : 0);
+                  const auto desirable = torch::tensor(good).to(torch::kBool);
+                  const auto ref = reference.index_select(0, torch::tensor(at)).select(1, 0);
+                  const auto terms =
+                      model::kto_terms(objective, lp, ref.to(s.device), desirable.to(s.device), kl);
+                  sums[0] += terms.pair_loss_sum.item<double>();
+                  const auto nll = -lp.to(torch::kCPU, torch::kFloat64);
+                  const auto count = targets.to(torch::kFloat64);
+                  sums[1] += nll.masked_select(desirable).sum();
+                  sums[2] += count.masked_select(desirable).sum();
+                  sums[3] += nll.masked_select(~desirable).sum();
+                  sums[4] += count.masked_select(~desirable).sum();
+                  sums.narrow(0, kStats, model::kPreferenceStats) += terms.stats.cpu();
+                });
+  auto on_device = sums.to(s.device);
+  s.comm.all_reduce_sum(on_device, "held-out kto totals");
+  const auto total = on_device.cpu();
+  const auto at = [&](int64_t i) { return total[i].item<double>(); };
+  PairEvaluation e;
+  e.loss = at(0) / std::max<double>(1, static_cast<double>(examples.size()));
+  e.kl = kl.item<double>();
+  e.desirable_loss = at(1) / std::max(1.0, at(2));
+  e.undesirable_loss = at(3) / std::max(1.0, at(4));
+  const double chosen = at(kStats + model::kChosenCount),
+               rejected = at(kStats + model::kRejectedCount);
+  if (chosen > 0 && rejected > 0)
+    e.margin =
+        at(kStats + model::kChosenReward) / chosen - at(kStats + model::kRejectedReward) / rejected;
+  return e;
+}
+
+}  // namespace
+
 PairEvaluation evaluate_pairs(const PairScoring& s, const model::PreferenceObjective& objective,
                               const std::vector<data::Example>& pairs,
                               const torch::Tensor& reference) {
+  if (objective.unpaired()) return evaluate_unpaired(s, objective, pairs, reference);
   // Sums: pair losses, NLL (orpo), its tokens, pairs preferred, then the PreferenceStat values.
   constexpr int64_t kStats = 4;
   auto sums = torch::zeros({kStats + model::kPreferenceStats}, torch::kFloat64);

@@ -41,15 +41,17 @@ double seconds_since(Clock::time_point t) {
 // c10's errors append a backtrace after the first line.
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-data::MicroBatch collate(const std::vector<data::Example>& examples,
-                         const std::vector<size_t>& indices, const TrainConfig& c, int32_t pad_id) {
+data::MicroBatch collate(const Run& run, const std::vector<size_t>& indices) {
   std::vector<const data::Example*> picked;
-  for (size_t i : indices) picked.push_back(&examples[i]);
+  for (size_t i : indices) picked.push_back(&run.train[i]);
   if (picked.empty()) return {};
-  // Pairs are never packed (TRL pads them too): a pair's two rows are compared as a whole.
-  if (picked.front()->rejected) return data::pair_batch(picked, pad_id);
-  return c.data.packing ? data::pack_batch(picked, c.data.max_length, pad_id)
-                        : data::pad_batch(picked, pad_id);
+  const int32_t pad_id = run.text.pad_id;
+  // Preference data is never packed (TRL pads it too): each answer is scored whole. kto's KL
+  // sequences are scored apart, before the step (kto_step_kl).
+  if (run.preference && run.preference->unpaired()) return data::pad_batch(picked, pad_id);
+  if (run.preference) return data::pair_batch(picked, pad_id);
+  return run.config.data.packing ? data::pack_batch(picked, run.config.data.max_length, pad_id)
+                                 : data::pad_batch(picked, pad_id);
 }
 
 // With gradient checkpointing, memory comes first: the loss's chunk of logits is then the largest
@@ -85,21 +87,26 @@ torch::Tensor clip_gradients(Run& run) {
 
 // This step's micro-batches and the global counts that normalise its loss.
 struct StepBatch {
+  std::vector<std::vector<size_t>> indices;  // each micro-batch's examples
   std::vector<data::MicroBatch> micro;
   // A preference objective with a reference: each micro-batch's reference log-probabilities, in
   // its rows' order (host).
   std::vector<torch::Tensor> reference;
+  // kto: each micro-batch's labels (bool, host), and the step's KL estimate (on the device).
+  std::vector<torch::Tensor> desirable;
+  torch::Tensor kl;
   // On the device, summed over ranks (StepCount).
   torch::Tensor counts;
 };
-// kChosenTokens: the chosen sequences' predicted tokens, prompt included (orpo's NLL; else 0).
+// kPairs: a preference objective's pairs (kto: examples). kChosenTokens: the chosen sequences'
+// predicted tokens, prompt included (orpo's NLL; else 0).
 enum StepCount : int64_t { kTargets, kTokens, kStopVotes, kPairs, kChosenTokens };
 
 // What the step's per-micro-batch sums are divided by, global and on the device: a single
 // process with the whole global batch would compute the same loss.
 struct LossScales {
   torch::Tensor per_target;        // SFT: 1 / target tokens
-  torch::Tensor per_pair;          // preference: 1 / pairs (TRL's mean over pairs)
+  torch::Tensor per_pair;          // preference: 1 / pairs (TRL's mean over pairs or examples)
   torch::Tensor per_chosen_token;  // orpo's NLL: 1 / the chosen sequences' tokens
 };
 
@@ -118,18 +125,28 @@ constexpr int64_t kStepSums = kPreferenceSums + model::kPreferenceStats;
 StepBatch step_batch(Run& run, int64_t epoch, int64_t step_in_epoch, StepStats& s) {
   StepBatch b;
   int64_t local_targets = 0, local_pairs = 0, chosen_tokens = 0;
-  for (const auto& indices : run.sampler.micro_batches(epoch, step_in_epoch)) {
-    b.micro.push_back(collate(run.train, indices, run.config, run.text.pad_id));
+  b.indices = run.sampler.micro_batches(epoch, step_in_epoch);
+  for (const auto& indices : b.indices) {
+    b.micro.push_back(collate(run, indices));
     local_targets += b.micro.back().n_targets;
-    local_pairs += b.micro.back().pairs;
     s.local_tokens += b.micro.back().n_tokens;
     s.local_samples += static_cast<int64_t>(indices.size());
     if (!run.preference) continue;
+    local_pairs += static_cast<int64_t>(indices.size());
     if (run.preference->adds_chosen_nll())
       for (size_t i : indices) chosen_tokens += chosen_sequence_tokens(run.train[i]);
-    b.reference.push_back(run.train_reference.defined() && !indices.empty()
-                              ? reference_rows(run.train_reference, indices)
-                              : torch::Tensor());
+    torch::Tensor reference;
+    if (run.train_reference.defined() && !indices.empty())
+      reference = reference_rows(run.train_reference, indices);
+    if (run.preference->unpaired() && reference.defined()) {  // the completions' half
+      reference = reference.narrow(0, 0, static_cast<int64_t>(indices.size()));
+      std::vector<uint8_t> desirable;
+      for (size_t i : indices) desirable.push_back(run.train[i].desirable ? 1 : 0);
+      b.desirable.push_back(torch::tensor(desirable).to(torch::kBool));
+    } else {
+      b.desirable.emplace_back();
+    }
+    b.reference.push_back(reference);
   }
   // The third count is how many ranks were asked to stop (stop_signal.h): every rank learns it
   // with this step's results, so all of them stop after the same step.
@@ -142,16 +159,22 @@ StepBatch step_batch(Run& run, int64_t epoch, int64_t step_in_epoch, StepStats& 
   return b;
 }
 
-// A preference objective's loss on one micro-batch of pairs: its per-pair losses / global pairs
-// (+ orpo's NLL / the global batch's chosen tokens), from each sequence's log-probabilities.
-torch::Tensor pair_loss(Run& run, const data::MicroBatch& micro, const torch::Tensor& hidden,
-                        const torch::Tensor& labels, const torch::Tensor& reference,
-                        const LossScales& scale, torch::Tensor& sums) {
+// A preference objective's loss on micro-batch `m`: its per-pair (kto: per-example) losses /
+// global pairs (+ orpo's NLL / the global batch's chosen tokens), from each sequence's
+// log-probabilities.
+torch::Tensor pair_loss(Run& run, const StepBatch& b, size_t m, const torch::Tensor& hidden,
+                        const torch::Tensor& labels, const LossScales& scale, torch::Tensor& sums) {
+  const data::MicroBatch& micro = b.micro[m];
   auto [log_probs, targets] =
       model::sequence_log_probs(*run.model, hidden, labels, loss_chunk_rows(run));
-  const auto terms = model::preference_terms(
-      *run.preference, log_probs, model::to_device_async(targets, run.device),
-      reference.defined() ? model::to_device_async(reference, run.device) : reference);
+  const auto on_device = [&](const torch::Tensor& t) {
+    return t.defined() ? model::to_device_async(t, run.device) : t;
+  };
+  const auto terms = run.preference->unpaired()
+                         ? model::kto_terms(*run.preference, log_probs, on_device(b.reference[m]),
+                                            on_device(b.desirable[m]), b.kl)
+                         : model::preference_terms(*run.preference, log_probs, on_device(targets),
+                                                   on_device(b.reference[m]));
   sums[kPairLossSum].add_(terms.pair_loss_sum.detach().to(torch::kFloat64));
   sums.narrow(0, kPreferenceSums, model::kPreferenceStats).add_(terms.stats);
   torch::Tensor loss = terms.pair_loss_sum * scale.per_pair;
@@ -161,6 +184,17 @@ torch::Tensor pair_loss(Run& run, const data::MicroBatch& micro, const torch::Te
     loss = loss + nll * scale.per_chosen_token;
   }
   return loss;
+}
+
+// kto: the step's KL estimate, from every rank's KL sequences under the weights as they are (a
+// forward without gradients, as an evaluation's), before the step's first forward.
+torch::Tensor kl_estimate(Run& run, const StepBatch& b) {
+  run.weight_sync->wait_for_weights();
+  const PairScoring scoring =
+      pair_scoring(*run.model, run.device, run.dtype, run.comm, run.config, run.text.pad_id);
+  torch::Tensor kl = kto_step_kl(scoring, run.train, b.indices, run.train_reference);
+  run.weight_sync->after_evaluation();
+  return kl;
 }
 
 // One micro-batch's forward; its loss scaled by 1/global_targets (gradients are summed over
@@ -182,7 +216,7 @@ torch::Tensor micro_batch_loss(Run& run, const StepBatch& b, size_t m, const Los
   auto hidden = run.model->hidden_states(t.input_ids, t.position_ids, t.segment_ids);
   torch::Tensor loss;
   if (run.preference) {
-    loss = pair_loss(run, micro, hidden, t.labels, b.reference[m], scale, sums);
+    loss = pair_loss(run, b, m, hidden, t.labels, scale, sums);
   } else {
     auto [sum, n] = model::next_token_loss_sum(*run.model, hidden, t.labels, loss_chunk_rows(run));
     sums[kLossSum].add_(sum.detach().to(torch::kFloat64));
@@ -283,18 +317,29 @@ torch::Tensor forward_backward(Run& run, const StepBatch& b, const LossScales& s
   return sums;
 }
 
-// TRL's metrics: means over the global batch's pairs; the loss is the mean pair loss (plus orpo's
-// NLL per chosen token).
-PreferenceStats preference_stats(const StepResults<double>& r, double& loss) {
-  const double pairs = r.global_pairs;
-  loss = r.pair_loss_sum / pairs + r.loss_sum / std::max(1.0, r.chosen_tokens);
+// TRL's metrics: means over the global batch's chosen and rejected answers (kto: desirable and
+// undesirable examples; a kind the batch lacks has none); the loss is the mean pair loss (plus
+// orpo's NLL per chosen token).
+PreferenceStats preference_stats(const model::PreferenceObjective& o, const StepResults<double>& r,
+                                 double& loss) {
+  loss = r.pair_loss_sum / r.global_pairs + r.loss_sum / std::max(1.0, r.chosen_tokens);
+  const double chosen = r.preference[model::kChosenCount];
+  const double rejected = r.preference[model::kRejectedCount];
+  const auto mean = [&](model::PreferenceStat k, double count) -> std::optional<double> {
+    if (count <= 0) return std::nullopt;
+    return r.preference[k] / count;
+  };
   PreferenceStats p;
-  p.rewards_chosen = r.preference[model::kChosenReward] / pairs;
-  p.rewards_rejected = r.preference[model::kRejectedReward] / pairs;
-  p.rewards_margins = p.rewards_chosen - p.rewards_rejected;
-  p.rewards_accuracies = r.preference[model::kCorrectPairs] / pairs;
-  p.logps_chosen = r.preference[model::kChosenLogProb] / pairs;
-  p.logps_rejected = r.preference[model::kRejectedLogProb] / pairs;
+  p.rewards_chosen = mean(model::kChosenReward, chosen);
+  p.rewards_rejected = mean(model::kRejectedReward, rejected);
+  if (p.rewards_chosen && p.rewards_rejected)
+    p.rewards_margins = *p.rewards_chosen - *p.rewards_rejected;
+  p.logps_chosen = mean(model::kChosenLogProb, chosen);
+  p.logps_rejected = mean(model::kRejectedLogProb, rejected);
+  if (o.unpaired())
+    p.kl = r.kl;
+  else
+    p.rewards_accuracies = mean(model::kCorrectPairs, r.global_pairs);
   return p;
 }
 
@@ -308,8 +353,9 @@ PendingStep queue_step(Run& run) {
   const int64_t epoch = run.state.step / steps_per_epoch;
   const int64_t step_in_epoch = run.state.step % steps_per_epoch;
 
-  // 1. Data and the global normaliser, which stays on the device.
-  const StepBatch batch = step_batch(run, epoch, step_in_epoch, s);
+  // 1. Data and the global normaliser, which stays on the device; kto's KL estimate.
+  StepBatch batch = step_batch(run, epoch, step_in_epoch, s);
+  if (run.preference && run.preference->unpaired()) batch.kl = kl_estimate(run, batch);
   run.weight_sync->begin_step([&] {
     return parallel::token_ids_in(run.train, run.sampler.global_batch_indices(epoch, step_in_epoch),
                                   run.text.pad_id);
@@ -344,11 +390,18 @@ PendingStep queue_step(Run& run) {
   p.timeline.mark();  // kWeightsUpdated
 
   // 5. The results, copied to the host without waiting.
-  StepResults<torch::Tensor> results{sums_and_vote[kLossSum],     batch.counts[kTargets],
-                                     batch.counts[kTokens],       grad_norm,
-                                     batch.counts[kStopVotes],    vote,
-                                     batch.counts[kPairs],        batch.counts[kChosenTokens],
-                                     sums_and_vote[kPairLossSum], {}};
+  StepResults<torch::Tensor> results{
+      sums_and_vote[kLossSum],
+      batch.counts[kTargets],
+      batch.counts[kTokens],
+      grad_norm,
+      batch.counts[kStopVotes],
+      vote,
+      batch.counts[kPairs],
+      batch.counts[kChosenTokens],
+      sums_and_vote[kPairLossSum],
+      batch.kl.defined() ? batch.kl : torch::zeros({}, sums.options()),
+      {}};
   for (int64_t k = 0; k < model::kPreferenceStats; ++k)
     results.preference[k] = sums_and_vote[kPreferenceSums + k];
   std::vector<torch::Tensor> values;
@@ -374,7 +427,7 @@ StepStats finish_step(Run& run, PendingStep& p) {
   s.global_targets = static_cast<int64_t>(r.global_targets);
   s.global_tokens = static_cast<int64_t>(r.global_tokens);
   s.loss = r.loss_sum / std::max<int64_t>(1, s.global_targets);
-  if (r.global_pairs > 0) s.preference = preference_stats(r, s.loss);
+  if (r.global_pairs > 0) s.preference = preference_stats(*run.preference, r, s.loss);
   s.grad_norm = r.grad_norm;
   s.stop_requested = r.stop_votes > 0;
   s.out_of_memory = r.out_of_memory_votes > 0;

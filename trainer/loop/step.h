@@ -20,13 +20,14 @@ struct StepResults {
   T stop_votes;           // ranks asked to stop (stop_signal.h)
   T out_of_memory_votes;  // ranks that ran out of GPU memory in this step
   // A preference objective (loss_sum is then orpo's NLL over the chosen sequences' tokens, else 0):
-  T global_pairs, chosen_tokens, pair_loss_sum;
+  // (kto: global_pairs counts examples; kl is the step's KL estimate, else 0.)
+  T global_pairs, chosen_tokens, pair_loss_sum, kl;
   T preference[model::kPreferenceStats];  // sums over the pairs (preference_loss.h)
 
   template <class F>
   void each(F&& f) {
     for (T* v : {&loss_sum, &global_targets, &global_tokens, &grad_norm, &stop_votes,
-                 &out_of_memory_votes, &global_pairs, &chosen_tokens, &pair_loss_sum})
+                 &out_of_memory_votes, &global_pairs, &chosen_tokens, &pair_loss_sum, &kl})
       f(*v);
     for (T& v : preference) f(v);
   }

@@ -17,8 +17,10 @@
 
 #include "common/contracts.h"
 #include "common/log.h"
+#include "trainer/data/preference_pair.h"
 #include "trainer/device/device.h"
 #include "trainer/device/out_of_memory.h"
+#include "trainer/inputs/user_input_error.h"
 #include "trainer/loop/outputs.h"
 #include "trainer/loop/preference.h"
 #include "trainer/loop/run_setup.h"
@@ -171,6 +173,19 @@ void log_gpu_memory(const Run& run, const StepStats* last) {
   }
 }
 
+// kto's KL sequences, in blocks of the global batch (preference_pair.h), held-out examples too.
+// One example alone would be its own KL sequence, making the KL term its reward: TRL refuses it.
+void attach_kl_sequences(const TrainConfig& c, int64_t global_batch, UserInputs& inputs) {
+  if (global_batch < 2)
+    throw UserInputError(
+        "training.objective kto estimates its KL term from the other examples of a step: "
+        "training.globalBatchSize must be at least 2 (it is " +
+        std::to_string(global_batch) + ")");
+  const auto block = static_cast<size_t>(global_batch);
+  data::attach_kl_sequences(inputs.train, block, c.data.max_length);
+  data::attach_kl_sequences(inputs.validation, block, c.data.max_length);
+}
+
 // The final checkpoint, the outputs, the last evaluation; every observer hears of the end.
 void finish_training(Run& run, StepStats last) {
   log_gpu_memory(run, &last);
@@ -228,21 +243,24 @@ int run_training(const TrainConfig& configured) {
   model->set_recompute_offload(c.model.offload_checkpoints && device.is_cuda());
   // How the weights stay in step across processes, and the optimizer over what it hands out.
   auto weight_sync = parallel::make_weight_sync(c, *comm, model, trainable, loading);
-  // The reference of dpo and ipo: the weights as loaded, before a checkpoint replaces them.
   const auto preference = preference_objective(c);
+  if (preference && preference->unpaired()) attach_kl_sequences(c, shape.global_batch, inputs);
+  // The reference of dpo, ipo and kto: the weights as loaded, before a checkpoint replaces them.
   torch::Tensor train_reference, validation_reference;
   if (preference && preference->uses_reference()) {
     const PairScoring scoring = pair_scoring(*model, device, dtype, *comm, c, inputs.text.pad_id);
     const auto reference_start = Clock::now();
     weight_sync->wait_for_weights();
-    auto reference = reference_log_probs(scoring, c, inputs.train, inputs.validation);
+    auto reference =
+        reference_log_probs(scoring, c, inputs.train, inputs.validation, shape.global_batch);
     train_reference = reference.train;
     validation_reference = reference.validation;
     weight_sync->after_evaluation();
     if (lead)
       log::info() << "reference log-probabilities of "
                   << inputs.train.size() + inputs.validation.size()
-                  << " pairs under the starting weights (training.objective "
+                  << (preference->unpaired() ? " examples" : " pairs")
+                  << " under the starting weights (training.objective "
                   << api::to_string(c.training.objective)
                   << ") reference_seconds=" << log::fixed(seconds_since(reference_start), 2);
   }

@@ -22,14 +22,16 @@ void ProgressPrinter::on_step(const StepStats& s) {
   if (s.step % every_ != 0 && s.step != s.total_steps && s.step != 1) return;
   auto line = log::info();
   line << "step=" << s.step << "/" << s.total_steps << " epoch=" << log::fixed(s.epoch, 2)
-              << " loss=" << log::fixed(s.loss, 4) << " lr=" << log::general(s.learning_rate, 3)
-              << " grad_norm=" << log::fixed(s.grad_norm, 3);
-  if (const auto& p = s.preference)
-    line << " reward_accuracy=" << log::fixed(p->rewards_accuracies, 3)
-         << " reward_margin=" << log::fixed(p->rewards_margins, 4);
+       << " loss=" << log::fixed(s.loss, 4) << " lr=" << log::general(s.learning_rate, 3)
+       << " grad_norm=" << log::fixed(s.grad_norm, 3);
+  if (const auto& p = s.preference) {
+    if (p->rewards_accuracies) line << " reward_accuracy=" << log::fixed(*p->rewards_accuracies, 3);
+    if (p->rewards_margins) line << " reward_margin=" << log::fixed(*p->rewards_margins, 4);
+    if (p->kl) line << " kl=" << log::fixed(*p->kl, 4);
+  }
   line << " tokens_per_second=" << log::fixed(s.tokens_per_second, 0)
-              << " elapsed=" << format_duration(s.elapsed_seconds)
-              << " eta=" << format_duration(s.eta_seconds);
+       << " elapsed=" << format_duration(s.elapsed_seconds)
+       << " eta=" << format_duration(s.eta_seconds);
 }
 
 void ProgressPrinter::on_eval(int64_t step, double eval_loss) {

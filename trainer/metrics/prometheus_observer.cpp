@@ -90,13 +90,19 @@ void PrometheusObserver::on_step(const StepStats& s) {
       .Set(s.step_seconds > 0 ? static_cast<double>(s.local_samples) / s.step_seconds : 0.0);
   if (s.eval_loss) gauge(ts::kEvalLoss).Set(*s.eval_loss);
   if (const auto& p = s.preference) {
-    gauge(ts::kPreferenceRewardAccuracy).Set(p->rewards_accuracies);
-    gauge(ts::kPreferenceRewardMargin).Set(p->rewards_margins);
+    // A value the step has not (kto's batch without one kind of example) keeps its last one.
+    const auto set = [&](std::string_view name, const std::optional<double>& value,
+                         const prometheus::Labels& labels = {}) {
+      if (value) gauge(name, labels).Set(*value);
+    };
+    set(ts::kPreferenceRewardAccuracy, p->rewards_accuracies);
+    set(ts::kPreferenceRewardMargin, p->rewards_margins);
+    set(ts::kPreferenceKl, p->kl);
     const auto& [chosen, rejected] = ts::kPreferenceAnswers;
-    gauge(ts::kPreferenceReward, {{"answer", std::string(chosen)}}).Set(p->rewards_chosen);
-    gauge(ts::kPreferenceReward, {{"answer", std::string(rejected)}}).Set(p->rewards_rejected);
-    gauge(ts::kPreferenceLogProb, {{"answer", std::string(chosen)}}).Set(p->logps_chosen);
-    gauge(ts::kPreferenceLogProb, {{"answer", std::string(rejected)}}).Set(p->logps_rejected);
+    set(ts::kPreferenceReward, p->rewards_chosen, {{"answer", std::string(chosen)}});
+    set(ts::kPreferenceReward, p->rewards_rejected, {{"answer", std::string(rejected)}});
+    set(ts::kPreferenceLogProb, p->logps_chosen, {{"answer", std::string(chosen)}});
+    set(ts::kPreferenceLogProb, p->logps_rejected, {{"answer", std::string(rejected)}});
   }
 
   // This rank's share only: sum(kubetune_tokens_total) over ranks is the job's total.

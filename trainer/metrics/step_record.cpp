@@ -20,12 +20,16 @@ nlohmann::json step_record(const train::StepStats& s) {
   if (!s.expert_tokens.empty()) line["expert_tokens"] = s.expert_tokens;
   // A preference objective: TRL's metrics under TRL's names (TensorBoard: train/rewards/chosen).
   if (const auto& p = s.preference) {
-    line["rewards/chosen"] = p->rewards_chosen;
-    line["rewards/rejected"] = p->rewards_rejected;
-    line["rewards/margins"] = p->rewards_margins;
-    line["rewards/accuracies"] = p->rewards_accuracies;
-    line["logps/chosen"] = p->logps_chosen;
-    line["logps/rejected"] = p->logps_rejected;
+    const auto put = [&](const char* key, const std::optional<double>& value) {
+      if (value) line[key] = *value;
+    };
+    put("rewards/chosen", p->rewards_chosen);
+    put("rewards/rejected", p->rewards_rejected);
+    put("rewards/margins", p->rewards_margins);
+    put("rewards/accuracies", p->rewards_accuracies);
+    put("logps/chosen", p->logps_chosen);
+    put("logps/rejected", p->logps_rejected);
+    put("kl", p->kl);
   }
   if (s.has_device_memory) {
     line["gpu_memory_allocated_bytes"] = s.device_memory.allocated;

@@ -11,10 +11,14 @@
 
 namespace kubetune::train {
 
-// A preference objective's view of a step, TRL's metrics: means over the global batch's pairs.
+// A preference objective's view of a step, TRL's metrics: means over the global batch's pairs
+// (kto: over its desirable or undesirable examples). A value TRL does not log for the objective or
+// the step is absent: the accuracy and the margin for kto, whose batches may lack one kind of
+// example, and the KL estimate for the others.
 struct PreferenceStats {
-  double rewards_chosen = 0, rewards_rejected = 0, rewards_margins = 0, rewards_accuracies = 0;
-  double logps_chosen = 0, logps_rejected = 0;
+  std::optional<double> rewards_chosen, rewards_rejected, rewards_margins, rewards_accuracies;
+  std::optional<double> logps_chosen, logps_rejected;
+  std::optional<double> kl;
 };
 
 struct StepStats {
@@ -47,8 +51,8 @@ struct StepStats {
   // the sparse layers (empty for a dense model).
   std::vector<double> expert_tokens;
   std::optional<PreferenceStats> preference;  // training.objective other than sft
-  bool has_device_memory = false;  // false on CPU: GPU series are then absent, not zero
-  DeviceMemory device_memory;      // this process's GPU
+  bool has_device_memory = false;             // false on CPU: GPU series are then absent, not zero
+  DeviceMemory device_memory;                 // this process's GPU
 };
 
 // Anything that wants to see training progress.

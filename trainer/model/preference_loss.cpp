@@ -81,7 +81,8 @@ PairTerms orpo(const PreferenceObjective& o, const at::Tensor& chosen_mean,
 }  // namespace
 
 bool PreferenceObjective::uses_reference() const {
-  return objective == Objective::kDpo || objective == Objective::kIpo;
+  return objective == Objective::kDpo || objective == Objective::kIpo ||
+         objective == Objective::kKto;
 }
 
 PreferenceTerms preference_terms(const PreferenceObjective& o, const at::Tensor& log_probs,
@@ -118,15 +119,48 @@ PreferenceTerms preference_terms(const PreferenceObjective& o, const at::Tensor&
       t = orpo(o, chosen_mean(), rejected_mean());
       break;
     case Objective::kSft:
-      throw std::logic_error("preference_terms: sft is not a preference objective");
+    case Objective::kKto:
+      throw std::logic_error("preference_terms: " + api::to_string(o.objective) +
+                             " is not an objective on pairs");
   }
   PreferenceTerms terms;
   terms.pair_loss_sum = t.loss.sum();
   const auto total = [](const at::Tensor& v) { return v.detach().sum().to(at::kDouble); };
   terms.stats = at::stack({total(t.chosen_reward), total(t.rejected_reward),
                            total((t.chosen_reward > t.rejected_reward).to(at::kDouble)),
-                           total(t.chosen_logp), total(t.rejected_logp)});
+                           total(t.chosen_logp), total(t.rejected_logp),
+                           at::full({}, static_cast<double>(n), at::kDouble).to(lp.device()),
+                           at::full({}, static_cast<double>(n), at::kDouble).to(lp.device())});
   return terms;
+}
+
+PreferenceTerms kto_terms(const PreferenceObjective& o, const at::Tensor& log_probs,
+                          const at::Tensor& reference, const at::Tensor& desirable,
+                          const at::Tensor& kl) {
+  TORCH_CHECK(log_probs.dim() == 1 && reference.sizes() == log_probs.sizes() &&
+                  desirable.sizes() == log_probs.sizes(),
+              "kto_terms: expected [N] log-probabilities, reference and labels");
+  const double beta = o.config.beta;
+  const at::Tensor lp = log_probs.to(at::kFloat);
+  const at::Tensor ratio = lp - reference.to(lp.options());
+  const at::Tensor good = desirable.to(at::kBool), shift = kl.to(lp.options());
+  const at::Tensor loss =
+      at::where(good, o.config.desirable_weight * (1 - at::sigmoid(beta * (ratio - shift))),
+                o.config.undesirable_weight * (1 - at::sigmoid(beta * (shift - ratio))));
+  PreferenceTerms terms;
+  terms.pair_loss_sum = loss.sum();
+  const at::Tensor reward = beta * ratio.detach(), weight = good.to(at::kDouble),
+                   other = 1 - weight, logp = lp.detach().to(at::kDouble);
+  const auto dot = [](const at::Tensor& a, const at::Tensor& b) {
+    return (a.to(at::kDouble) * b).sum();
+  };
+  terms.stats = at::stack({dot(reward, weight), dot(reward, other), at::zeros({}, weight.options()),
+                           dot(logp, weight), dot(logp, other), weight.sum(), other.sum()});
+  return terms;
+}
+
+at::Tensor kto_kl(const at::Tensor& sums) {
+  return (sums[0] / sums[1].clamp_min(1)).clamp_min(0).to(at::kFloat);
 }
 
 }  // namespace kubetune::model
