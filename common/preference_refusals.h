@@ -19,6 +19,9 @@ inline constexpr const char* kKtoNeedsUnpairedExamples =
     "set data.format unpaired_preference (or auto)";
 inline constexpr const char* kUnpairedExamplesNeedKto =
     "data.format unpaired_preference holds examples for training.objective kto: set it";
+inline constexpr const char* kKtoNeedsTwoExamplesPerStep =
+    "training.objective kto estimates its KL term from the other examples of a step: "
+    "training.globalBatchSize must be at least 2";
 inline constexpr const char* kPairsAreNotPacked =
     "preference data is padded, never packed (each answer is scored whole): set data.packing false";
 

@@ -355,6 +355,12 @@ def preference_data_errors_are_named():
     text = p.stdout + p.stderr
     for line, words in ((2, '"label": expected true'), (3, "data.maxLength"), (4, "empty")):
         assert f"kto-bad.jsonl:{line}:" in text and words in text, (line, words, text[-3000:])
+    # 5 desirable and 3 undesirable examples under weights 1 and 1: KTOTrainer's advice, with its
+    # bounds (Eq. 8 of the KTO paper) for these counts, and the count in the report.
+    cfg = our_config(model, write_jsonl(w / "kto-5-3.jsonl", unpaired(8)), w / "out5", "kto", {}, "lora")
+    p = h.run(["preflight", "--config", h.write_config(w / "kto-5-3.json", cfg)])
+    assert "desirableWeight in [0.6, 0.8] OR undesirableWeight in [1.25, 1.67]" in p.stderr, p.stderr[-2000:]
+    assert json.loads(p.stdout)["data"]["train"]["desirableRecords"] == 5, p.stdout[-2000:]
     for objective, records, words in (("kto", pairs(2), "unpaired preference examples"),
                                       ("dpo", unpaired(2), "trains on preference pairs")):
         data = write_jsonl(w / f"{objective}-mismatch.jsonl", records)
@@ -370,7 +376,9 @@ def demo_learns_preference_visibly():
     """scripts/preference_demo.sh minus the set-up: the shipped pairs, ORPO from random weights
     under `kubetune run` (two CPU workers), end with the chosen answer likelier on >= 95% of the
     held-out pairs (from near chance before), TRL's metrics in the history, and the model's own
-    answers closer to the chosen ones (held-out token accuracy up by half or more)."""
+    answers closer to the chosen ones (held-out token accuracy up by half or more). Then KTO from
+    that model on the unpaired examples: the held-out undesirable completions become much less
+    likely (by 2 nats a token or more) and the desirable ones no less likely."""
     import os
     import re
     import subprocess
@@ -379,9 +387,10 @@ def demo_learns_preference_visibly():
     h.run(["init-model", "--config", h.EXAMPLE / "model_config.json", "--tokenizer",
            h.EXAMPLE / "tokenizer", "--out", w / "runs/preference/base-model", "--seed", "0"])
     (w / "examples/preference").mkdir(parents=True)
-    for f in ("train.jsonl", "validation.jsonl"):
+    for f in ("train.jsonl", "validation.jsonl", "unpaired_train.jsonl", "unpaired_validation.jsonl"):
         shutil.copy(example / f, w / "examples/preference" / f)
-    (w / "job.yaml").write_text((example / "job.yaml").read_text().replace("@ROOT@", str(w)))
+    for job in ("job.yaml", "kto-job.yaml"):
+        (w / job).write_text((example / job).read_text().replace("@ROOT@", str(w)))
 
     def held_out(model):
         out = h.run(["eval", "--model", model, "--data", w / "examples/preference/validation.jsonl",
@@ -391,9 +400,12 @@ def demo_learns_preference_visibly():
         return preferred, accuracy, out
 
     before = held_out(w / "runs/preference/base-model")
-    p = subprocess.run([os.environ["KUBETUNE_CLI"], "run", str(w / "job.yaml")], capture_output=True,
-                       text=True, timeout=540, env={**os.environ, "KUBETUNE_TRAINER": h.TRAINER})
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    def run_job(name):
+        p = subprocess.run([os.environ["KUBETUNE_CLI"], "run", str(w / name)], capture_output=True,
+                           text=True, timeout=400, env={**os.environ, "KUBETUNE_TRAINER": h.TRAINER})
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+    run_job("job.yaml")
     after = held_out(w / "runs/preference/output")
     print(before[2], after[2], sep="\n")
     print(f"held-out: chosen likelier {before[0]}% -> {after[0]}%, token accuracy of the chosen "
@@ -404,6 +416,23 @@ def demo_learns_preference_visibly():
     history = [json.loads(l) for l in (w / "runs/preference/output/metrics_history.jsonl").read_text().splitlines()]
     steps = [r for r in history if "rewards/accuracies" in r]
     assert steps and steps[-1]["rewards/accuracies"] >= 0.9, steps[-1:]
+
+    def completion_losses(model):
+        out = h.run(["eval", "--model", model, "--data",
+                     w / "examples/preference/unpaired_validation.jsonl"]).stdout
+        found = re.search(r"desirable ([0-9.]+), undesirable ([0-9.]+)", out)
+        return float(found.group(1)), float(found.group(2))
+
+    before = completion_losses(w / "runs/preference/output")
+    run_job("kto-job.yaml")
+    after = completion_losses(w / "runs/preference/kto-output")
+    print(f"kto, held-out loss per completion token: desirable {before[0]:.3f} -> {after[0]:.3f}, "
+          f"undesirable {before[1]:.3f} -> {after[1]:.3f}")
+    assert after[1] >= before[1] + 2.0, (before, after)
+    assert after[0] <= before[0] + 0.05, (before, after)
+    history = [json.loads(l) for l in (w / "runs/preference/kto-output/metrics_history.jsonl").read_text().splitlines()]
+    steps = [r for r in history if "kl" in r]
+    assert steps and steps[-1]["rewards/margins"] >= 1.0, steps[-1:]
 
 
 if __name__ == "__main__":

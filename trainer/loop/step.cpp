@@ -1,6 +1,7 @@
 // One optimizer step, top to bottom (queue_step):
-//   1. the rank's micro-batches for this step; their target-token count is all-reduced once, so
-//      the loss of every micro-batch on every rank is divided by the same global count
+//   1. the rank's micro-batches for this step; their counts (target tokens; pairs or examples,
+//      for a preference objective) are all-reduced once, so the loss of every micro-batch on every
+//      rank is divided by the same global count; kto's KL estimate over the whole global batch
 //   2. forward + backward per micro-batch; only the last one synchronises gradients, inside its
 //      backward (weight_sync.h says how: the step does not know which scheme it has)
 //   3. the loss and the out-of-memory vote, summed over ranks in one small all-reduce

@@ -17,6 +17,7 @@
 
 #include "common/contracts.h"
 #include "common/log.h"
+#include "common/preference_refusals.h"
 #include "trainer/data/preference_pair.h"
 #include "trainer/device/device.h"
 #include "trainer/device/out_of_memory.h"
@@ -177,10 +178,8 @@ void log_gpu_memory(const Run& run, const StepStats* last) {
 // One example alone would be its own KL sequence, making the KL term its reward: TRL refuses it.
 void attach_kl_sequences(const TrainConfig& c, int64_t global_batch, UserInputs& inputs) {
   if (global_batch < 2)
-    throw UserInputError(
-        "training.objective kto estimates its KL term from the other examples of a step: "
-        "training.globalBatchSize must be at least 2 (it is " +
-        std::to_string(global_batch) + ")");
+    throw UserInputError(std::string(kKtoNeedsTwoExamplesPerStep) + " (it is " +
+                         std::to_string(global_batch) + ")");
   const auto block = static_cast<size_t>(global_batch);
   data::attach_kl_sequences(inputs.train, block, c.data.max_length);
   data::attach_kl_sequences(inputs.validation, block, c.data.max_length);

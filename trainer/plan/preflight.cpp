@@ -5,6 +5,8 @@
 #include <string>
 
 #include "common/contracts.h"
+#include "common/log.h"
+#include "common/preference_refusals.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/sampler.h"
 #include "trainer/device/device.h"
@@ -14,6 +16,7 @@
 #include "trainer/plan/batch_shape.h"
 #include "trainer/plan/flops.h"
 #include "trainer/plan/host_memory.h"
+#include "trainer/plan/kto_weights.h"
 #include "trainer/plan/memory_model.h"
 #include "trainer/plan/micro_batch.h"
 
@@ -42,8 +45,9 @@ api::TimeEstimate time_estimate(const model::ModelConfig& m, const TrainConfig& 
   return t;
 }
 
+// `unpaired`: kto's examples, whose desirable ones are counted.
 api::DatasetReport data_report(const std::string& path, const data::DatasetScan& scan,
-                               int max_length, int listed) {
+                               int max_length, int listed, bool unpaired) {
   api::DatasetReport d;
   d.file = path;
   d.records = static_cast<int64_t>(scan.examples.size());
@@ -60,6 +64,11 @@ api::DatasetReport data_report(const std::string& path, const data::DatasetScan&
   for (size_t i = 0; i < scan.truncated.size() && static_cast<int>(i) < listed; ++i)
     d.truncated_lines.push_back(static_cast<int64_t>(scan.truncated[i]));
   d.truncated_to = max_length;
+  if (unpaired) {
+    int64_t desirable = 0;
+    for (const auto& e : scan.examples) desirable += e.desirable ? 1 : 0;
+    d.desirable_records = desirable;
+  }
   return d;
 }
 
@@ -173,14 +182,18 @@ PreflightReport preflight(const TrainConfig& configured, const PreflightOptions&
       data::scan_jsonl(c.data.train, text->tokenizer, text->chat.get(), options);
   PreflightReport out;
   api::PreflightReport& r = out.report;
-  r.data.train = data_report(c.data.train, train, c.data.max_length, o.invalid_lines_listed);
+  const bool unpaired = options.preference == data::Format::kUnpairedPreference;
+  r.data.train =
+      data_report(c.data.train, train, c.data.max_length, o.invalid_lines_listed, unpaired);
+  if (const auto advice = kto_weight_advice(train, c.training.preference); advice && unpaired)
+    log::warn() << *advice;
   size_t invalid = train.invalid.size();
   std::string first_invalid = train.invalid.empty() ? "" : train.invalid.front().error;
   if (c.data.validation) {
     const auto validation =
         data::scan_jsonl(*c.data.validation, text->tokenizer, text->chat.get(), options);
-    r.data.validation =
-        data_report(*c.data.validation, validation, c.data.max_length, o.invalid_lines_listed);
+    r.data.validation = data_report(*c.data.validation, validation, c.data.max_length,
+                                    o.invalid_lines_listed, unpaired);
     invalid += validation.invalid.size();
     if (first_invalid.empty() && !validation.invalid.empty())
       first_invalid = validation.invalid.front().error;
@@ -195,6 +208,7 @@ PreflightReport preflight(const TrainConfig& configured, const PreflightOptions&
   r.model.trainable_parameters = trainable_parameters(model, c);
   if (!train.examples.empty()) {
     const BatchShape shape = batch_shape(c, o.world_size, 0);
+    if (unpaired && shape.global_batch < 2) throw UserInputError(kKtoNeedsTwoExamplesPerStep);
     data::DistributedSampler sampler(train.examples.size(), shape.global_batch,
                                      static_cast<int>(shape.accumulation), 0, o.world_size,
                                      c.training.seed, c.data.shuffle);
