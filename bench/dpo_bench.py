@@ -5,10 +5,12 @@ Unsloth's FastLanguageModel (--impl unsloth). Same model folder and pairs, LoRA 
 linear layers (or QLoRA: nf4, double quantization, bf16 compute), the given pairs per step, bf16,
 gradient checkpointing, AdamW, clipping at 1.0, beta 0.1, sigmoid loss; TRL's reference is the base
 with the adapters switched off, one extra forward a step (its default, precompute_ref_log_probs
-off). One process on one GPU; prints one JSON line.
+off). One process on one GPU; prints one JSON line. --objective kto runs KTOTrainer instead on the
+pairs as unpaired examples (each chosen answer desirable, each rejected one undesirable, in turn),
+micro-batch examples a step; its reference and KL forwards run in every step, as TRL's default.
 
 Usage: dpo_bench.py --impl trl|unsloth --model DIR --pairs FILE --method lora|qlora
-                    --micro-batch 4 --steps 10 --warmup-steps 3 --max-length 1100
+                    --micro-batch 4 --steps 10 --warmup-steps 3 --max-length 1100 [--objective kto]
 """
 import argparse
 import json
@@ -26,14 +28,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--max-length", type=int, default=1100)
+    ap.add_argument("--objective", choices=["dpo", "kto"], default="dpo")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("UNSLOTH_DISABLE_STATISTICS", "1")
 
     import torch
     if args.impl == "unsloth":
-        from unsloth import FastLanguageModel, PatchDPOTrainer  # first: it patches as they load
-        PatchDPOTrainer()
+        # First: it patches as they load.
+        from unsloth import FastLanguageModel, PatchDPOTrainer, PatchKTOTrainer
+        PatchKTOTrainer() if args.objective == "kto" else PatchDPOTrainer()
         model, tok = FastLanguageModel.from_pretrained(
             model_name=args.model, max_seq_length=args.max_length, dtype=torch.bfloat16,
             load_in_4bit=args.method == "qlora", use_gradient_checkpointing=True,
@@ -59,9 +63,12 @@ def main() -> None:
                                  task_type="CAUSAL_LM")
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import DPOConfig, DPOTrainer
+    from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer
 
     records = [json.loads(l) for l in open(args.pairs)]
+    if args.objective == "kto":
+        records = [{"prompt": r["prompt"], "completion": r[answer], "label": answer == "chosen"}
+                   for r in records for answer in ("chosen", "rejected")]
     steps = args.warmup_steps + args.steps
     times, first = [], {}
 
@@ -78,22 +85,30 @@ def main() -> None:
             if logs and "loss" in logs and not first:
                 first.update(loss=logs["loss"])
 
-    config = DPOConfig(output_dir="/tmp/dpo-bench-" + args.impl, per_device_train_batch_size=args.micro_batch,
-                       gradient_accumulation_steps=1, learning_rate=5e-6, lr_scheduler_type="constant",
-                       max_grad_norm=1.0, max_steps=steps, logging_steps=1, report_to=[], bf16=True,
-                       save_strategy="no", max_length=args.max_length, gradient_checkpointing=True,
-                       gradient_checkpointing_kwargs={"use_reentrant": False}, beta=0.1,
-                       loss_type=["sigmoid"], dataloader_drop_last=True, seed=0)
-    trainer = DPOTrainer(model=model, args=config, processing_class=tok, peft_config=peft_config,
-                         train_dataset=Dataset.from_list(records), callbacks=[Clock()])
+    common = dict(output_dir="/tmp/dpo-bench-" + args.impl, per_device_train_batch_size=args.micro_batch,
+                  gradient_accumulation_steps=1, learning_rate=5e-6, lr_scheduler_type="constant",
+                  max_grad_norm=1.0, max_steps=steps, logging_steps=1, report_to=[], bf16=True,
+                  save_strategy="no", max_length=args.max_length, gradient_checkpointing=True,
+                  gradient_checkpointing_kwargs={"use_reentrant": False}, beta=0.1,
+                  dataloader_drop_last=True, seed=0)
+    if args.objective == "kto":
+        config, cls = KTOConfig(**common, loss_type="kto"), KTOTrainer
+    else:
+        config, cls = DPOConfig(**common, loss_type=["sigmoid"]), DPOTrainer
+    trainer = cls(model=model, args=config, processing_class=tok, peft_config=peft_config,
+                  train_dataset=Dataset.from_list(records), callbacks=[Clock()])
     torch.cuda.reset_peak_memory_stats()
     trainer.train()
-    # Tokens of a pair as TRL tokenized it (every pair has the same lengths): both sequences.
+    # Tokens of a pair as TRL tokenized it (every pair has the same lengths): both sequences; of a
+    # kto example: its one sequence (its KL sequence is scored without gradients, not counted).
     row = trainer.train_dataset[0]
-    tokens_per_step = args.micro_batch * (2 * len(row["prompt_ids"]) + len(row["chosen_ids"])
-                                          + len(row["rejected_ids"]))
+    if args.objective == "kto":
+        tokens_per_step = args.micro_batch * (len(row["prompt_ids"]) + len(row["completion_ids"]))
+    else:
+        tokens_per_step = args.micro_batch * (2 * len(row["prompt_ids"]) + len(row["chosen_ids"])
+                                              + len(row["rejected_ids"]))
     timed = times[args.warmup_steps:]
-    print(json.dumps({"impl": args.impl, "objective": "dpo", "method": args.method, "gpus": 1,
+    print(json.dumps({"impl": args.impl, "objective": args.objective, "method": args.method, "gpus": 1,
                       "recompute": "on", "pairs_per_step": args.micro_batch,
                       "tokens_per_s_per_gpu": tokens_per_step * len(timed) / sum(timed),
                       "peak_gib": torch.cuda.max_memory_allocated() / 2**30,

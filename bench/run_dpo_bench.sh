@@ -6,7 +6,11 @@
 #   bench/run_dpo_bench.sh BIN_DIR [--shape llama-3.1-8b] [--methods "lora qlora"] [--prompt 256]
 #                          [--answer 768] [--micro-batch 4] [--steps 10] [--warmup 3]
 #                          [--impls "ours trl unsloth"] [--competitors DIR] [--out DIR]
-#                          [--pairs N]
+#                          [--pairs N] [--objective dpo|kto]
+#
+# --objective kto: KTO on the same pairs as unpaired examples (each chosen answer desirable, each
+# rejected one undesirable, in turn), --micro-batch examples a step, against TRL's KTOTrainer
+# (and Unsloth's patch of it); tokens/s counts each example's one sequence.
 #
 # Pairs of random words, one character per token with the project's tokenizer: a prompt of --prompt
 # tokens and two answers of --answer tokens each (+ EOS), so every sequence has the same length.
@@ -18,13 +22,14 @@
 set -euo pipefail
 BIN=$1; shift
 SHAPE=llama-3.1-8b METHODS="lora qlora" PROMPT=256 ANSWER=768 MB=4 STEPS=10 WARMUP=3
-IMPLS="ours trl unsloth" COMPETITORS="" OUT=${OUT:-/tmp/kubetune-dpo-bench} NPAIRS=""
+IMPLS="ours trl unsloth" COMPETITORS="" OUT=${OUT:-/tmp/kubetune-dpo-bench} NPAIRS="" OBJECTIVE=dpo
 while [[ $# -gt 0 ]]; do
   case $1 in
     --shape) SHAPE=$2; shift 2 ;; --methods) METHODS=$2; shift 2 ;; --prompt) PROMPT=$2; shift 2 ;;
     --answer) ANSWER=$2; shift 2 ;; --micro-batch) MB=$2; shift 2 ;; --steps) STEPS=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;; --impls) IMPLS=$2; shift 2 ;;
     --competitors) COMPETITORS=$2; shift 2 ;; --out) OUT=$2; shift 2 ;; --pairs) NPAIRS=$2; shift 2 ;;
+    --objective) OBJECTIVE=$2; shift 2 ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
 done
@@ -50,6 +55,19 @@ with open(path, "w") as f:
         f.write(json.dumps({"prompt": text(prompt - 1) + "\n", "chosen": text(answer),
                             "rejected": text(answer)}) + "\n")
 PY
+DATA=$PAIRS FORMAT=preference
+if [[ $OBJECTIVE == kto ]]; then  # the same pairs as unpaired examples, as dpo_bench.py makes them
+  DATA=$OUT/inputs/unpaired.jsonl FORMAT=unpaired_preference
+  python3 - "$PAIRS" "$DATA" <<'PY'
+import json, sys
+with open(sys.argv[2], "w") as f:
+    for line in open(sys.argv[1]):
+        r = json.loads(line)
+        for answer in ("chosen", "rejected"):
+            f.write(json.dumps({"prompt": r["prompt"], "completion": r[answer],
+                                "label": answer == "chosen"}) + "\n")
+PY
+fi
 MAXLEN=$((PROMPT + ANSWER + 8))
 [[ -n $COMPETITORS || ! -d $HERE/../.bench-competitors ]] || COMPETITORS=$HERE/../.bench-competitors
 site_env=()
@@ -64,19 +82,20 @@ for method in $METHODS; do
     if [[ $impl == ours ]]; then
       cat >"$run/config.json" <<JSON
 {"model": {"path": "$OUT/inputs/model", "dtype": "bfloat16", "gradientCheckpointing": true},
- "data": {"train": "$PAIRS", "format": "preference", "maxLength": $MAXLEN, "shuffle": false},
+ "data": {"train": "$DATA", "format": "$FORMAT", "maxLength": $MAXLEN, "shuffle": false},
  "method": {"type": "$method", "lora": {"r": 16, "alpha": 32, "targetModules": ["all-linear"]}},
- "training": {"objective": "dpo", "preference": {"beta": 0.1}, "maxSteps": $((STEPS + WARMUP)),
+ "training": {"objective": "$OBJECTIVE", "preference": {"beta": 0.1}, "maxSteps": $((STEPS + WARMUP)),
               "microBatchSize": $MB, "learningRate": 5e-6, "lrScheduler": "constant",
               "maxGradNorm": 1.0, "logEverySteps": 1},
  "output": {"dir": "$run/out"}, "checkpoint": {"resume": "never"}}
 JSON
       "$BIN/kubetune-trainer" train --config "$run/config.json" >"$run/log.txt" 2>&1 || { tail -30 "$run/log.txt"; continue; }
       "$BIN/kubetune-trainer" preflight --config "$run/config.json" >"$run/preflight.json" 2>/dev/null || true
-      python3 - "$run" "$method" "$WARMUP" "$STEPS" "$MB" "$NPAIRS" >>"$RESULTS" <<'PY'
+      python3 - "$run" "$method" "$WARMUP" "$STEPS" "$MB" "$NPAIRS" "$OBJECTIVE" >>"$RESULTS" <<'PY'
 import json, re, sys
 run, method, warmup, steps, mb = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-pairs = int(sys.argv[6])
+objective = sys.argv[7]
+pairs = int(sys.argv[6]) * (2 if objective == "kto" else 1)  # what the reference pass read
 rows = [json.loads(l) for l in open(f"{run}/out/metrics_history.jsonl") if '"loss"' in l]
 timed = [r for r in rows if r["step"] > warmup]
 tokens, seconds = sum(r["global_tokens"] for r in timed), sum(r["step_seconds"] for r in timed)
@@ -87,7 +106,7 @@ try:
     estimate = json.load(open(f"{run}/preflight.json"))["memory"]["totalGiB"]
 except (OSError, ValueError, KeyError):
     estimate = None
-print(json.dumps({"impl": "ours", "objective": "dpo", "method": method, "gpus": 1, "recompute": "on",
+print(json.dumps({"impl": "ours", "objective": objective, "method": method, "gpus": 1, "recompute": "on",
                   "pairs_per_step": mb, "tokens_per_s_per_gpu": tokens / seconds,
                   "tokens_per_s_with_reference": tokens / (seconds + share * reference) if reference else None,
                   "reference_seconds": reference, "reference_pairs": pairs,
@@ -97,7 +116,7 @@ PY
     else
       env HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 UNSLOTH_COMPILE_LOCATION="$OUT/unsloth_compiled_cache" "${site_env[@]}" \
         python3 "$HERE/dpo_bench.py" --impl "$impl" --model "$OUT/inputs/model" --pairs "$PAIRS" --method "$method" \
-        --micro-batch "$MB" --steps "$STEPS" --warmup-steps "$WARMUP" --max-length "$MAXLEN" \
+        --micro-batch "$MB" --steps "$STEPS" --warmup-steps "$WARMUP" --max-length "$MAXLEN" --objective "$OBJECTIVE" \
         >"$run/stdout.txt" 2>"$run/stderr.txt" && grep '^{"impl"' "$run/stdout.txt" >>"$RESULTS" ||
         { tail -n 20 "$run/stderr.txt"; echo "{\"impl\": \"$impl\", \"method\": \"$method\", \"failed\": true}" >>"$RESULTS"; }
     fi
