@@ -30,6 +30,23 @@ ExampleScore score_row(model::CausalLMImpl& model, const torch::Tensor& hidden_r
 
 }  // namespace
 
+std::vector<std::vector<size_t>> forward_batches(size_t n, int rank, int world,
+                                                 int64_t micro_batch) {
+  const auto step = static_cast<size_t>(world), size = static_cast<size_t>(micro_batch);
+  std::vector<size_t> mine;
+  for (size_t i = static_cast<size_t>(rank); i < n; i += step) mine.push_back(i);
+  const size_t forwards = ((n + step - 1) / step + size - 1) / size;
+  std::vector<std::vector<size_t>> batches(forwards);
+  for (size_t k = 0; k < mine.size(); ++k) batches[k / size].push_back(mine[k]);
+  return batches;
+}
+
+void pad_forward(model::CausalLMImpl& model, int32_t pad_id, const torch::Device& device) {
+  auto pad = torch::full({1, 1}, static_cast<int64_t>(pad_id),
+                         torch::TensorOptions().dtype(torch::kInt64).device(device));
+  model.hidden_states(pad, torch::zeros_like(pad));
+}
+
 EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>& examples,
                     int micro_batch, int32_t pad_id, const torch::Device& device,
                     torch::Dtype dtype, parallel::Communicator* comm) {
@@ -37,29 +54,17 @@ EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>
   const bool was_training = model.is_training();
   model.eval();
   const int rank = comm ? comm->rank() : 0, world = comm ? comm->world_size() : 1;
-  std::vector<const data::Example*> mine;
-  for (size_t i = static_cast<size_t>(rank); i < examples.size(); i += static_cast<size_t>(world))
-    mine.push_back(&examples[i]);
-
   EvalResult result;
-  // Every process runs as many forwards as the one with the most examples (rank 0): with fully
-  // sharded weights each forward gathers from the peers. The extra ones run on one padding token.
-  const auto chunks = [](size_t n, int size) {
-    return (n + static_cast<size_t>(size) - 1) / static_cast<size_t>(size);
-  };
-  const size_t forwards = chunks(chunks(examples.size(), world), micro_batch);
-  for (size_t k = chunks(mine.size(), micro_batch); k < forwards; ++k) {
+  for (const auto& indices : forward_batches(examples.size(), rank, world, micro_batch)) {
     AutocastScope autocast(device, dtype);
-    auto pad = torch::full({1, 1}, static_cast<int64_t>(pad_id),
-                           torch::TensorOptions().dtype(torch::kInt64).device(device));
-    model.hidden_states(pad, torch::zeros_like(pad));
-  }
-  for (size_t begin = 0; begin < mine.size(); begin += static_cast<size_t>(micro_batch)) {
-    std::vector<const data::Example*> chunk(
-        mine.begin() + begin, mine.begin() + std::min(mine.size(), begin + micro_batch));
+    if (indices.empty()) {
+      pad_forward(model, pad_id, device);
+      continue;
+    }
+    std::vector<const data::Example*> chunk;
+    for (size_t i : indices) chunk.push_back(&examples[i]);
     auto batch = data::pad_batch(chunk, pad_id);
     auto t = to_tensors(batch, device);
-    AutocastScope autocast(device, dtype);
     auto hidden = model.hidden_states(t.input_ids, t.position_ids, t.segment_ids);
     for (size_t row = 0; row < chunk.size(); ++row) {
       const auto length = static_cast<int64_t>(chunk[row]->input_ids.size());

@@ -25,6 +25,14 @@ struct EvalResult {
       per_example;  // this process's examples, in order (all when comm is null)
 };
 
+// This process's share of `n` examples (every world-th from `rank`), `micro_batch` at a time, then
+// empty batches up to the count of the process with the most: with fully sharded weights each
+// forward gathers from the peers, so every process runs as many (an empty batch: pad_forward).
+std::vector<std::vector<size_t>> forward_batches(size_t n, int rank, int world,
+                                                 int64_t micro_batch);
+// A forward on one padding token, for a process that has nothing left to score.
+void pad_forward(model::CausalLMImpl& model, int32_t pad_id, const torch::Device& device);
+
 // With a communicator, each rank scores every world_size-th example and the totals are summed.
 EvalResult evaluate(model::CausalLMImpl& model, const std::vector<data::Example>& examples,
                     int micro_batch, int32_t pad_id, const torch::Device& device,

@@ -12,6 +12,7 @@
 #include "trainer/inputs/run_inputs.h"
 #include "trainer/io/file_digest.h"
 #include "trainer/io/safetensors.h"
+#include "trainer/loop/evaluate.h"
 #include "trainer/model/loss.h"
 
 namespace kubetune::train {
@@ -50,9 +51,7 @@ void score_batches(const PairScoring& s, const std::vector<data::Example>& examp
   for (const auto& indices : batches) {
     AutocastScope autocast(s.device, s.dtype);
     if (indices.empty()) {
-      auto pad = torch::full({1, 1}, static_cast<int64_t>(s.pad_id),
-                             torch::TensorOptions().dtype(torch::kInt64).device(s.device));
-      s.model.hidden_states(pad, torch::zeros_like(pad));
+      pad_forward(s.model, s.pad_id, s.device);
       continue;
     }
     std::vector<const data::Example*> picked;
@@ -66,18 +65,9 @@ void score_batches(const PairScoring& s, const std::vector<data::Example>& examp
   if (was_training) s.model.train();
 }
 
-// This rank's share of `n` examples (every world-th), micro_batch at a time, with empty batches
-// after them up to the count of the rank with the most.
+// This rank's share of `n` examples, `micro_batch` at a time (evaluate.h: forward_batches).
 std::vector<std::vector<size_t>> rank_batches(const PairScoring& s, size_t n) {
-  const auto rank = static_cast<size_t>(s.comm.rank());
-  const auto world = static_cast<size_t>(s.comm.world_size());
-  const auto size = static_cast<size_t>(s.micro_batch);
-  std::vector<size_t> mine;
-  for (size_t i = rank; i < n; i += world) mine.push_back(i);
-  const size_t forwards = ((n + world - 1) / world + size - 1) / size;
-  std::vector<std::vector<size_t>> batches(forwards);
-  for (size_t k = 0; k < mine.size(); ++k) batches[k / size].push_back(mine[k]);
-  return batches;
+  return forward_batches(n, s.comm.rank(), s.comm.world_size(), s.micro_batch);
 }
 
 void for_each_pair_batch(const PairScoring& s, const std::vector<data::Example>& pairs,
