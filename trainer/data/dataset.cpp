@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "trainer/data/column_mapping.h"
 #include "trainer/data/jsonl_reader.h"
 #include "trainer/data/preference_pair.h"
 #include "trainer/data/record_encoder.h"
@@ -115,15 +116,18 @@ DatasetScan scan_jsonl(const std::string& path, const text::Tokenizer& tokenizer
                              std::to_string(options.max_length));
   }
   const EncodeContext context{tokenizer, chat, options.loss_on};
-  FormatChecker formats(options.format);
+  const ColumnMapping mapping(options.format, options.columns);
+  FormatChecker formats(mapping.format());
   JsonlReader reader(path);
   DatasetScan scan;
+  scan.mapped = mapping.describe();
   nlohmann::json record;
   while (true) {
     bool reading = true;  // in reader.next(): its errors name the line unless the file broke
     try {
       if (!reader.next(record)) break;
       reading = false;
+      record = mapping.apply(std::move(record));
       const Format format = formats.check(record, reader.line());
       check_objective_takes(format, options.preference);
       Example example = encode_record(record, format, context);

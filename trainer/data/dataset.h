@@ -7,6 +7,8 @@
 //   {"text": "..."}
 //   {"prompt": "...", "chosen": "...", "rejected": "..."}   (or message lists: preference_pair.h)
 //   {"prompt": "...", "completion": "...", "label": true}   (kto's unpaired examples, the same)
+// Datasets published in other shapes (ShareGPT, Alpaca, columns of other names) are read as these
+// first: column_mapping.h.
 // With LossOn::kCompletion only assistant turns / the completion (plus their end-of-turn marker or
 // EOS) are targets; with LossOn::kAll every token is. Text records always train on every token.
 
@@ -34,6 +36,8 @@ struct DatasetOptions {
   // dpo, ipo, simpo, orpo) or kUnpairedPreference (kto). Every record must then be of it, and none
   // may be a preference record otherwise.
   std::optional<Format> preference = std::nullopt;
+  // data.columns: the dataset's own column names for our fields (column_mapping.h).
+  api::DataColumns columns{};
 };
 
 // Reads a JSONL file, one record per line; blank lines are skipped. `chat` may be null but is
@@ -56,6 +60,7 @@ struct DatasetScan {
   std::vector<BadLine> invalid;     // every invalid record, in file order
   std::vector<size_t> truncated;    // lines of the records cut to maxLength
   int64_t tokens = 0, targets = 0;  // over the valid records, after truncation
+  std::string mapped;               // how the records were mapped (column_mapping.h), or empty
 };
 
 // Throws only for whole-file problems (cannot open, read error, bad options).

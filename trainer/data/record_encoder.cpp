@@ -146,6 +146,8 @@ Example encode_record(const nlohmann::json& record, Format format, const EncodeC
     case Format::kUnpairedPreference:
       return encode_unpaired_preference(record, context);
     case Format::kAuto:
+    case Format::kSharegpt:  // read as messages or prompt_completion first (column_mapping.h)
+    case Format::kAlpaca:
       break;
   }
   throw std::logic_error("encode_record: the format must be resolved before encoding");

@@ -64,6 +64,7 @@ api::DatasetReport data_report(const std::string& path, const data::DatasetScan&
   for (size_t i = 0; i < scan.truncated.size() && static_cast<int>(i) < listed; ++i)
     d.truncated_lines.push_back(static_cast<int64_t>(scan.truncated[i]));
   d.truncated_to = max_length;
+  if (!scan.mapped.empty()) d.mapped = scan.mapped;
   if (unpaired) {
     int64_t desirable = 0;
     for (const auto& e : scan.examples) desirable += e.desirable ? 1 : 0;
