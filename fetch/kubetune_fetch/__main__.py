@@ -3,7 +3,8 @@
                SOURCE | NAME=SOURCE ...
 
 Fetches each hf:// or s3:// source into the cache (see cache.py) unless it is there already, and
-prints one JSON line per source on stdout: {"source", "path", "revision", "cached", "bytes"}.
+prints one JSON line per source on stdout: {"source", "path", "revision", "cached", "bytes"}. A
+Parquet file's path is that of its rows as JSONL, written beside it once (parquet.py).
 NAME=SOURCE also makes the symbolic link LINK_DIR/NAME -> the fetched path (how a pod's trainer
 finds its model and data at fixed paths). --pin holds a source to the revision an earlier fetch
 resolved it to (the preflight's, for every worker): a branch that moved since, or S3 objects that
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from .errors import EXIT_RETRYABLE, EXIT_USER_ERROR, FetchError
+from .parquet import as_jsonl
 from .sources import HubSource, parse_source
 
 
@@ -40,9 +42,13 @@ def fetch(text: str, cache: Path, progress_file, workers: int, pin: str = None):
     source = parse_source(text)
     if isinstance(source, HubSource):
         from .hub import fetch_hub  # imported when needed: an S3-only image need not have it
-        return fetch_hub(source, cache, log, progress_file, workers, pin)
-    from .s3 import fetch_s3
-    return fetch_s3(source, cache, log, progress_file, workers, pin)
+        result = fetch_hub(source, cache, log, progress_file, workers, pin)
+    else:
+        from .s3 import fetch_s3
+        result = fetch_s3(source, cache, log, progress_file, workers, pin)
+    # A Parquet file is handed on as the JSONL the trainer reads (parquet.py).
+    result.path = str(as_jsonl(Path(result.path), log))
+    return result
 
 
 def split_name(arg: str, link_dir) -> tuple:

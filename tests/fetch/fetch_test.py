@@ -367,6 +367,38 @@ class FetchTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("expected s3://BUCKET/PREFIX", p.stderr)
 
+    def test_parquet_is_handed_on_as_the_rows_datasets_reads(self):
+        """A Parquet object (two row groups, ShareGPT conversations as a list of structs, a date)
+        arrives as JSONL whose records are the rows Hugging Face datasets reads from the same
+        file; fetched again, the cached JSONL; a binary column is refused by name."""
+        import datasets
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        rows = [{"conversations": [{"from": "human", "value": f"q{i} é"}, {"from": "gpt", "value": f"a{i}"}],
+                 "score": i / 3, "day": __import__("datetime").date(2026, 1, 1 + i % 28)} for i in range(300)]
+        local = self.cache.parent / f"{self.cache.name}-train.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), local, row_group_size=128)
+        SERVERS.s3_client().upload_file(str(local), "kubetune-data", "parquet/train.parquet")
+        (got,) = self.results(self.fetch("s3://kubetune-data/parquet/train.parquet"))
+        self.assertTrue(got["path"].endswith("/train.parquet.jsonl"), got)
+        ours = [json.loads(l) for l in Path(got["path"]).read_text(encoding="utf-8").splitlines()]
+        theirs = datasets.load_dataset("parquet", data_files=str(local), split="train",
+                                       cache_dir=str(self.cache / "hf-datasets")).to_list()
+        self.assertEqual(len(ours), 300)
+        for a, b in zip(ours, theirs):
+            self.assertEqual(a["conversations"], b["conversations"])
+            self.assertEqual(a["score"], b["score"])
+            self.assertEqual(a["day"], str(b["day"]))
+        (again,) = self.results(self.fetch("s3://kubetune-data/parquet/train.parquet"))
+        self.assertTrue(again["cached"])
+        self.assertEqual(again["path"], got["path"])
+        pq.write_table(pa.Table.from_pylist([{"image": b"\x89PNG", "text": "x"}]), local)
+        SERVERS.s3_client().upload_file(str(local), "kubetune-data", "parquet/images.parquet")
+        p = self.fetch("s3://kubetune-data/parquet/images.parquet", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("image hold binary data", p.stderr)
+        local.unlink()
+
     def test_a_dead_endpoint_is_retried_then_exit_3(self):
         p = self.fetch("s3://kubetune-data/chat/v1",
                        env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",

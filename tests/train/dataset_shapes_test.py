@@ -74,6 +74,16 @@ def sharegpt_trains_as_trl_converts_it():
     reference = train(w, "messages", model, write_jsonl(w / "messages.jsonl", converted), "messages")
     report = same_training(w, model, mapped, reference, "sharegpt")
     assert "sharegpt" in report["data"]["train"]["mapped"], report["data"]["train"]
+    # The same conversations as the Hub publishes them, a Parquet file, read through the fetch
+    # initializer's converter (pyarrow).
+    import subprocess
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.Table.from_pylist(records), w / "sharegpt.parquet", row_group_size=3)
+    subprocess.run([sys.executable, "-m", "kubetune_fetch.parquet", str(w / "sharegpt.parquet")],
+                   check=True, env={**__import__("os").environ, "PYTHONPATH": str(h.REPO / "fetch")})
+    mapped = train(w, "parquet", model, w / "sharegpt.parquet.jsonl", "sharegpt")
+    same_training(w, model, mapped, reference, "sharegpt from Parquet")
     # The same conversations under another column name.
     renamed = [{"dialog": r["conversations"]} for r in records]
     mapped = train(w, "renamed", model, write_jsonl(w / "renamed.jsonl", renamed), "sharegpt",
@@ -132,7 +142,15 @@ def mapping_errors_are_named():
         text = p.stdout + p.stderr
         assert f"bad{k}.jsonl:{line}:" in text and words in text, (k, words, text[-2000:])
         assert f"bad{k}.jsonl:1:" not in text, (k, text[-2000:])
-    print("unmappable records named by line and column")
+    # A Parquet file given as data.train: named, with what to do.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.Table.from_pylist(sharegpt_records()), w / "train.parquet")
+    cfg = h.config(model, w / "train.parquet", w / "out-parquet", method="lora", maxSteps=1)
+    p = h.run(["preflight", "--config", h.write_config(w / "parquet.json", cfg)], check=False)
+    assert p.returncode != 0 and "train.parquet: a Parquet file" in p.stdout + p.stderr and \
+        "kubetune_fetch.parquet" in p.stdout + p.stderr, (p.stdout + p.stderr)[-2000:]
+    print("unmappable records named by line and column; a Parquet file named with what to do")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,18 @@ bool is_blank(const std::string& line) {
 
 JsonlReader::JsonlReader(const std::string& path) : path_(path), in_(path, std::ios::binary) {
   if (!in_) throw std::runtime_error(path + ": cannot open dataset file");
+  // Most Hub datasets are Parquet: say what to do rather than fail on its first binary byte.
+  char magic[4] = {};
+  in_.read(magic, sizeof magic);
+  if (in_.gcount() == 4 && std::string(magic, 4) == "PAR1")
+    throw std::runtime_error(
+        path +
+        ": a Parquet file, and data.train and data.validation are read as JSONL: give it as an "
+        "hf:// or s3:// source (the fetch initializer reads Parquet as JSONL), or convert it with "
+        "`python3 -m kubetune_fetch.parquet " +
+        path + "` (fetch/)");
+  in_.clear();
+  in_.seekg(0);
 }
 
 std::string JsonlReader::where() const { return path_ + ":" + std::to_string(line_); }
