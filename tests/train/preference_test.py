@@ -312,6 +312,20 @@ def dpo_resume_equals_uninterrupted():
         assert diff <= 1e-6, diff
 
 
+def preflight_names_lines(w: Path, model: Path, name: str, objective: str, records, expected):
+    """The preflight of `records` under `objective` names each (line, words) of `expected`;
+    returns the data file and the config."""
+    data = write_jsonl(w / f"{name}.jsonl", records)
+    cfg = our_config(model, data, w / f"out-{name}", objective, {}, "lora")
+    cfg["data"]["format"] = "auto"
+    path = h.write_config(w / f"{name}.json", cfg)
+    p = h.run(["preflight", "--config", path], check=False)
+    text = p.stdout + p.stderr
+    for line, words in expected:
+        assert f"{name}.jsonl:{line}:" in text and words in text, (line, words, text[-3000:])
+    return data, path
+
+
 def preference_data_errors_are_named():
     """Bad pairs are named by line before any step: a missing field, an empty answer, a chosen
     equal to its rejected, a prompt that fills data.maxLength; SFT records under dpo and pairs
@@ -322,14 +336,8 @@ def preference_data_errors_are_named():
     bad = [dict(good[0]), {"prompt": "a", "chosen": "b"}, {"prompt": "a", "chosen": "", "rejected": "c"},
            {"prompt": "a", "chosen": "same", "rejected": "same"},
            {"prompt": "long " * 200, "chosen": "x", "rejected": "y"}]
-    data = write_jsonl(w / "bad.jsonl", bad)
-    cfg = our_config(model, data, w / "out", "dpo", {}, "lora")
-    cfg["data"]["format"] = "auto"
-    path = h.write_config(w / "bad.json", cfg)
-    p = h.run(["preflight", "--config", path], check=False)
-    text = p.stdout + p.stderr
-    for line, words in ((2, "rejected"), (3, "empty"), (4, "nothing to prefer"), (5, "data.maxLength")):
-        assert f"bad.jsonl:{line}:" in text and words in text, (line, words, text[-3000:])
+    data, path = preflight_names_lines(w, model, "bad", "dpo", bad, (
+        (2, "rejected"), (3, "empty"), (4, "nothing to prefer"), (5, "data.maxLength")))
     p = h.run(["train", "--config", path], check=False)
     assert p.returncode != 0 and "bad.jsonl:2:" in p.stderr, p.stderr[-2000:]
     sft = write_jsonl(w / "sft.jsonl", [{"messages": [{"role": "user", "content": "a"},
@@ -347,14 +355,8 @@ def preference_data_errors_are_named():
     good = unpaired(3)
     bad = [good[0], dict(good[1], label="yes"), {"prompt": "long " * 200, "completion": "x", "label": True},
            dict(good[2], completion="")]
-    data = write_jsonl(w / "kto-bad.jsonl", bad)
-    cfg = our_config(model, data, w / "out4", "kto", {}, "lora")
-    cfg["data"]["format"] = "auto"
-    path = h.write_config(w / "kto-bad.json", cfg)
-    p = h.run(["preflight", "--config", path], check=False)
-    text = p.stdout + p.stderr
-    for line, words in ((2, '"label": expected true'), (3, "data.maxLength"), (4, "empty")):
-        assert f"kto-bad.jsonl:{line}:" in text and words in text, (line, words, text[-3000:])
+    preflight_names_lines(w, model, "kto-bad", "kto", bad, (
+        (2, '"label": expected true'), (3, "data.maxLength"), (4, "empty")))
     # 5 desirable and 3 undesirable examples under weights 1 and 1: KTOTrainer's advice, with its
     # bounds (Eq. 8 of the KTO paper) for these counts, and the count in the report.
     cfg = our_config(model, write_jsonl(w / "kto-5-3.jsonl", unpaired(8)), w / "out5", "kto", {}, "lora")
