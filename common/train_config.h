@@ -63,8 +63,9 @@ inline bool recomputes_layers(const TrainConfig& c) {
 // the GPU's memory (trainer/plan/micro_batch.h); auto needs training.globalBatchSize, which
 // parse_train_config checks.
 bool micro_batch_is_auto(const TrainConfig& c);
-// Sequences a micro-batch row of training.microBatchSize stands for: 2 under a preference
-// objective (a pair: the prompt with the chosen answer, and with the rejected one), else 1.
+// Sequences a micro-batch row of training.microBatchSize stands for: 2 under a pair objective (the
+// prompt with the chosen answer, and with the rejected one), else 1 (kto scores its KL sequences
+// in a forward of their own, without gradients).
 int64_t sequences_per_example(const TrainConfig& c);
 // The refusal of auto without a global batch, by the trainer and by the CRD's rule.
 inline constexpr const char* kAutoMicroBatchNeedsGlobalBatch =
