@@ -18,8 +18,10 @@ bool looks_like_remote_source(const std::string& path) {
 bool is_local_or_remote_source(const std::string& path, bool model) {
   if (!looks_like_remote_source(path)) return true;
   const bool no_parent = path.find("..") == std::string::npos;
-  const bool hub = model ? path.rfind("hf://datasets/", 0) != 0 && matches(path, kHubModelPattern)
-                         : matches(path, kHubDatasetFilePattern) && no_parent;
+  const bool hub =
+      model ? path.rfind("hf://datasets/", 0) != 0 && matches(path, kHubModelPattern)
+            : (matches(path, kHubDatasetFilePattern) || matches(path, kHubDatasetSplitPattern)) &&
+                  no_parent;
   return hub || (matches(path, kS3Pattern) && no_parent);
 }
 

@@ -21,6 +21,13 @@ inline constexpr const char* kHubModelPattern =
 inline constexpr const char* kHubDatasetFilePattern =
     "^hf://datasets/" KUBETUNE_HUB_NAME "/" KUBETUNE_HUB_NAME
     "/[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*" KUBETUNE_HUB_REVISION "$";
+// hf://datasets/ORG/NAME[@REVISION]?split=SPLIT[&subset=SUBSET]: one split of a dataset, every file
+// it is made of, as datasets' load_dataset("ORG/NAME", SUBSET, split=SPLIT) finds them (Parquet
+// shards, JSON, JSONL, CSV; the README's `configs`). Split and subset names: letters, digits, '.',
+// '_', '-'. ('?' as a class: the same text is a C++ regex and a CEL string with no escaping.)
+inline constexpr const char* kHubDatasetSplitPattern =
+    "^hf://datasets/" KUBETUNE_HUB_NAME "/" KUBETUNE_HUB_NAME KUBETUNE_HUB_REVISION
+    "[?]split=[A-Za-z0-9._-]{1,100}(&subset=[A-Za-z0-9._-]{1,100})?$";
 // s3://BUCKET[/PREFIX]: an object or a prefix; bucket names as S3 allows them (no ".." anywhere:
 // the rule says so apart, as a key with it would leave the cache folder).
 inline constexpr const char* kS3Pattern = "^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$";
@@ -40,8 +47,9 @@ inline constexpr const char* kRemoteModelForms =
     "a remote model is hf://ORG/NAME[@REVISION] (a Hugging Face model repository) or "
     "s3://BUCKET/PREFIX (no '..'), the scheme in lower case with two slashes";
 inline constexpr const char* kRemoteFileForms =
-    "a remote file is hf://datasets/ORG/NAME/PATH[@REVISION] or s3://BUCKET/KEY (no '..'), the "
-    "scheme in lower case with two slashes";
+    "remote data is hf://datasets/ORG/NAME/PATH[@REVISION] (one file), "
+    "hf://datasets/ORG/NAME[@REVISION]?split=SPLIT[&subset=SUBSET] (a split of a dataset) or "
+    "s3://BUCKET/KEY (no '..'), the scheme in lower case with two slashes";
 
 // A well-formed remote source, which kubetune-fetch fetches.
 inline bool is_remote_source(const std::string& path) {
@@ -52,7 +60,7 @@ inline bool is_remote_source(const std::string& path) {
 bool looks_like_remote_source(const std::string& path);
 
 // Whether `path` is a local path or one of the remote forms: a model repository (`model`) or
-// one file (data).
+// data (one file, or a split of a dataset).
 bool is_local_or_remote_source(const std::string& path, bool model);
 
 }  // namespace kubetune

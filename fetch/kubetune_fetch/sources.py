@@ -3,6 +3,9 @@
 
   hf://ORG/NAME[@REVISION]                        a model repository on the Hugging Face Hub
   hf://datasets/ORG/NAME/PATH/FILE.jsonl[@REV]   one file of a dataset repository
+  hf://datasets/ORG/NAME[@REV]?split=SPLIT[&subset=SUBSET]
+                                                  one split of a dataset: the files it is made
+                                                  of, as load_dataset(ORG/NAME, SUBSET, split=)
   s3://BUCKET/PREFIX                              an object, or every object under a prefix
 
 The patterns are common/source_forms.h's, from which the CRD's CEL rules are written;
@@ -21,6 +24,10 @@ HF_MODEL = re.compile(rf"^hf://(?P<org>{_NAME})/(?P<name>{_NAME})(@(?P<revision>
 _PATH = r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*"
 HF_DATASET_FILE = re.compile(
     rf"^hf://datasets/(?P<org>{_NAME})/(?P<name>{_NAME})/(?P<path>{_PATH})(@(?P<revision>{_REVISION}))?$")
+_SPLIT_NAME = r"[A-Za-z0-9._-]{1,100}"
+HF_DATASET_SPLIT = re.compile(
+    rf"^hf://datasets/(?P<org>{_NAME})/(?P<name>{_NAME})(@(?P<revision>{_REVISION}))?"
+    rf"[?]split=(?P<split>{_SPLIT_NAME})(&subset=(?P<subset>{_SPLIT_NAME}))?$")
 # S3 bucket names: 3-63 lower-case letters, digits, '.', '-'.
 S3 = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(?P<prefix>[^\n]*))?$")
 
@@ -32,6 +39,8 @@ class HubSource:
     repo_id: str  # ORG/NAME
     revision: str  # as asked: a branch, tag or commit
     path: Optional[str] = None  # a dataset's one file
+    split: Optional[str] = None  # or one split of a dataset (and its subset, datasets' config)
+    subset: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,13 @@ class S3Source:
 
 def parse_source(text: str):
     """HubSource or S3Source; FetchError naming what is wrong with a malformed one."""
+    if text.startswith("hf://datasets/") and "?" in text:
+        m = HF_DATASET_SPLIT.fullmatch(text)
+        if not m or ".." in text:
+            raise FetchError(text, "expected hf://datasets/ORG/NAME[@REVISION]?split=SPLIT"
+                                   "[&subset=SUBSET]")
+        return HubSource(text, "dataset", f"{m['org']}/{m['name']}", m["revision"] or "main",
+                         split=m["split"], subset=m["subset"])
     if text.startswith("hf://datasets/"):
         m = HF_DATASET_FILE.fullmatch(text)
         if not m or ".." in text:

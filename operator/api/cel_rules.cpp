@@ -58,10 +58,11 @@ bool pair_objective(const json& spec) {
 CelRule source_rule(const std::string& where, const std::string& field, bool model, bool optional,
                     const std::string& message) {
   const std::string f = "self." + field;
-  std::string remote_forms =
-      model ? "(!" + f + ".startsWith('hf://datasets/') && " + f + ".matches('" + kHubModelPattern +
-                  "'))"
-            : "(" + f + ".matches('" + kHubDatasetFilePattern + "') && !" + f + ".contains('..'))";
+  std::string remote_forms = model ? "(!" + f + ".startsWith('hf://datasets/') && " + f +
+                                         ".matches('" + kHubModelPattern + "'))"
+                                   : "((" + f + ".matches('" + kHubDatasetFilePattern + "') || " +
+                                         f + ".matches('" + kHubDatasetSplitPattern + "')) && !" +
+                                         f + ".contains('..'))";
   // A path meant as a remote source (its scheme in any case, any number of slashes) is held to
   // the remote forms; any other is a local path.
   std::string rule = "!" + f + ".matches('" + kSourceSchemePattern + "') || " + remote_forms +

@@ -16,7 +16,7 @@ def dockerfiles_pass_hadolint():
     """hadolint (the Dockerfile linter) finds nothing, with the repository's .hadolint.yaml."""
     hadolint = Path(sys.executable).parent / "hadolint"
     files = sorted((REPO / "docker").glob("*.Dockerfile"))
-    assert len(files) == 3, files  # trainer, operator, fetch
+    assert len(files) == 4, files  # trainer, operator, fetch, export
     p = subprocess.run([str(hadolint), "--config", str(REPO / ".hadolint.yaml"), *map(str, files)],
                        capture_output=True, text=True)
     print(p.stdout, p.stderr)
@@ -81,6 +81,28 @@ def trainer_image_carries_no_python_packages():
     assert copies, runtime
     for src, _ in copies:
         assert src in ("/opt/torchlibs", "/opt/kubetune"), f"runtime stage copies {src}"
+
+
+def export_image_pins_are_the_tested_ones():
+    """The export image installs the versions the GGUF test ran with: each package it pins is
+    pinned to the same version in scripts/setup.sh (the one place the tests' versions live), and
+    its llama.cpp sources come from the same llama-cpp-python release; so does fetch/pyproject.toml
+    for what the fetch tests ran with."""
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    tested = dict(re.findall(r'"([A-Za-z0-9_.\-]+)(?:\[[a-z]+\])?==([0-9][^"]*)"', setup))
+    image = (REPO / "docker" / "export.Dockerfile").read_text()
+    pins = re.findall(r"([A-Za-z0-9_.\-]+)==([0-9][0-9A-Za-z.]*)", image)
+    assert {name for name, _ in pins} >= {"llama-cpp-python", "torch", "transformers", "sentencepiece"}, pins
+    for name, version in pins:
+        assert tested.get(name) == version, f"export.Dockerfile pins {name}=={version}, setup.sh {tested.get(name)}"
+    for release in re.findall(r"llama_cpp_python-([0-9.]+[0-9])", image):
+        assert release == tested["llama-cpp-python"], release
+    # The fetch package (both images install it): what the tests also pin, at the same version.
+    fetch = (REPO / "fetch" / "pyproject.toml").read_text()
+    shared = [(n, v) for n, v in re.findall(r'"([A-Za-z0-9_.\-]+)==([0-9][^"]*)"', fetch) if n in tested]
+    assert {n for n, _ in shared} >= {"datasets", "pyarrow", "boto3"}, shared
+    for name, version in shared:
+        assert tested[name] == version, f"fetch/pyproject.toml pins {name}=={version}, setup.sh {tested[name]}"
 
 
 class UniqueKeyLoader(yaml.SafeLoader):

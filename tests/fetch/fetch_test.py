@@ -92,6 +92,59 @@ def tiny_model_files() -> dict:
     return files
 
 
+def sharegpt(record: dict) -> dict:
+    """A messages record of the demo data as ShareGPT publishes conversations."""
+    role = {"user": "human", "assistant": "gpt", "system": "system"}
+    return {"conversations": [{"from": role[m["role"]], "value": m["content"]} for m in record["messages"]]}
+
+
+def parquet_bytes(rows: list) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    out = Path(tempfile.mkdtemp()) / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), out, row_group_size=16)
+    return out.read_bytes()
+
+
+def sharegpt_dataset_files() -> dict:
+    """A dataset as the Hub's Parquet conversion publishes one: the train split in two Parquet
+    shards (data/train-0000N-of-00002.parquet), a test split in one; ShareGPT conversations."""
+    lines = (ROOT / "examples/default/train.jsonl").read_text().splitlines()
+    rows = [sharegpt(json.loads(l)) for l in lines if l.strip()]
+    held_out = [sharegpt(json.loads(l)) for l in
+                (ROOT / "examples/default/validation.jsonl").read_text().splitlines() if l.strip()]
+    half = len(rows) // 2
+    return {"data/train-00000-of-00002.parquet": parquet_bytes(rows[:half]),
+            "data/train-00001-of-00002.parquet": parquet_bytes(rows[half:]),
+            "data/test-00000-of-00001.parquet": parquet_bytes(held_out),
+            "README.md": b"# ShareGPT-style conversations\n"}
+
+
+def subset_dataset_files() -> dict:
+    """Subsets declared in the README's `configs` (Alpaca records): `en` with JSON Lines train and
+    validation splits, `fr` (the default) with a JSON array per file."""
+    alpaca = [{"instruction": f"Say {i} in words", "input": "" if i % 2 else f"n={i}", "output": f"number {i}"}
+              for i in range(12)]
+    readme = """---
+configs:
+- config_name: en
+  data_files:
+  - split: train
+    path: en/train.jsonl
+  - split: validation
+    path: en/dev.jsonl
+- config_name: fr
+  default: true
+  data_files: fr/*.json
+---
+# Alpaca records in two subsets
+"""
+    return {"en/train.jsonl": "".join(json.dumps(r) + "\n" for r in alpaca[:8]).encode(),
+            "en/dev.jsonl": "".join(json.dumps(r) + "\n" for r in alpaca[8:]).encode(),
+            "fr/a.json": json.dumps(alpaca[:3]).encode(), "fr/b.json": json.dumps(alpaca[3:5]).encode(),
+            "README.md": readme.encode()}
+
+
 class Servers:
     """olah and moto on free ports, for the whole run."""
 
@@ -102,6 +155,11 @@ class Servers:
         git_repo(mirrors / "datasets/kubetune/chat",
                  {"data/train.jsonl": (ROOT / "examples/default/train.jsonl").read_bytes(),
                   "README.md": b"# chat\n"})
+        git_repo(mirrors / "datasets/kubetune/sharegpt", sharegpt_dataset_files())
+        git_repo(mirrors / "datasets/kubetune/subsets", subset_dataset_files())
+        git_repo(mirrors / "datasets/kubetune/tabular", {  # splits named by their files
+            "train.csv": b"prompt,completion\nTwo plus two?,Four.\n\"Say \"\"hi\"\"\",hi\n",
+            "test.csv": b"prompt,completion\nOne plus one?,Two.\n", "README.md": b"# sums\n"})
         self.hf_port, self.s3_port, self.s3_auth_port = free_port(), free_port(), free_port()
         (self.dir / "olah.toml").write_text(f"""
 [basic]
@@ -399,6 +457,59 @@ class FetchTest(unittest.TestCase):
         self.assertIn("image hold binary data", p.stderr)
         local.unlink()
 
+    def _load_dataset(self, repo: str, split: str, subset: str = None) -> list:
+        """The reference: datasets.load_dataset from the same server (in a process of its own, as
+        huggingface_hub reads HF_ENDPOINT once, at import)."""
+        code = ("import datasets, json, sys; r = datasets.load_dataset(sys.argv[1], sys.argv[2] or None, "
+                "split=sys.argv[3], cache_dir=sys.argv[4]).to_list(); print(json.dumps(r))")
+        p = subprocess.run([sys.executable, "-c", code, repo, subset or "", split, str(self.cache / "hf-datasets")],
+                           env=self.env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, f"load_dataset({repo!r}, {subset!r}, split={split!r}): {p.stderr[-3000:]}")
+        return json.loads(p.stdout.splitlines()[-1])
+
+    def test_a_split_of_parquet_shards_is_what_load_dataset_reads(self):
+        """hf://datasets/ORG/NAME?split=SPLIT: the files datasets makes the split of (two Parquet
+        shards for train, one for test), fetched and verified one by one, handed on as one JSONL
+        whose records are the rows datasets.load_dataset reads from the same server, in its order;
+        the log counts each shard's records; a second fetch, and a pinned one, hit the cache."""
+        first = self.fetch("hf://datasets/kubetune/sharegpt?split=train", "hf://datasets/kubetune/sharegpt?split=test")
+        (train, test) = self.results(first)
+        self.assertIn("data/train-00001-of-00002.parquet:", first.stderr)
+        for got, split in ((train, "train"), (test, "test")):
+            ours = [json.loads(l) for l in Path(got["path"]).read_text(encoding="utf-8").splitlines()]
+            theirs = self._load_dataset("kubetune/sharegpt", split)
+            self.assertEqual(ours, theirs, split)
+            self.assertGreater(len(ours), 1)
+        p = self.fetch("hf://datasets/kubetune/sharegpt?split=train")
+        self.assertIn("in the cache", p.stderr)
+        pinned = self.fetch("--pin", f"hf://datasets/kubetune/sharegpt?split=train={train['revision']}",
+                            "hf://datasets/kubetune/sharegpt?split=train",
+                            env={"HF_ENDPOINT": "http://127.0.0.1:9"})  # no Hub: from the cache alone
+        self.assertEqual(self.results(pinned)[0]["path"], train["path"])
+
+    def test_subsets_from_the_readme_are_what_load_dataset_reads(self):
+        """The README's `configs` decide a subset's files: JSON Lines splits of `en`, JSON arrays
+        of `fr` (the default, when no subset is named), each equal to load_dataset(repo, subset, split=...); a split or subset the
+        dataset does not have is refused (exit 2) with the ones it has."""
+        for subset, split in (("en", "train"), ("en", "validation"), ("fr", "train"), (None, "train")):
+            subset_arg = f"&subset={subset}" if subset else ""  # none: the README's default, fr
+            (got,) = self.results(self.fetch(f"hf://datasets/kubetune/subsets?split={split}{subset_arg}"))
+            ours = [json.loads(l) for l in Path(got["path"]).read_text(encoding="utf-8").splitlines()]
+            self.assertEqual(ours, self._load_dataset("kubetune/subsets", split, subset), (subset, split))
+        for split in ("train", "test"):  # CSV files whose names are their splits
+            (got,) = self.results(self.fetch(f"hf://datasets/kubetune/tabular?split={split}"))
+            ours = [json.loads(l) for l in Path(got["path"]).read_text(encoding="utf-8").splitlines()]
+            self.assertEqual(ours, self._load_dataset("kubetune/tabular", split), split)
+        p = self.fetch("hf://datasets/kubetune/subsets?split=test&subset=en", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("has no split 'test'; its splits: train, validation", p.stderr)
+        p = self.fetch("hf://datasets/kubetune/subsets?split=train&subset=de", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("'de'", p.stderr)
+        p = self.fetch("hf://datasets/kubetune/no-such-dataset?split=train", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)  # the Hub answers 401 for what it will not name
+        self.assertIn("dataset repository kubetune/no-such-dataset", p.stderr)
+
     def test_a_dead_endpoint_is_retried_then_exit_3(self):
         p = self.fetch("s3://kubetune-data/chat/v1",
                        env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
@@ -461,7 +572,7 @@ class FetchTest(unittest.TestCase):
                 return False
             if isinstance(source, S3Source):
                 return True
-            return (source.path is None) == model
+            return (source.repo_type == "model") == model
 
         candidates = [
             "hf://meta-llama/Llama-3.2-1B", "hf://meta-llama/Llama-3.2-1B@main",
@@ -477,6 +588,12 @@ class FetchTest(unittest.TestCase):
             "HF://org/name", "Hf://org/name", "hf:/org/name", "hf:org/name", "hf:///org/name",
             "hf://org/", "hf:///name", "S3://bucket/x", "s3:/bucket/x", "s3:///bucket/x",
             "hf://datasets//chat/x.jsonl", "HF://datasets/org/chat/x.jsonl",
+            # a dataset's split
+            "hf://datasets/org/chat?split=train", "hf://datasets/org/chat@v2?split=test",
+            "hf://datasets/org/chat?split=train_prefs&subset=en", "hf://datasets/org/chat?split=",
+            "hf://datasets/org/chat?subset=en&split=train", "hf://datasets/org/chat?split=a b",
+            "hf://datasets/org/chat?split=train&subset=", "hf://datasets/org/chat/x.jsonl?split=train",
+            "hf://datasets/org/chat?split=..", "hf://org/chat?split=train",
         ]
         for text in candidates:
             self.assertEqual(crd_accepts("model", {"path": text}), tool_accepts(text, True),
@@ -486,8 +603,9 @@ class FetchTest(unittest.TestCase):
 
     @unittest.skipUnless(BIN_DIR, "kubetune and kubetune-trainer not built (KUBETUNE_BIN_DIR)")
     def test_kubetune_run_trains_from_the_hub_and_s3(self):
-        """`kubetune run` fetches an hf:// model and s3:// data into the cache on this machine, as
-        the preflight pod does, and trains from them; a second run downloads nothing."""
+        """`kubetune run` fetches an hf:// model, a dataset's split of ShareGPT Parquet shards
+        (hf://datasets/...?split=train) and s3:// data into the cache on this machine, as the
+        preflight pod does, and trains from them; a second run downloads nothing."""
         base = self.cache / "base-model"
         subprocess.run([f"{BIN_DIR}/kubetune-trainer", "init-model", "--config",
                         str(ROOT / "examples/default/model_config.json"), "--tokenizer",
@@ -496,8 +614,10 @@ class FetchTest(unittest.TestCase):
         mirror = SERVERS.dir / "mirrors/models/kubetune/default-base"
         if not mirror.exists():
             git_repo(mirror, {f.name: f.read_bytes() for f in base.iterdir() if f.is_file()})
+        validation = [sharegpt(json.loads(l)) for l in
+                      (ROOT / "examples/default/validation.jsonl").read_text().splitlines() if l.strip()]
         SERVERS.s3_client().put_object(Bucket="kubetune-data", Key="default/validation.jsonl",
-                                       Body=(ROOT / "examples/default/validation.jsonl").read_bytes())
+                                       Body="".join(json.dumps(r) + "\n" for r in validation).encode())
         out = self.cache / "run"
         job = self.cache / "job.yaml"
         job.write_text(f"""apiVersion: kubetune.io/v1alpha1
@@ -506,9 +626,9 @@ metadata: {{name: fetched}}
 spec:
   model: {{path: "hf://kubetune/default-base"}}
   data:
-    train: "hf://datasets/kubetune/chat/data/train.jsonl"
+    train: "hf://datasets/kubetune/sharegpt?split=train"
     validation: "s3://kubetune-data/default/validation.jsonl"
-    format: messages
+    format: sharegpt
     maxLength: 64
   method: {{type: full}}
   training: {{maxSteps: 3, microBatchSize: 4, logEverySteps: 1}}
@@ -530,6 +650,9 @@ spec:
             if run == 2:
                 self.assertIn("hf://kubetune/default-base: in the cache", p.stderr)
                 self.assertIn("s3://kubetune-data/default/validation.jsonl: in the cache", p.stderr)
+                self.assertIn("hf://datasets/kubetune/sharegpt?split=train: in the cache", p.stderr)
+            else:
+                self.assertIn("records from 2 file(s)", p.stderr)
         self.assertTrue(any((self.cache / "sources/hf/models/kubetune/default-base").glob(
             "*/.kubetune-complete.json")))
 

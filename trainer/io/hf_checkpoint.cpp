@@ -174,6 +174,12 @@ std::string hf_dtype_name(c10::ScalarType dtype) {
   }
 }
 
+c10::ScalarType hf_dtype(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "float16") return at::kHalf;
+  return at::kBFloat16;
+}
+
 HfWeights::HfWeights(const std::string& dir) {
   if (!fs::is_directory(dir)) throw std::runtime_error(dir + ": model directory does not exist");
   if (!fs::exists(dir + "/config.json"))

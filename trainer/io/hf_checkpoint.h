@@ -58,5 +58,8 @@ void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir
 
 // "float32" | "bfloat16" | "float16" as written in config.json.
 std::string hf_dtype_name(c10::ScalarType dtype);
+// The dtype a config.json names (torch_dtype or dtype): float32 and float16 as named, anything
+// else (bfloat16, an FP8 checkpoint's float8_*) bfloat16, the dtype a full model is served in.
+c10::ScalarType hf_dtype(const std::string& name);
 
 }  // namespace kubetune::io

@@ -41,18 +41,24 @@ CheckpointPart checkpoint_part(Run& run) {
   return part;
 }
 
-// The base with the adapters merged in, in full precision. The base comes from the model folder
-// again (rank 0 holds it, on the host); a randomly initialised one exists only in the run (drawn
-// in its storage dtype, so the copy is exact), and its sharded values are gathered layer by layer.
+// The base with the adapters merged in, written in the base's own dtype (config.json's: bf16 for
+// the models people serve), the form vLLM and llama.cpp's converter read. The merge itself is done
+// in full precision and rounded once. QLoRA's adapters learned against the 4-bit base, so theirs
+// are merged into that base dequantized (as Unsloth's save_pretrained_merged does), not into the
+// original weights. The base comes from the model folder again (rank 0 holds it, on the host); a
+// randomly initialised one exists only in the run (drawn in its storage dtype, so the copy is
+// exact), and its sharded values are gathered layer by layer.
 void write_merged(Run& run, const std::optional<model::LoraConfig>& lora,
                   const io::ParameterValue& value_of) {
   const auto& c = run.config;
   const bool lead = run.comm.rank() == 0;
   const bool random_base = c.model.init == api::ModelInit::kRandom;
+  const bool qlora = c.method.type == api::MethodType::kQlora;
   model::CausalLM merged{nullptr};
   if (lead)
-    merged = load_model(c.model.path, torch::Device(torch::kCPU), torch::kFloat32, lora, false,
-                        c.training.seed, std::nullopt, c.model.init);
+    merged = load_model(c.model.path, torch::Device(torch::kCPU),
+                        qlora ? run.dtype : torch::kFloat32, lora, false, c.training.seed,
+                        qlora ? std::optional(c.method.quantization) : std::nullopt, c.model.init);
   torch::NoGradGuard no_grad;
   for (const auto& item : run.model->named_parameters()) {
     if (!item.value().requires_grad() && !random_base) continue;
@@ -61,8 +67,11 @@ void write_merged(Run& run, const std::optional<model::LoraConfig>& lora,
   }
   if (!lead) return;
   model::merge_lora(merged);
-  io::save_hf_model(merged, c.output.dir + "/merged", torch::kFloat32);
+  const auto dtype = io::hf_dtype(run.model->config().torch_dtype);
+  io::save_hf_model(merged, c.output.dir + "/merged", dtype);
   io::copy_tokenizer_files(c.model.path, c.output.dir + "/merged");
+  log::info() << "saved merged model (" << io::hf_dtype_name(dtype) << ") output=" << c.output.dir
+              << "/merged";
 }
 
 // The adapter or model folder (and the merged model), written by rank 0. Weights the processes do

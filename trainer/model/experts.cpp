@@ -198,7 +198,7 @@ void ExpertsImpl::merge_lora() {
                    const char* name) {
     if (!lora) return;
     if (quantized.packed.defined()) {
-      weight.set_data(dequantized_stack(quantized, experts_, compute_dtype_));
+      weight.set_data(dequantized_stack(quantized, experts_, weight.scalar_type()));
       quantized = kernels::Quant4State();
     }
     const Tensor delta =

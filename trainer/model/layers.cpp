@@ -202,8 +202,8 @@ void LinearImpl::quantize_4bit(const std::string& type, int64_t blocksize, bool 
 void LinearImpl::merge_lora() {
   if (!has_lora()) return;
   torch::NoGradGuard no_grad;
-  if (is_quantized()) {
-    weight.set_data(kernels::dequantize_4bit(quantized_, compute_dtype_));
+  if (is_quantized()) {  // back in the dtype it was stored in, as bitsandbytes' quant_state.dtype
+    weight.set_data(kernels::dequantize_4bit(quantized_, weight.scalar_type()));
     quantized_ = kernels::Quant4State();
     fp8_row_amax_ = fp8_row_scales_ = torch::Tensor();
     fp8_products_ = false;  // the merged weight is a plain one
