@@ -52,7 +52,14 @@ std::optional<PassDecision> JobReconciler::preflight(Pass& p, const std::string&
   if (pod && owned_by(pod->metadata, p.uid())) {
     if (attempt_of(*pod) == attempt && spec_hash_of(*pod) == hash) {
       // Its next status change wakes us; while it fetches, its progress is read every few seconds.
-      if (!is_terminal(*pod)) return fetch_progress(p, *pod, record);
+      if (!is_terminal(*pod)) {
+        const FetchEnd fetch = read_fetch_end(*pod);
+        if (!fetch.cannot_start.empty()) {
+          return fail(p, Reason::kSourceUnavailable,
+                      fetch_cannot_start_message("the preflight pod " + name, fetch));
+        }
+        return fetch_progress(p, *pod, record);
+      }
       p.status.preflight = record;  // of this spec, even if the write after creating was lost
       return preflight_ended(p, *pod);
     }

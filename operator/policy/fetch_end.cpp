@@ -26,6 +26,10 @@ FetchEnd read_fetch_end(const k8s::Pod& pod) {
   for (const auto& c : pod.status.init_container_statuses) {
     if (c.name != kFetchContainer) continue;
     end.running = c.state.running.has_value();
+    // The operator reads no Secret (its RBAC grants none): the kubelet's report is how a missing
+    // one is known, a few seconds after the pod is placed.
+    if (c.state.waiting && c.state.waiting->reason.value_or("") == "CreateContainerConfigError")
+      end.cannot_start = last_line(c.state.waiting->message.value_or("CreateContainerConfigError"));
     if (!c.state.terminated) break;
     const k8s::ContainerStateTerminated& t = *c.state.terminated;
     end.exit_code = t.exit_code;
@@ -38,6 +42,12 @@ FetchEnd read_fetch_end(const k8s::Pod& pod) {
     break;
   }
   return end;
+}
+
+std::string fetch_cannot_start_message(const std::string& who, const FetchEnd& fetch) {
+  return who + ": its fetch container cannot start: " + fetch.cannot_start +
+         " (spec.sources.credentialsSecret names a Secret that must exist in the job's namespace; "
+         "create it, then apply the job again)";
 }
 
 FetchExit classify_fetch_exit(int code, const std::string& why) {

@@ -25,9 +25,17 @@ struct FetchEnd {
   // kubetune-fetch writes alone, or its last log line with FallbackToLogsOnError), at most
   // kFetchErrorChars.
   std::string error;
+  // The kubelet cannot start it (CreateContainerConfigError): a Secret it takes its credentials
+  // from (spec.sources.credentialsSecret) is missing. The kubelet's message, which names the
+  // Secret; the pod would wait on it forever.
+  std::string cannot_start;
 
   bool failed() const { return exit_code && *exit_code != 0; }
 };
+
+// Why a pod whose fetch container cannot start fails its job (SourceUnavailable, permanent):
+// `who` names the pod ("worker 0 (pod x-worker-0)", "the preflight pod x-preflight").
+std::string fetch_cannot_start_message(const std::string& who, const FetchEnd& fetch);
 
 inline constexpr size_t kFetchErrorChars = 512;
 

@@ -84,6 +84,16 @@ std::optional<WorkerFailure> pod_failure(const k8s::Pod& pod, int rank) {
     return exited(rank, "worker " + std::to_string(rank) + " (pod " + name + ")", term->exit_code,
                   term->reason.value_or(""), term->message.value_or(""));
   }
+  if (phase == "Pending") {
+    const FetchEnd fetch = read_fetch_end(pod);
+    if (!fetch.cannot_start.empty()) {
+      f.reason = Reason::kSourceUnavailable;
+      f.permanent = true;
+      f.message = fetch_cannot_start_message(
+          "worker " + std::to_string(rank) + " (pod " + name + ")", fetch);
+      return f;
+    }
+  }
   if (phase == "Unknown") {
     f.reason = Reason::kNodeLost;
     f.message = "worker " + std::to_string(rank) + " (pod " + name + ") lost contact with its node";

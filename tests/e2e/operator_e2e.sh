@@ -358,9 +358,11 @@ print(json.dumps({"status": status}))
 PY
     kubectl patch pod -n "$ns" "$1" --subresource=status --type=merge -p "$(cat "$work/fetch-status.json")" >/dev/null
   }
-  sourced_job() {  # sourced_job NAME MODEL TRAIN
+  sourced_job() {  # sourced_job NAME MODEL TRAIN [CREDENTIALS_SECRET]
+    local secret=""
+    [[ -n "${4:-}" ]] && secret=",\"credentialsSecret\":\"$4\""
     example "$root/examples/jobs/lora-single-gpu.yaml" "$1" \
-      "{\"spec\":{\"model\":{\"path\":\"$2\"},\"data\":{\"train\":\"$3\"},\"workers\":{\"replicas\":2,\"gpusPerWorker\":0},\"metrics\":{\"port\":0},\"sources\":{\"hfEndpoint\":\"$hf_url\",\"s3Endpoint\":\"$s3_url\",\"cacheClaim\":\"kubetune-cache\"}}}" |
+      "{\"spec\":{\"model\":{\"path\":\"$2\"},\"data\":{\"train\":\"$3\"},\"workers\":{\"replicas\":2,\"gpusPerWorker\":0},\"metrics\":{\"port\":0},\"sources\":{\"hfEndpoint\":\"$hf_url\",\"s3Endpoint\":\"$s3_url\",\"cacheClaim\":\"kubetune-cache\"$secret}}}" |
       kubectl apply -n "$ns" -f - >/dev/null
   }
   sjob=e2e-sourced
@@ -422,7 +424,25 @@ PY
     "$msg" == *"kubetune/no-such-model"* ]] || fail "Failed condition: $msg"
   pods_are $sjob3 0 || fail "worker pods for a job whose model cannot be fetched"
   ok "a model that cannot be fetched fails the job (SourceUnavailable) before any worker: ${msg:0:110}..."
-  kubectl delete ftj -n "$ns" $sjob $sjob2 $sjob3 >/dev/null
+  # A credentialsSecret that does not exist: the kubelet cannot start the fetch container and
+  # reports CreateContainerConfigError with its message (played here, as every pod state is); the
+  # job fails at once naming the Secret, and no worker is created.
+  sjob4=e2e-no-such-secret
+  sourced_job $sjob4 hf://kubetune/tiny-llama s3://kubetune-data/chat/v1/train.jsonl no-such-secret
+  eventually 30 preflight_pod_exists $sjob4 || fail "no preflight pod for $sjob4"
+  [[ "$(jp pod $sjob4-preflight '{.spec.initContainers[0].envFrom[0].secretRef.name}')" == no-such-secret ]] ||
+    fail "the fetch container does not take the Secret"
+  ! kubectl get secret -n "$ns" no-such-secret >/dev/null 2>&1 || fail "the Secret exists"
+  kubectl patch pod -n "$ns" $sjob4-preflight --subresource=status --type=merge -p '{"status":{"phase":"Pending",
+    "initContainerStatuses":[{"name":"fetch","ready":false,"restartCount":0,"image":"x","imageID":"",
+    "state":{"waiting":{"reason":"CreateContainerConfigError","message":"secret \"no-such-secret\" not found"}}}]}}' >/dev/null
+  eventually 30 phase_is $sjob4 Failed || fail "$sjob4 did not fail: $(jp ftj $sjob4 '{.status}')"
+  msg=$(jp ftj $sjob4 '{.status.conditions[?(@.type=="Failed")].message}')
+  [[ "$(jp ftj $sjob4 '{.status.conditions[?(@.type=="Failed")].reason}')" == SourceUnavailable &&
+    "$msg" == *'secret "no-such-secret" not found'* ]] || fail "Failed condition: $msg"
+  pods_are $sjob4 0 || fail "worker pods for a job whose Secret is missing"
+  ok "a missing credentialsSecret fails the job (SourceUnavailable) before any worker: ${msg:0:120}..."
+  kubectl delete ftj -n "$ns" $sjob $sjob2 $sjob3 $sjob4 >/dev/null
   eval "exec ${SOURCES[1]}>&-"  # olah and moto stop when their stdin closes
   wait "$SOURCES_PID" 2>/dev/null || true
 else

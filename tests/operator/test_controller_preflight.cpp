@@ -143,6 +143,43 @@ TEST_F(PreflightTest, BadLineFailsTheJobWithItsNumberBeforeAnyGpuPod) {
   expect_status_matches_schema("bad");
 }
 
+// spec.sources.credentialsSecret names a Secret that does not exist: the kubelet cannot start the
+// preflight pod's fetch container (CreateContainerConfigError). The job fails at once, naming the
+// Secret as the kubelet does, and no worker pod (no GPU) is ever created.
+TEST_F(PreflightTest, AMissingCredentialsSecretFailsTheJobBeforeAnyGpuPod) {
+  start_operator();
+  create("nosecret", [](json& o) {
+    o["spec"]["model"]["path"] = "hf://org/model";
+    o["spec"]["sources"]["credentialsSecret"] = "hub-token";
+  });
+  ASSERT_TRUE(eventually([&] { return pods("nosecret").size() == 1; }));
+  const json pod = preflight_pod("nosecret");
+  ASSERT_EQ(pod["spec"]["initContainers"][0]["name"], "fetch") << pod.dump();
+  set_pod_status("nosecret-preflight",
+                 {{"phase", "Pending"},
+                  {"initContainerStatuses",
+                   {{{"name", "fetch"},
+                     {"ready", false},
+                     {"restartCount", 0},
+                     {"image", "x"},
+                     {"imageID", ""},
+                     {"state",
+                      {{"waiting",
+                        {{"reason", "CreateContainerConfigError"},
+                         {"message", "secret \"hub-token\" not found"}}}}}}}}});
+  ASSERT_TRUE(wait_phase("nosecret", "Failed"));
+  const json failed = condition("nosecret", "Failed");
+  EXPECT_EQ(failed["reason"], "SourceUnavailable");
+  EXPECT_NE(failed["message"].get<std::string>().find("secret \"hub-token\" not found"),
+            std::string::npos)
+      << failed.dump();
+  EXPECT_NE(failed["message"].get<std::string>().find("spec.sources.credentialsSecret"),
+            std::string::npos);
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_TRUE(workers("nosecret").empty());
+  expect_status_matches_schema("nosecret");
+}
+
 TEST_F(PreflightTest, GpuMemoryComesFromNodeLabelsAndTooBigDoesNotFit) {
   // GPU feature discovery's labels: one GPU's memory in MiB. The job may only use the L4 pool.
   for (auto [name, pool, mib] :

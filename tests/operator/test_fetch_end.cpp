@@ -87,5 +87,31 @@ TEST(FetchEnd, AWorkersFetchIsClassifiedAsThePreflightPods) {
   EXPECT_FALSE(retried->permanent);
 }
 
+// A Secret named by spec.sources.credentialsSecret that does not exist: the kubelet cannot start
+// the fetch container and says so (CreateContainerConfigError); the pod would wait forever. A
+// worker in that state fails the job at once, as a source that cannot be fetched does, naming
+// the Secret as the kubelet does.
+TEST(FetchEnd, AMissingCredentialsSecretFailsAWorkerAtOnce) {
+  const json waiting = {
+      {"waiting",
+       {{"reason", "CreateContainerConfigError"}, {"message", "secret \"hub-and-s3\" not found"}}}};
+  EXPECT_EQ(read_fetch_end(pod_with_fetch(waiting)).cannot_start,
+            "secret \"hub-and-s3\" not found");
+  const auto f = pod_failure(pod_with_fetch(waiting), 1);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->reason, Reason::kSourceUnavailable);
+  EXPECT_TRUE(f->permanent);
+  EXPECT_NE(f->message.find("worker 1 (pod j-worker-1): its fetch container cannot start: secret "
+                            "\"hub-and-s3\" not found"),
+            std::string::npos)
+      << f->message;
+  EXPECT_NE(f->message.find("spec.sources.credentialsSecret"), std::string::npos) << f->message;
+
+  // Waiting for any other reason (its image being pulled) is not a failure.
+  const json pulling = {{"waiting", {{"reason", "PodInitializing"}}}};
+  EXPECT_TRUE(read_fetch_end(pod_with_fetch(pulling)).cannot_start.empty());
+  EXPECT_FALSE(pod_failure(pod_with_fetch(pulling), 1));
+}
+
 }  // namespace
 }  // namespace kubetune::op
