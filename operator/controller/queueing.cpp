@@ -10,7 +10,10 @@
 //     queues again; re-admitted, the new gang resumes from that checkpoint. Not a failure: it
 //     does not count against backoffLimit;
 //   - runPolicy.suspend sets the Workload's spec.active=false (Kueue evicts it, releasing the
-//     quota) and false again reactivates it;
+//     quota) and false again reactivates it. spec.active is written only when runPolicy.suspend
+//     changes (kueue::kAnnotationAppliedSuspend): a Workload someone else deactivated stays so,
+//     its gang stopped as an evicted one is and the job Queued (Admitted=False, Deactivated)
+//     until the Workload is reactivated or the user toggles runPolicy.suspend;
 //   - a finished job marks its Workload Finished (Succeeded or Failed).
 // The preflight pod (no GPU) runs before the job joins the queue: a bad line fails the job
 // without it ever waiting for quota.
@@ -102,12 +105,17 @@ std::optional<PassDecision> JobReconciler::admit(Pass& p) {
   const std::optional<k8s::Workload> wl = current_workload(p);
   if (!wl) return create_workload(p, *queue);
   q.workload = kube::name_of(wl->metadata);
-  if (!is_active(*wl)) {  // the job was suspended: reactivate its Workload
-    k8s::Workload updated = *wl;
-    updated.spec.active = true;
-    client_.update(workload_item(p.ns, *wl), updated);
-  }
+  // Resumed by the user: the Workload active again (the next pass reads it).
+  if (apply_suspend(p, *wl)) return PassDecision{{kShortRequeue}};
   const kueue::Admission a = kueue::read_admission(*wl);
+  if (!is_active(*wl)) return deactivated(p, *wl, a);
+  const Condition* admitted = find_condition(p.status.conditions, ConditionType::kAdmitted);
+  if (admitted && admitted->reason == to_string(Reason::kDeactivated)) {
+    const std::string message = "Workload " + *q.workload + " was reactivated";
+    p.events.push_back({"Normal", Reason::kReactivated, message});
+    set_condition(p.status.conditions, ConditionType::kAdmitted, false, Reason::kReactivated,
+                  message + "; waiting for Kueue to admit it", p.generation, p.now);
+  }
   if (a.evicted_reason && a.reserved) return stop_evicted(p, *wl, a);
   if (!a.admitted) {
     // After an eviction Kueue leaves Evicted=True until it admits the Workload again: the reason
@@ -207,6 +215,52 @@ PassDecision JobReconciler::stop_evicted(Pass& p, const k8s::Workload& wl,
   return {};
 }
 
+PassDecision JobReconciler::deactivated(Pass& p, const k8s::Workload& wl,
+                                        const kueue::Admission& a) {
+  const int left = static_cast<int>(gang_pods(p).size());
+  const std::string message =
+      "Workload " + kube::name_of(wl.metadata) +
+      " was deactivated (spec.active=false) by someone other than this job (an administrator, "
+      "kueuectl stop workload): " +
+      (left > 0 ? "stopping the " + std::to_string(left) +
+                      " workers with SIGTERM (they write a checkpoint); "
+                : std::string()) +
+      "the job keeps its place and runs again when the Workload is reactivated, or when "
+      "runPolicy.suspend is set to true and back to false";
+  const Condition* before = find_condition(p.status.conditions, ConditionType::kAdmitted);
+  if (!before || before->reason != to_string(Reason::kDeactivated)) {
+    p.events.push_back({"Warning", Reason::kDeactivated, message});
+    set_condition(p.status.conditions, ConditionType::kAdmitted, false, Reason::kDeactivated,
+                  message, p.generation, p.now);
+  }
+  p.status.phase = Phase::kQueued;
+  if (condition_is_true(p.status.conditions, ConditionType::kRunning)) {
+    set_condition(p.status.conditions, ConditionType::kRunning, false, Reason::kDeactivated,
+                  "the job's Workload was deactivated", p.generation, p.now);
+  }
+  if (left > 0) {
+    p.status.workers.created = 0;
+    delete_pods_after_store(p, true);
+    return {{kStopping}};
+  }
+  // The gang is gone: once Kueue has evicted the Workload, its quota goes back (as after any
+  // eviction); it holds no place in the ClusterQueue while inactive.
+  if (a.evicted_reason && a.reserved) {
+    p.after_store.push_back([this, &p, wl, a] { release_quota(p, wl, a); });
+  }
+  return {};  // the Workload's next change wakes us
+}
+
+bool JobReconciler::apply_suspend(Pass& p, const k8s::Workload& wl) {
+  const bool suspend = p.job.spec.run_policy.suspend;
+  if (kueue::applied_suspend(wl) == suspend) return false;
+  k8s::Workload updated = wl;
+  updated.spec.active = !suspend;
+  updated.metadata.annotations[kueue::kAnnotationAppliedSuspend] = suspend ? "true" : "false";
+  client_.update(workload_item(p.ns, wl), updated);
+  return true;
+}
+
 void JobReconciler::release_quota(Pass& p, const k8s::Workload& wl, const kueue::Admission& a) {
   k8s::Workload released = wl;
   kueue::unset_quota_reservation(released, *a.evicted_reason, a.evicted_message,
@@ -233,16 +287,12 @@ void JobReconciler::sync_workload(Pass& p) {
     client_.update_status(item, done);
     return;
   }
-  // runPolicy.suspend <-> spec.active: a suspended job holds no quota.
-  const bool active = !p.job.spec.run_policy.suspend;
-  if (is_active(*wl) != active) {
-    k8s::Workload updated = *wl;
-    updated.spec.active = active;
-    client_.update(item, updated);
-    return;
-  }
+  // runPolicy.suspend -> spec.active, when the user changed it: a suspended job holds no quota.
+  if (apply_suspend(p, *wl)) return;
   // Suspended: the pods are gone (suspend() deleted them); give the quota back once evicted.
-  if (!active && a.evicted_reason && a.reserved && gang_pods(p).empty()) release_quota(p, *wl, a);
+  if (!is_active(*wl) && p.job.spec.run_policy.suspend && a.evicted_reason && a.reserved &&
+      gang_pods(p).empty())
+    release_quota(p, *wl, a);
 }
 
 void JobReconciler::sync_pods_ready(Pass& p, const GangState& g) {

@@ -114,6 +114,14 @@ class JobReconciler {
   PassDecision create_workload(Pass& p, const std::string& queue);
   PassDecision stop_evicted(Pass& p, const k8s::Workload& workload,
                             const kueue::Admission& admission);
+  // The Workload deactivated by someone else (spec.active=false, not this job's suspend): the gang
+  // stopped as by an eviction, the job Queued with Admitted=False reason Deactivated, until the
+  // Workload is reactivated or runPolicy.suspend toggled.
+  PassDecision deactivated(Pass& p, const k8s::Workload& workload,
+                           const kueue::Admission& admission);
+  // Writes runPolicy.suspend onto the Workload's spec.active when the user changed it since it
+  // was last applied (kueue::kAnnotationAppliedSuspend); true when it wrote.
+  bool apply_suspend(Pass& p, const k8s::Workload& workload);
   // After an eviction, once the gang is gone: the Workload's quota reservation given back.
   void release_quota(Pass& p, const k8s::Workload& workload, const kueue::Admission& admission);
   PassDecision queue_unavailable(Pass& p, const std::string& message);

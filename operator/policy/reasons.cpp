@@ -6,7 +6,7 @@
 namespace kubetune::op {
 
 std::string to_string(Reason reason) {
-  static constexpr std::array<std::pair<Reason, const char*>, 42> kNames = {{
+  static constexpr std::array<std::pair<Reason, const char*>, 44> kNames = {{
       {Reason::kWorkerFailed, "WorkerFailed"},
       {Reason::kConfigError, "ConfigError"},
       {Reason::kOOMKilled, "OOMKilled"},
@@ -33,6 +33,8 @@ std::string to_string(Reason reason) {
       {Reason::kQueued, "Queued"},
       {Reason::kAdmitted, "Admitted"},
       {Reason::kWorkloadEvicted, "WorkloadEvicted"},
+      {Reason::kDeactivated, "Deactivated"},
+      {Reason::kReactivated, "Reactivated"},
       {Reason::kQueueUnavailable, "QueueUnavailable"},
       {Reason::kFailedCreate, "FailedCreate"},
       {Reason::kNameConflict, "NameConflict"},

@@ -40,6 +40,8 @@ enum class Reason {
   kQueued,
   kAdmitted,
   kWorkloadEvicted,   // Kueue took the admission back: the gang stops through its checkpoint
+  kDeactivated,       // someone else set the Workload's spec.active=false: stopped until undone
+  kReactivated,       // ... and set it back
   kQueueUnavailable,  // the Workload cannot be made (no Kueue API, a refused object)
   // Children the job needs.
   kFailedCreate,

@@ -46,7 +46,8 @@ k8s::ObjectMeta workload_metadata(const FineTuneJob& job, const std::string& que
                  {kLabelQueueName, queue},
                  // How Kueue recognises a Workload whose owner is gone.
                  {kLabelJobUid, job.uid}};
-  meta.annotations = {{kAnnotationSpecHash, spec_hash(job.spec_json)}};
+  meta.annotations = {{kAnnotationSpecHash, spec_hash(job.spec_json)},
+                      {kAnnotationAppliedSuspend, "false"}};  // made active
   meta.owner_references = {owner_reference(job)};
   return meta;
 }
@@ -79,6 +80,11 @@ std::optional<std::string> queue_name(const k8s::ObjectMeta& job_metadata) {
 
 std::optional<std::string> priority_class(const k8s::ObjectMeta& job_metadata) {
   return label(job_metadata, kLabelPriorityClass);
+}
+
+bool applied_suspend(const k8s::Workload& wl) {
+  const auto it = wl.metadata.annotations.find(kAnnotationAppliedSuspend);
+  return it != wl.metadata.annotations.end() && it->second == "true";
 }
 
 std::string workload_name(const FineTuneJob& job) {

@@ -27,6 +27,15 @@ inline constexpr const char* kLabelPriorityClass = "kueue.x-k8s.io/priority-clas
 inline constexpr const char* kLabelJobUid = "kueue.x-k8s.io/job-uid";
 // The one podSet of a FineTuneJob's Workload.
 inline constexpr const char* kPodSetName = "workers";
+// On the Workload, written with its spec.active in one update: the runPolicy.suspend the operator
+// last applied to spec.active. spec.active is written only when runPolicy.suspend differs from
+// it (the user toggled it), so a Workload someone else deactivated (an administrator, `kueuectl
+// stop workload`) stays deactivated.
+inline constexpr const char* kAnnotationAppliedSuspend = "kubetune.io/applied-suspend";
+
+// The runPolicy.suspend last applied to `wl`'s spec.active (false for a Workload without the
+// annotation: one is made active).
+bool applied_suspend(const k8s::Workload& wl);
 
 // The LocalQueue the job names, if any.
 std::optional<std::string> queue_name(const k8s::ObjectMeta& job_metadata);

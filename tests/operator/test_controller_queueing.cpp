@@ -276,6 +276,70 @@ TEST_F(KueueTest, SuspendDeactivatesTheWorkload) {
   ASSERT_TRUE(wait_phase("s", "Queued"));
 }
 
+// An administrator deactivates the job's Workload (spec.active=false, as `kueuectl stop workload`
+// does) and Kueue evicts it: the gang stops through its checkpoint, the job says Deactivated and
+// keeps its place, and spec.active stays false (the operator writes it only when runPolicy.suspend
+// changes), as does the administrator's label. Reactivated, Kueue admits it again and the gang
+// resumes; deactivated again, the user's suspend-and-resume also reactivates it.
+TEST_F(KueueTest, AWorkloadDeactivatedByAnAdministratorStaysDeactivated) {
+  start_operator();
+  queued_job("d");
+  ASSERT_TRUE(eventually([&] { return workloads().size() == 1; }));
+  const json admitted = {
+      {"admission", admission()},
+      {"conditions",
+       {cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "True", "Admitted")}}};
+  set_workload_status(admitted);
+  ASSERT_TRUE(wait_pods("d", 2, "0"));
+  run_all("d", 2);
+  ASSERT_TRUE(wait_phase("d", "Running"));
+
+  auto deactivate = [&] {
+    auto r = server->call("PATCH", workload_path(),
+                          {{"metadata", {{"labels", {{"team.example.com/owner", "admin"}}}}},
+                           {"spec", {{"active", false}}}},
+                          "application/merge-patch+json");
+    ASSERT_EQ(r.code, 200) << r.body.dump();
+    set_workload_status(
+        {{"admission", admission()},
+         {"conditions",
+          {cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "True", "Admitted"),
+           cond("Evicted", "True", "Deactivated", "The workload is deactivated")}}});
+  };
+  deactivate();
+  ASSERT_TRUE(wait_pods("d", 0));
+  ASSERT_TRUE(wait_phase("d", "Queued"));
+  ASSERT_TRUE(eventually([&] { return condition("d", "Admitted")["reason"] == "Deactivated"; }));
+  EXPECT_TRUE(eventually([&] { return has_event("d", "Deactivated"); }));
+  ASSERT_TRUE(eventually([&] { return workload_condition("QuotaReserved")["status"] == "False"; }));
+  std::this_thread::sleep_for(milliseconds(500));
+  const json wl = workloads().at(0);
+  EXPECT_EQ(wl["spec"]["active"], false) << "the operator undid the administrator's deactivation";
+  EXPECT_EQ(wl["metadata"]["labels"]["team.example.com/owner"], "admin");
+  EXPECT_TRUE(pods("d").empty());
+  EXPECT_EQ(job("d")["status"]["restarts"], 0) << "a deactivation is not a failure";
+  expect_status_matches_schema("d");
+
+  // Reactivated by the administrator: Kueue admits it again, the gang comes back.
+  server->call("PATCH", workload_path(), {{"spec", {{"active", true}}}},
+               "application/merge-patch+json");
+  ASSERT_TRUE(eventually([&] { return has_event("d", "Reactivated"); }));
+  set_workload_status(admitted);
+  ASSERT_TRUE(wait_pods("d", 2, "0"));
+
+  // Deactivated again; the user suspends and resumes the job: that reactivates it.
+  deactivate();
+  ASSERT_TRUE(wait_pods("d", 0));
+  server->call("PATCH", jobs_path("d"), {{"spec", {{"runPolicy", {{"suspend", true}}}}}},
+               "application/merge-patch+json");
+  ASSERT_TRUE(wait_phase("d", "Suspended"));
+  EXPECT_EQ(workloads().at(0)["spec"]["active"], false);
+  server->call("PATCH", jobs_path("d"), {{"spec", {{"runPolicy", {{"suspend", false}}}}}},
+               "application/merge-patch+json");
+  ASSERT_TRUE(eventually([&] { return workloads().at(0)["spec"]["active"] == true; }));
+  EXPECT_EQ(workloads().at(0)["metadata"]["labels"]["team.example.com/owner"], "admin");
+}
+
 TEST_F(OperatorTest, QueueLabelWithoutKueueIsNamed) {
   start_operator();
   create_job("nokueue", [](json& j) {
