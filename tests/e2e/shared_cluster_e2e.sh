@@ -262,6 +262,27 @@ eventually 120 resumed_line || fail "the second run did not resume: $(tail -5 "$
 resumed=$(resumed_line | grep -o 'step=[0-9]*' | cut -d= -f2)
 [[ "$resumed" == "$stopped" ]] || fail "stopped at step $stopped, resumed at step $resumed"
 ok "re-admitted after q-urgent, q-second resumed at step $resumed, the step it stopped at: 0 steps lost"
+
+echo "== an administrator's deactivation of a Workload stands"
+wl=$(workload_of q-second)
+kubectl patch workload -n "$ns" "$wl" --type=merge \
+  -p '{"metadata":{"labels":{"team.example.com/owner":"admin"}},"spec":{"active":false}}' >/dev/null
+eventually 30 condition_reason_is q-second Admitted Deactivated ||
+  fail "q-second not Deactivated: $(jp ftj q-second '{.status}')"
+eventually 60 workers_are q-second 0 || fail "q-second's worker not stopped after the deactivation"
+eventually 10 has_event q-second Deactivated || fail "no Deactivated event"
+sleep 3
+[[ "$(kubectl get workload -n "$ns" "$wl" -o jsonpath='{.spec.active}')" == false ]] ||
+  fail "the operator reactivated the Workload the administrator deactivated"
+[[ "$(kubectl get workload -n "$ns" "$wl" -o jsonpath='{.metadata.labels.team\.example\.com/owner}')" == admin ]] ||
+  fail "the administrator's label is gone"
+phase_is q-second Queued || fail "q-second is $(jp ftj q-second '{.status.phase}'), not Queued"
+ok "Kueue evicted the deactivated Workload ($(workload_condition q-second Evicted reason)); the gang stopped, spec.active and the administrator's label stay: $(kubectl get ftj -n "$ns" q-second --no-headers | tr -s ' ')"
+kubectl patch workload -n "$ns" "$wl" --type=merge -p '{"spec":{"active":true}}' >/dev/null
+eventually 60 condition_reason_is q-second Admitted Admitted ||
+  fail "q-second not admitted again after the reactivation: $(jp ftj q-second '{.status}')"
+eventually 30 bound_are q-second 1 || fail "q-second's pod not bound after the reactivation"
+ok "reactivated by the administrator, q-second is admitted again and its gang placed"
 kubectl delete ftj -n "$ns" q-first q-second q-urgent --wait=true --timeout=60s >/dev/null
 [[ -z "$(kubectl get workloads -n "$ns" -o name)" ]] || fail "Workloads left: $(kubectl get workloads -n "$ns" -o name)"
 ok "deleting the jobs deleted their Workloads"

@@ -255,6 +255,19 @@ class FetchTest(unittest.TestCase):
     def results(self, p):
         return [json.loads(line) for line in p.stdout.splitlines()]
 
+    def refused(self, source: str, *texts: str):
+        """The fetch of `source` exits 2 (retrying cannot help) with each of `texts` in its log."""
+        p = self.fetch(source, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        for text in texts:
+            self.assertIn(text, p.stderr)
+        return p
+
+    def rows(self, source: str) -> list:
+        """The records of a fetched data source (its JSONL path)."""
+        (got,) = self.results(self.fetch(source))
+        return [json.loads(l) for l in Path(got["path"]).read_text(encoding="utf-8").splitlines()]
+
     # --- the Hub, through olah ---------------------------------------------------------------
 
     def test_model_is_what_snapshot_download_gets(self):
@@ -315,15 +328,9 @@ class FetchTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("model repository kubetune/no-such-model", p.stderr)
         self.assertRegex(p.stderr, r"unauthorised \(401\)|not found \(404\)")
-        p = self.fetch("hf://kubetune/tiny-llama@no-such-branch", check=False)
-        self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn("no-such-branch", p.stderr)
-        p = self.fetch("hf://datasets/kubetune/chat/data/missing.jsonl", check=False)
-        self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn("missing.jsonl", p.stderr)
-        p = self.fetch("hf://kubetune", check=False)
-        self.assertEqual(p.returncode, 2)
-        self.assertIn("expected hf://ORG/NAME[@REVISION]", p.stderr)
+        self.refused("hf://kubetune/tiny-llama@no-such-branch", "no-such-branch")
+        self.refused("hf://datasets/kubetune/chat/data/missing.jsonl", "missing.jsonl")
+        self.refused("hf://kubetune", "expected hf://ORG/NAME[@REVISION]")
 
     def test_a_dead_hub_is_retried_then_exit_3(self):
         p = self.fetch("hf://kubetune/tiny-llama", env={"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"},
@@ -493,22 +500,17 @@ class FetchTest(unittest.TestCase):
         dataset does not have is refused (exit 2) with the ones it has."""
         for subset, split in (("en", "train"), ("en", "validation"), ("fr", "train"), (None, "train")):
             subset_arg = f"&subset={subset}" if subset else ""  # none: the README's default, fr
-            (got,) = self.results(self.fetch(f"hf://datasets/kubetune/subsets?split={split}{subset_arg}"))
-            ours = [json.loads(l) for l in Path(got["path"]).read_text(encoding="utf-8").splitlines()]
-            self.assertEqual(ours, self._load_dataset("kubetune/subsets", split, subset), (subset, split))
+            self.assertEqual(self.rows(f"hf://datasets/kubetune/subsets?split={split}{subset_arg}"),
+                             self._load_dataset("kubetune/subsets", split, subset), (subset, split))
         for split in ("train", "test"):  # CSV files whose names are their splits
-            (got,) = self.results(self.fetch(f"hf://datasets/kubetune/tabular?split={split}"))
-            ours = [json.loads(l) for l in Path(got["path"]).read_text(encoding="utf-8").splitlines()]
-            self.assertEqual(ours, self._load_dataset("kubetune/tabular", split), split)
-        p = self.fetch("hf://datasets/kubetune/subsets?split=test&subset=en", check=False)
-        self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn("has no split 'test'; its splits: train, validation", p.stderr)
-        p = self.fetch("hf://datasets/kubetune/subsets?split=train&subset=de", check=False)
-        self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn("'de'", p.stderr)
-        p = self.fetch("hf://datasets/kubetune/no-such-dataset?split=train", check=False)
-        self.assertEqual(p.returncode, 2, p.stderr)  # the Hub answers 401 for what it will not name
-        self.assertIn("dataset repository kubetune/no-such-dataset", p.stderr)
+            self.assertEqual(self.rows(f"hf://datasets/kubetune/tabular?split={split}"),
+                             self._load_dataset("kubetune/tabular", split), split)
+        self.refused("hf://datasets/kubetune/subsets?split=test&subset=en",
+                     "has no split 'test'; its splits: train, validation")
+        self.refused("hf://datasets/kubetune/subsets?split=train&subset=de", "'de'")
+        # The Hub answers 401 for what it will not name.
+        self.refused("hf://datasets/kubetune/no-such-dataset?split=train",
+                     "dataset repository kubetune/no-such-dataset")
 
     def test_a_dead_endpoint_is_retried_then_exit_3(self):
         p = self.fetch("s3://kubetune-data/chat/v1",
