@@ -62,7 +62,9 @@ for pin in sys.argv[1:]:
         sys.exit(1)
 PY
     log "installing Python packages: ${wanted[*]} (first time: a few minutes)"
-    PIP_CACHE_DIR="$CACHE/pip" "$venv/bin/pip" install -q --disable-pip-version-check "${wanted[@]}"
+    # llama-cpp-python compiles llama.cpp (once: the wheel is kept in the pip cache) on every core.
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" PIP_CACHE_DIR="$CACHE/pip" \
+      "$venv/bin/pip" install -q --disable-pip-version-check "${wanted[@]}"
   fi
   echo "${wanted[*]}" >"$stamp"
   PYTHON="$venv/bin/python"
