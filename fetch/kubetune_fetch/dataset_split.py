@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .cache import COMMIT, MARKER, CacheEntry
 from .errors import EXIT_USER_ERROR, FetchError
 from .parquet import is_parquet, iter_rows, json_line
 from .result import Fetched
@@ -28,23 +27,17 @@ from .sources import HubSource
 ROWS = "rows.jsonl"
 
 
-def _entry(cache_root: Path, source: HubSource, commit: str) -> CacheEntry:
-    if not COMMIT.match(commit):
-        raise FetchError(source.text, f"the Hub answered commit {commit!r}, which is not a commit sha")
-    org, name = source.repo_id.split("/")
-    part = f"{source.subset or 'default'}--{source.split}.split"
-    return CacheEntry(cache_root, ["hf", "datasets", org, name, commit, part], commit)
-
-
-def split_files(source: HubSource, commit: str, scratch: Path) -> list:
+def split_files(source: HubSource, commit: str, cache_root: Path) -> list:
     """The repository paths of the split's files, in datasets' order."""
     import datasets  # imported when needed: heavy, and only this form uses it
 
-    try:
-        builder = datasets.load_dataset_builder(source.repo_id, source.subset, revision=commit,
-                                                cache_dir=str(scratch))
-    except ValueError as e:  # an unknown subset: datasets names the ones there are
-        raise FetchError(source.text, str(e).splitlines()[0], exit_code=EXIT_USER_ERROR) from None
+    cache_root.mkdir(parents=True, exist_ok=True)  # a first fetch into an empty cache
+    with tempfile.TemporaryDirectory(prefix=".datasets-", dir=cache_root) as scratch:
+        try:
+            builder = datasets.load_dataset_builder(source.repo_id, source.subset, revision=commit,
+                                                    cache_dir=scratch)
+        except ValueError as e:  # an unknown subset: datasets names the ones there are
+            raise FetchError(source.text, str(e).splitlines()[0], exit_code=EXIT_USER_ERROR) from None
     data_files = builder.config.data_files or {}
     if source.split not in data_files:
         subset = f" (subset {builder.config.name})" if source.subset else ""
@@ -89,38 +82,32 @@ def records(path: Path, name: str) -> Iterator[dict]:
                                "JSON Lines, CSV and Arrow are)", exit_code=EXIT_USER_ERROR)
 
 
+def _cached(source: HubSource, entry, commit: str) -> Fetched:
+    rows = entry.path / ROWS
+    return Fetched(source.text, str(rows), commit, True, rows.stat().st_size)
+
+
 def fetch_split(source: HubSource, cache_root: Path, log: Callable[[str], None],
                 progress_file: Path = None, workers: int = 8, pin: str = None) -> Fetched:
     from huggingface_hub import HfApi
 
-    from .hub import _explain, fetch_hub
+    from .hub import cache_entry, explain, fetch_hub
 
-    commit = pin
-    if commit is None:
-        api = HfApi(token=os.environ.get("HF_TOKEN") or None)
-        try:
-            commit = with_retries(source.text, "resolving the revision",
-                                  lambda: api.dataset_info(source.repo_id, revision=source.revision).sha,
-                                  log)
-        except FetchError:
-            raise
-        except Exception as e:  # noqa: BLE001 - not found, gated, unauthorised: one clear line
-            raise _explain(source, e) from e
-    entry = _entry(cache_root, source, commit)
-    if entry.complete():
-        log(f"{source.text}: in the cache ({commit[:12]}), nothing to download")
-        rows = entry.path / ROWS
-        return Fetched(source.text, str(rows), commit, True, rows.stat().st_size)
-    scratch = Path(tempfile.mkdtemp(prefix=".datasets-", dir=cache_root))
     try:
+        commit = pin or with_retries(
+            source.text, "resolving the revision",
+            lambda: HfApi(token=os.environ.get("HF_TOKEN") or None).dataset_info(
+                source.repo_id, revision=source.revision).sha, log)
+        entry = cache_entry(cache_root, source, commit)
+        if entry.complete():
+            log(f"{source.text}: in the cache ({commit[:12]}), nothing to download")
+            return _cached(source, entry, commit)
         paths = with_retries(source.text, "resolving the split's files",
-                             lambda: split_files(source, commit, scratch), log)
+                             lambda: split_files(source, commit, cache_root), log)
     except FetchError:
         raise
-    except Exception as e:  # noqa: BLE001 - datasets' and the Hub's errors, as one line
-        raise _explain(source, e) from e
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    except Exception as e:  # noqa: BLE001 - not found, gated, unauthorised: one clear line
+        raise explain(source, e) from e
     log(f"{source.text}: split {source.split} of {source.repo_id}@{commit[:12]} is {len(paths)} file(s)")
     fetched = []
     for path in paths:
@@ -129,8 +116,7 @@ def fetch_split(source: HubSource, cache_root: Path, log: Callable[[str], None],
         fetched.append((path, Path(fetch_hub(one, cache_root, log, progress_file, workers, commit).path)))
     with entry.locked():
         if entry.complete():
-            rows = entry.path / ROWS
-            return Fetched(source.text, str(rows), commit, True, rows.stat().st_size)
+            return _cached(source, entry, commit)
         shutil.rmtree(entry.partial, ignore_errors=True)
         entry.partial.mkdir(parents=True)
         counts, digest = {}, hashlib.sha256()

@@ -33,7 +33,7 @@ def wanted_model_file(path: str) -> bool:
     return "/" not in path and any(fnmatch.fnmatch(path, p) for p in MODEL_FILES)
 
 
-def _explain(source: HubSource, e: Exception) -> FetchError:
+def explain(source: HubSource, e: Exception) -> FetchError:
     """A client error as one line naming the repository and the reason."""
     kind = "dataset" if source.repo_type == "dataset" else "model"
     if isinstance(e, hub_errors.GatedRepoError):
@@ -70,15 +70,18 @@ def _pinned(source: HubSource, commit: str) -> HubSource:
     return HubSource(source.text, source.repo_type, source.repo_id, commit, source.path)
 
 
-def _entry(cache_root: Path, source: HubSource, commit: str) -> CacheEntry:
+def cache_entry(cache_root: Path, source: HubSource, commit: str) -> CacheEntry:
     """A model repository's files at a commit; a dataset file at a commit, one entry per file (two
-    files of one dataset repository, train and validation, are two fetches)."""
+    files of one dataset repository, train and validation, are two fetches); a dataset's split at
+    a commit (its rows as one JSONL, dataset_split.py)."""
     if not COMMIT.match(commit):
         raise FetchError(source.text, f"the Hub answered commit {commit!r}, which is not a commit sha")
     org, name = source.repo_id.split("/")
     parts = ["hf", f"{source.repo_type}s", org, name]
     if source.path is not None:
         parts += [commit, str(safe_relative(source.text, source.path)).replace("/", "--")]
+    elif source.split is not None:
+        parts += [commit, f"{source.subset or 'default'}--{source.split}.split"]
     return CacheEntry(cache_root, parts, commit)
 
 
@@ -97,7 +100,7 @@ def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
         # The commit the preflight resolved: asked for by its sha, and when the cache holds it,
         # nothing is asked of the Hub at all (a worker starts without the network).
         source = _pinned(source, pin)
-        entry = _entry(cache_root, source, pin)
+        entry = cache_entry(cache_root, source, pin)
         if entry.complete():
             manifest = json.loads((entry.path / MARKER).read_text())
             log(f"{source.text}: in the cache ({pin[:12]}), nothing to download")
@@ -130,9 +133,9 @@ def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
     except FetchError:
         raise
     except Exception as e:  # noqa: BLE001 - every client error becomes one clear line
-        raise _explain(source, e) from e
+        raise explain(source, e) from e
 
-    entry = _entry(cache_root, source, commit)
+    entry = cache_entry(cache_root, source, commit)
     result_path = lambda base: base / source.path if source.path else base  # noqa: E731
     with entry.locked():
         total = sum(f.size for f in files)
@@ -149,7 +152,7 @@ def fetch_hub(source: HubSource, cache_root: Path, log: Callable[[str], None],
                      lambda f: hf_hub_download(source.repo_id, f.path, repo_type=kind,
                                                revision=commit, local_dir=entry.partial,
                                                token=os.environ.get("HF_TOKEN") or None),
-                     lambda e: _explain(source, e), entry.partial, total, log, progress_file,
+                     lambda e: explain(source, e), entry.partial, total, log, progress_file,
                      workers)
         manifest = {"source": source.text, "revision": commit, "files": {}}
         for f in files:
