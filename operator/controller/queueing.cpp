@@ -206,12 +206,20 @@ PassDecision JobReconciler::stop_evicted(Pass& p, const k8s::Workload& wl,
       if (metrics_) metrics_->evicted(p.ns, p.name);
     });
   }
+  return stop_then_release(p, wl, a, left, first_seen);
+}
+
+PassDecision JobReconciler::stop_then_release(Pass& p, const k8s::Workload& wl,
+                                              const kueue::Admission& a, int left, bool store) {
   if (left > 0) {
     delete_pods_after_store(p, true);
-    return {{kStopping}, first_seen};
+    return {{kStopping}, store};
   }
-  // The gang is gone: give the quota back so that Kueue can queue the Workload again.
-  p.after_store.push_back([this, &p, wl, a] { release_quota(p, wl, a); });
+  // The gang is gone: once Kueue has evicted the Workload, its quota goes back so that Kueue can
+  // queue it again.
+  if (a.evicted_reason && a.reserved) {
+    p.after_store.push_back([this, &p, wl, a] { release_quota(p, wl, a); });
+  }
   return {};
 }
 
@@ -238,17 +246,10 @@ PassDecision JobReconciler::deactivated(Pass& p, const k8s::Workload& wl,
     set_condition(p.status.conditions, ConditionType::kRunning, false, Reason::kDeactivated,
                   "the job's Workload was deactivated", p.generation, p.now);
   }
-  if (left > 0) {
-    p.status.workers.created = 0;
-    delete_pods_after_store(p, true);
-    return {{kStopping}};
-  }
-  // The gang is gone: once Kueue has evicted the Workload, its quota goes back (as after any
-  // eviction); it holds no place in the ClusterQueue while inactive.
-  if (a.evicted_reason && a.reserved) {
-    p.after_store.push_back([this, &p, wl, a] { release_quota(p, wl, a); });
-  }
-  return {};  // the Workload's next change wakes us
+  if (left > 0) p.status.workers.created = 0;
+  // As after any eviction; inactive, it holds no place in the ClusterQueue. Then the Workload's
+  // next change wakes us.
+  return stop_then_release(p, wl, a, left, true);
 }
 
 bool JobReconciler::apply_suspend(Pass& p, const k8s::Workload& wl) {

@@ -122,6 +122,10 @@ class JobReconciler {
   // Writes runPolicy.suspend onto the Workload's spec.active when the user changed it since it
   // was last applied (kueue::kAnnotationAppliedSuspend); true when it wrote.
   bool apply_suspend(Pass& p, const k8s::Workload& workload);
+  // Stops the gang's `left` workers (SIGTERM: a checkpoint); with none left, gives back the quota
+  // of the evicted Workload. `store`: whether this pass's status is written.
+  PassDecision stop_then_release(Pass& p, const k8s::Workload& workload,
+                                 const kueue::Admission& admission, int left, bool store);
   // After an eviction, once the gang is gone: the Workload's quota reservation given back.
   void release_quota(Pass& p, const k8s::Workload& workload, const kueue::Admission& admission);
   PassDecision queue_unavailable(Pass& p, const std::string& message);
