@@ -156,17 +156,9 @@ TEST_F(PreflightTest, AMissingCredentialsSecretFailsTheJobBeforeAnyGpuPod) {
   const json pod = preflight_pod("nosecret");
   ASSERT_EQ(pod["spec"]["initContainers"][0]["name"], "fetch") << pod.dump();
   set_pod_status("nosecret-preflight",
-                 {{"phase", "Pending"},
-                  {"initContainerStatuses",
-                   {{{"name", "fetch"},
-                     {"ready", false},
-                     {"restartCount", 0},
-                     {"image", "x"},
-                     {"imageID", ""},
-                     {"state",
-                      {{"waiting",
-                        {{"reason", "CreateContainerConfigError"},
-                         {"message", "secret \"hub-token\" not found"}}}}}}}}});
+                 fetch_container_status({{"waiting",
+                                          {{"reason", "CreateContainerConfigError"},
+                                           {"message", "secret \"hub-token\" not found"}}}}));
   ASSERT_TRUE(wait_phase("nosecret", "Failed"));
   const json failed = condition("nosecret", "Failed");
   EXPECT_EQ(failed["reason"], "SourceUnavailable");

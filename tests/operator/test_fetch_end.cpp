@@ -5,6 +5,7 @@
 #include "common/contracts.h"
 #include "operator/policy/fetch_end.h"
 #include "operator/policy/gang.h"
+#include "test_support.h"
 
 namespace kubetune::op {
 namespace {
@@ -14,15 +15,7 @@ using nlohmann::json;
 // A pod whose fetch init container is in `state` (the kubelet's ContainerState).
 k8s::Pod pod_with_fetch(const json& state, const std::string& phase = "Pending") {
   return json{{"metadata", {{"name", "j-worker-1"}, {"labels", {{kLabelRank, "1"}}}}},
-              {"status",
-               {{"phase", phase},
-                {"initContainerStatuses",
-                 {{{"name", "fetch"},
-                   {"ready", false},
-                   {"restartCount", 0},
-                   {"image", "x"},
-                   {"imageID", ""},
-                   {"state", state}}}}}}}
+              {"status", testing::fetch_container_status(state, phase)}}
       .get<k8s::Pod>();
 }
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -36,6 +37,20 @@ inline bool eventually(const std::function<bool()>& pred,
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return pred();
+}
+
+// A pod's status as the kubelet writes it with its fetch init container in `state` (a
+// ContainerState: running, waiting or terminated).
+inline nlohmann::json fetch_container_status(const nlohmann::json& state,
+                                             const std::string& phase = "Pending") {
+  return {{"phase", phase},
+          {"initContainerStatuses",
+           {{{"name", "fetch"},
+             {"ready", false},
+             {"restartCount", 0},
+             {"image", "x"},
+             {"imageID", ""},
+             {"state", state}}}}};
 }
 
 }  // namespace kubetune::op::testing
