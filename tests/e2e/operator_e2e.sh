@@ -337,7 +337,9 @@ for a in json.load(sys.stdin)["spec"]["initContainers"][0]["args"]:
       KUBETUNE_FETCH_FIRST_RETRY_SECONDS=0.05 "$@" \
       "$python" -m kubetune_fetch "${args[@]}" >/dev/null 2>"$work/$pod.fetch.log"
   }
-  fetch_state() {  # fetch_state POD running | CODE: the fetch container's state in the pod's status
+  # fetch_state POD running | CODE | no-secret:NAME: the fetch container's state in the pod's status
+  # (no-secret: waiting, as the kubelet reports a missing Secret it takes its environment from).
+  fetch_state() {
     "$python" - "$@" "$work/$1.results" "$work/$1.fetch.log" <<'PY' >"$work/fetch-status.json"
 import json, os, sys
 pod, state, results, log = sys.argv[1:5]
@@ -345,6 +347,11 @@ if state == "running":
     status = {"phase": "Pending", "podIP": "127.0.0.1", "initContainerStatuses": [
         {"name": "fetch", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
          "state": {"running": {"startedAt": "2026-11-26T00:00:00Z"}}}]}
+elif state.startswith("no-secret:"):
+    status = {"phase": "Pending", "initContainerStatuses": [
+        {"name": "fetch", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+         "state": {"waiting": {"reason": "CreateContainerConfigError",
+                               "message": f'secret "{state.split(":", 1)[1]}" not found'}}}]}
 else:
     code = int(state)
     message = open(results).read()  # kubetune-fetch --results: the report, or the error alone
@@ -357,6 +364,15 @@ else:
 print(json.dumps({"status": status}))
 PY
     kubectl patch pod -n "$ns" "$1" --subresource=status --type=merge -p "$(cat "$work/fetch-status.json")" >/dev/null
+  }
+  # fails_unavailable JOB TEXT WHAT: JOB Failed (SourceUnavailable) with TEXT in its message ($msg),
+  # and no worker pod was ever created for it (WHAT: why none should be).
+  fails_unavailable() {
+    eventually 30 phase_is "$1" Failed || fail "$1 did not fail: $(jp ftj "$1" '{.status}')"
+    msg=$(jp ftj "$1" '{.status.conditions[?(@.type=="Failed")].message}')
+    [[ "$(jp ftj "$1" '{.status.conditions[?(@.type=="Failed")].reason}')" == SourceUnavailable &&
+      "$msg" == *"$2"* ]] || fail "Failed condition: $msg"
+    pods_are "$1" 0 || fail "worker pods for a job whose $3"
   }
   sourced_job() {  # sourced_job NAME MODEL TRAIN [CREDENTIALS_SECRET]
     local secret=""
@@ -418,11 +434,7 @@ PY
   run_fetch $sjob3-preflight || code=$?
   [[ $code -eq 2 ]] || fail "a missing repository should exit 2, got $code"
   fetch_state $sjob3-preflight 2
-  eventually 30 phase_is $sjob3 Failed || fail "$sjob3 did not fail: $(jp ftj $sjob3 '{.status}')"
-  msg=$(jp ftj $sjob3 '{.status.conditions[?(@.type=="Failed")].message}')
-  [[ "$(jp ftj $sjob3 '{.status.conditions[?(@.type=="Failed")].reason}')" == SourceUnavailable &&
-    "$msg" == *"kubetune/no-such-model"* ]] || fail "Failed condition: $msg"
-  pods_are $sjob3 0 || fail "worker pods for a job whose model cannot be fetched"
+  fails_unavailable $sjob3 kubetune/no-such-model "model cannot be fetched"
   ok "a model that cannot be fetched fails the job (SourceUnavailable) before any worker: ${msg:0:110}..."
   # A credentialsSecret that does not exist: the kubelet cannot start the fetch container and
   # reports CreateContainerConfigError with its message (played here, as every pod state is); the
@@ -433,14 +445,8 @@ PY
   [[ "$(jp pod $sjob4-preflight '{.spec.initContainers[0].envFrom[0].secretRef.name}')" == no-such-secret ]] ||
     fail "the fetch container does not take the Secret"
   ! kubectl get secret -n "$ns" no-such-secret >/dev/null 2>&1 || fail "the Secret exists"
-  kubectl patch pod -n "$ns" $sjob4-preflight --subresource=status --type=merge -p '{"status":{"phase":"Pending",
-    "initContainerStatuses":[{"name":"fetch","ready":false,"restartCount":0,"image":"x","imageID":"",
-    "state":{"waiting":{"reason":"CreateContainerConfigError","message":"secret \"no-such-secret\" not found"}}}]}}' >/dev/null
-  eventually 30 phase_is $sjob4 Failed || fail "$sjob4 did not fail: $(jp ftj $sjob4 '{.status}')"
-  msg=$(jp ftj $sjob4 '{.status.conditions[?(@.type=="Failed")].message}')
-  [[ "$(jp ftj $sjob4 '{.status.conditions[?(@.type=="Failed")].reason}')" == SourceUnavailable &&
-    "$msg" == *'secret "no-such-secret" not found'* ]] || fail "Failed condition: $msg"
-  pods_are $sjob4 0 || fail "worker pods for a job whose Secret is missing"
+  fetch_state $sjob4-preflight no-secret:no-such-secret
+  fails_unavailable $sjob4 'secret "no-such-secret" not found' "Secret is missing"
   ok "a missing credentialsSecret fails the job (SourceUnavailable) before any worker: ${msg:0:120}..."
   kubectl delete ftj -n "$ns" $sjob $sjob2 $sjob3 $sjob4 >/dev/null
   eval "exec ${SOURCES[1]}>&-"  # olah and moto stop when their stdin closes
