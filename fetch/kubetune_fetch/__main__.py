@@ -14,6 +14,8 @@ Logs (progress, retries, errors) go to stderr. Credentials come from the environ
 HF_TOKEN; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (AWS_ENDPOINT_URL for an S3-compatible store)
 and are never printed. Exit codes: 0, 2 (retrying cannot help: not found, unauthorised, malformed,
 disk full), 3 (the network or the server failed after retries, or a checksum did not match).
+
+kubetune-fetch publish OUTPUT_DIR ... sends a finished run's output the other way (publish.py).
 """
 import argparse
 import errno
@@ -82,6 +84,10 @@ def failed(args, why: str, code: int) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["publish"]:  # kubetune-fetch publish: a run's output to where it goes
+        from .publish import main as publish
+        return publish(argv[1:])
     parser = argparse.ArgumentParser(prog="kubetune-fetch", description=__doc__.split("\n\n")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="+", metavar="SOURCE")

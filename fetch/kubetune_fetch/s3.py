@@ -32,7 +32,7 @@ def client():
                                             region_name=os.environ.get("AWS_REGION", "us-east-1")))
 
 
-def _explain(source: S3Source, e: Exception) -> FetchError:
+def explain(source: S3Source, e: Exception) -> FetchError:
     code = status_of(e)
     error = e.response.get("Error", {}).get("Code", "") if isinstance(e, ClientError) else ""
     if code in (401, 403) or error in ("AccessDenied", "InvalidAccessKeyId",
@@ -129,7 +129,7 @@ def fetch_s3(source: S3Source, cache_root: Path, log: Callable[[str], None],
     except FetchError:
         raise
     except Exception as e:  # noqa: BLE001
-        raise _explain(source, e) from e
+        raise explain(source, e) from e
     if not objects:
         raise FetchError(source.text, f"no object at or under s3://{source.bucket}/{source.prefix}")
     listing = "\n".join(f"{o['Key']} {o['ETag']} {o['Size']}" for o in sorted(objects, key=lambda o: o["Key"]))
@@ -162,7 +162,7 @@ def fetch_s3(source: S3Source, cache_root: Path, log: Callable[[str], None],
 
         download_all(source.text, objects, lambda o: o["Key"],
                      lambda o: _download(s3, source, o, entry.partial / relative(o), log),
-                     lambda e: _explain(source, e), entry.partial, total, log, progress_file,
+                     lambda e: explain(source, e), entry.partial, total, log, progress_file,
                      workers)
         manifest = {"source": source.text, "revision": revision, "files": {}}
         for o in objects:
@@ -171,7 +171,7 @@ def fetch_s3(source: S3Source, cache_root: Path, log: Callable[[str], None],
             except FetchError:
                 raise
             except Exception as e:  # noqa: BLE001
-                raise _explain(source, e) from e
+                raise explain(source, e) from e
             manifest["files"][str(relative(o))] = record
         entry.finish(manifest)
     return Fetched(source.text, result(), revision, False, total)

@@ -3,6 +3,8 @@
 - the exit codes: fetch/kubetune_fetch/errors.py's EXIT_USER_ERROR and EXIT_RETRYABLE are
   common/contracts.h's kExitUserError and kExitRetryable (the operator classifies a fetch
   container's exit by them), and no module of the tool passes an exit code as a bare number;
+- the output folder's completion marker: publish.py's COMPLETE_FILE is contracts.h's
+  kOutputCompleteFile (the trainer writes it, the publisher waits for it);
 - the progress series: the names fetch/kubetune_fetch/metrics.py serves are exactly
   common/metrics/fetch_series.h's (the operator reads them into status.preflight.fetch).
 
@@ -71,6 +73,14 @@ def main() -> int:
             problems.append(f"fetch/kubetune_fetch/errors.py: {py} = {errors.get(py)}, but "
                             f"common/contracts.h: {cpp} = {contracts[cpp]}")
     problems += literal_exit_codes(package)
+
+    marker = header_constants(root / "common" / "contracts.h",
+                              r'inline constexpr const char\* (kOutputCompleteFile) = "([^"]+)";')
+    published = python_assignments(module_tree(package / "publish.py")).get("COMPLETE_FILE")
+    if marker.get("kOutputCompleteFile") != published:
+        problems.append(f"fetch/kubetune_fetch/publish.py: COMPLETE_FILE = {published!r}, but "
+                        f"common/contracts.h: kOutputCompleteFile = "
+                        f"{marker.get('kOutputCompleteFile')!r}")
 
     series = set(header_constants(root / "common" / "metrics" / "fetch_series.h",
                                   r'inline constexpr std::string_view (k\w+) = "([^"]+)";').values())

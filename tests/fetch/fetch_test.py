@@ -14,6 +14,7 @@ code that says whether retrying helps.
 usage: fetch_test.py [TEST_NAME...]   (KUBETUNE_SOURCE_DIR: the repository)
 """
 import filecmp
+import hashlib
 import json
 import os
 import shutil
@@ -602,6 +603,148 @@ class FetchTest(unittest.TestCase):
                              f"model.path {text}")
             self.assertEqual(crd_accepts("data", {"train": text}), tool_accepts(text, False),
                              f"data.train {text}")
+
+    # --- publish: a run's output to S3 ----------------------------------------------------------
+
+    def output_folder(self, host: str = None) -> Path:
+        """What a LoRA run leaves: the adapter, a merged model big enough for three parts,
+        checkpoints (never uploaded) and the trainer's completion marker."""
+        out = self.cache / "output"
+        (out / "merged").mkdir(parents=True)
+        (out / "checkpoints" / "step-3").mkdir(parents=True)
+        (out / "adapter_config.json").write_text('{"r": 8}')
+        (out / "adapter_model.safetensors").write_bytes(os.urandom(3000))
+        (out / "merged" / "config.json").write_text("{}")
+        (out / "merged" / "model.safetensors").write_bytes(os.urandom(40 << 20))
+        (out / "checkpoints" / "step-3" / "optimizer.safetensors").write_bytes(b"x" * 100)
+        (out / "kubetune-complete.json").write_text(
+            json.dumps({"host": host or socket.gethostname(), "step": 3}))
+        return out
+
+    def publish(self, out: Path, *args, env=None, check=True, **popen):
+        p = subprocess.run([sys.executable, "-m", "kubetune_fetch", "publish", str(out), *args],
+                           env={**self.env, **(env or {})}, capture_output=True, text=True,
+                           timeout=300, **popen)
+        if check:
+            self.assertEqual(p.returncode, 0, p.stderr)
+        return p
+
+    def uploaded(self, bucket: str, prefix: str) -> Path:
+        """The prefix as boto3 downloads it."""
+        out = self.cache / f"boto3-{bucket}"
+        shutil.rmtree(out, ignore_errors=True)
+        s3 = SERVERS.s3_client()
+        for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []):
+            target = out / o["Key"][len(prefix):]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, o["Key"], str(target))
+        return out
+
+    def new_bucket(self) -> str:
+        name = f"out-{time.time_ns()}"
+        SERVERS.s3_client().create_bucket(Bucket=name)
+        return name
+
+    def test_publish_uploads_every_file_checked_and_the_marker_last(self):
+        out, bucket = self.output_folder(), self.new_bucket()
+        p = self.publish(out, "--to", f"s3://{bucket}/runs/a", "--results", str(self.cache / "r"))
+        got = self.uploaded(bucket, "runs/a/")
+        marker = json.loads((got / "kubetune-complete.json").read_text())
+        (got / "kubetune-complete.json").unlink()
+        shutil.rmtree(out / "checkpoints")
+        (out / "kubetune-complete.json").unlink()
+        self.assertEqual(same_tree(got, out), [])  # byte-identical, checkpoints left out
+        self.assertEqual(marker["step"], 3)
+        self.assertEqual(sorted(marker["files"]), ["adapter_config.json",
+                                                   "adapter_model.safetensors",
+                                                   "merged/config.json", "merged/model.safetensors"])
+        big = marker["files"]["merged/model.safetensors"]
+        self.assertEqual(big["sha256"], hashlib.sha256((out / "merged/model.safetensors")
+                                                       .read_bytes()).hexdigest())
+        self.assertTrue(big["etag"].endswith("-3"), big)  # three 16 MiB parts
+        # The marker was the last object written.
+        objects = SERVERS.s3_client().list_objects_v2(Bucket=bucket, Prefix="runs/a/")["Contents"]
+        last = max(objects, key=lambda o: o["LastModified"])
+        self.assertEqual(last["Key"], "runs/a/kubetune-complete.json")
+        self.assertEqual(json.loads(p.stdout), json.loads((self.cache / "r").read_text()))
+        self.assertEqual(json.loads(p.stdout), [
+            {"name": "adapter", "uri": f"s3://{bucket}/runs/a/"},
+            {"name": "merged", "uri": f"s3://{bucket}/runs/a/merged/"}])
+        again = self.publish(out.parent / "output", "--to", f"s3://{bucket}/runs/a")
+        self.assertIn("merged/model.safetensors is there already", again.stderr)
+
+    def test_a_killed_upload_resumes_and_is_never_taken_for_whole(self):
+        out, bucket = self.output_folder(), self.new_bucket()
+        slow = {**self.env, "KUBETUNE_PUBLISH_TEST_SECONDS_PER_PART": "2"}
+        proc = subprocess.Popen([sys.executable, "-m", "kubetune_fetch", "publish", str(out),
+                                 "--to", f"s3://{bucket}/r"], env=slow,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        s3 = SERVERS.s3_client()
+        deadline, parts = time.time() + 60, []
+        while time.time() < deadline and not parts:
+            for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+                parts = s3.list_parts(Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"]).get(
+                    "Parts", [])
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        self.assertTrue(parts, "no part was uploaded within 60 s")
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+        self.assertNotIn("r/kubetune-complete.json", keys)  # not whole
+        self.assertNotIn("r/merged/model.safetensors", keys)
+        p = self.publish(out, "--to", f"s3://{bucket}/r")
+        self.assertRegex(p.stderr, r"merged/model.safetensors: resumed an interrupted upload, "
+                                   r"[12] of 3 parts were there already")
+        got = self.uploaded(bucket, "r/")
+        self.assertEqual((got / "merged/model.safetensors").read_bytes(),
+                         (out / "merged/model.safetensors").read_bytes())
+        self.assertEqual(s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []), [])
+
+    def test_a_part_damaged_on_the_way_is_sent_again_or_the_upload_fails(self):
+        out, bucket = self.output_folder(), self.new_bucket()
+        p = self.publish(out, "--to", f"s3://{bucket}/r",
+                         env={"KUBETUNE_PUBLISH_TEST_CORRUPT_PARTS": "2"})
+        self.assertIn("S3 received other bytes than were sent", p.stderr)
+        got = self.uploaded(bucket, "r/")
+        self.assertEqual(same_tree(got / "merged", out / "merged"), [])
+        # Damaged every time: exit 3 (retry), and no marker.
+        bucket = self.new_bucket()
+        p = self.publish(out, "--to", f"s3://{bucket}/r", check=False,
+                         env={"KUBETUNE_PUBLISH_TEST_CORRUPT_PARTS": "1000"})
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("arrived damaged 3 times", p.stderr)
+        self.assertFalse((self.uploaded(bucket, "r/") / "kubetune-complete.json").exists())
+
+    def test_publish_errors_are_named(self):
+        out = self.output_folder()
+        p = self.publish(out, "--to", "s3://no-such-bucket/r", "--results", str(self.cache / "r"),
+                         check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("no-such-bucket", (self.cache / "r").read_text())
+        auth = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{SERVERS.s3_auth_port}"}
+        p = self.publish(out, "--to", "s3://kubetune-data/r", env=auth, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("access denied", p.stderr)
+        shutil.rmtree(out / "merged")
+        p = self.publish(out, "--gguf", "q8_0", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("output.gguf needs a model folder", p.stderr)
+
+    def test_publish_waits_for_this_hosts_trainer(self):
+        out, bucket = self.output_folder(host="an-earlier-pod"), self.new_bucket()
+        proc = subprocess.Popen([sys.executable, "-m", "kubetune_fetch", "publish", str(out),
+                                 "--wait-for-trainer", "--to", f"s3://{bucket}/r"], env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        self.assertIsNone(proc.poll(), "took an earlier run's marker for this one's")
+        self.assertNotIn("Contents", SERVERS.s3_client().list_objects_v2(Bucket=bucket))
+        (out / "kubetune-complete.json").write_text(
+            json.dumps({"host": socket.gethostname(), "step": 7}))
+        stdout, stderr = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 0, stderr)
+        self.assertIn("the trainer finished (step 7)", stderr)
+        marker = json.loads((self.uploaded(bucket, "r/") / "kubetune-complete.json").read_text())
+        self.assertEqual(marker["step"], 7)
 
     @unittest.skipUnless(BIN_DIR, "kubetune and kubetune-trainer not built (KUBETUNE_BIN_DIR)")
     def test_kubetune_run_trains_from_the_hub_and_s3(self):
