@@ -25,4 +25,9 @@ bool is_local_or_remote_source(const std::string& path, bool model) {
   return hub || (matches(path, kS3Pattern) && no_parent);
 }
 
+bool is_local_or_remote_output(const std::string& dir) {
+  if (!looks_like_remote_source(dir)) return true;
+  return matches(dir, kS3Pattern) && dir.find("..") == std::string::npos;
+}
+
 }  // namespace kubetune

@@ -51,6 +51,10 @@ inline constexpr const char* kRemoteFileForms =
     "hf://datasets/ORG/NAME[@REVISION]?split=SPLIT[&subset=SUBSET] (a split of a dataset) or "
     "s3://BUCKET/KEY (no '..'), the scheme in lower case with two slashes";
 
+inline constexpr const char* kRemoteOutputForms =
+    "a remote output.dir is s3://BUCKET/PREFIX (no '..'), the scheme in lower case with two "
+    "slashes: the output is uploaded there after the run";
+
 // A well-formed remote source, which kubetune-fetch fetches.
 inline bool is_remote_source(const std::string& path) {
   return path.rfind("hf://", 0) == 0 || path.rfind("s3://", 0) == 0;
@@ -62,5 +66,8 @@ bool looks_like_remote_source(const std::string& path);
 // Whether `path` is a local path or one of the remote forms: a model repository (`model`) or
 // data (one file, or a split of a dataset).
 bool is_local_or_remote_source(const std::string& path, bool model);
+
+// Whether `dir` is a local folder or an s3:// prefix to upload the output to.
+bool is_local_or_remote_output(const std::string& dir);
 
 }  // namespace kubetune

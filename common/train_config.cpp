@@ -69,7 +69,12 @@ TrainConfig parse_train_config(const nlohmann::json& validated) {
                                     {"validation", c.data.validation.value_or("")}})
     if (!is_local_or_remote_source(path, false))
       sources.push_back("data." + field + ": " + kRemoteFileForms + " (got \"" + path + "\")");
+  if (!is_local_or_remote_output(c.output.dir))
+    sources.push_back(std::string("output.dir: ") + kRemoteOutputForms + " (got \"" + c.output.dir +
+                      "\")");
   if (!sources.empty()) throw ConfigError(sources);
+  if (!c.output.gguf.empty() && c.method.type != api::MethodType::kFull && !c.output.save_merged)
+    throw ConfigError({kGgufNeedsAModelFolder});
   if (micro_batch_is_auto(c) && c.training.global_batch_size == 0)
     throw ConfigError({kAutoMicroBatchNeedsGlobalBatch});
   const bool preference = c.training.objective != api::TrainingObjective::kSft;

@@ -79,6 +79,10 @@ inline constexpr const char* kFp8NeedsBf16 =
 inline constexpr const char* kFp8LoraBaseNotSharded =
     "model.precision fp8 keeps lora's frozen base weights in FP8, which distributed.sharding full "
     "does not split: use distributed.sharding optimizer, or method.type full";
+// The refusal of output.gguf without a model folder to convert, by the trainer and the CRD's rule.
+inline constexpr const char* kGgufNeedsAModelFolder =
+    "output.gguf is made from a model folder: for lora and qlora set output.saveMerged (the GGUF "
+    "files are converted from <output.dir>/merged)";
 // The number; throws std::logic_error while it is still "auto" (a bug: resolve it first).
 int64_t micro_batch_size(const TrainConfig& c);
 void set_micro_batch_size(TrainConfig& c, int64_t examples);

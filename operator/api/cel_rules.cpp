@@ -166,12 +166,13 @@ std::vector<CelRule> make_rules() {
        }});
   rules.push_back(
       {"spec",
-       "has(self.volumes) && self.volumes.exists(v, self.output.dir == v.mountPath || "
-       "self.output.dir.startsWith(v.mountPath + '/'))",
-       "output.dir must be under the mountPath of one of spec.volumes: a pod's own filesystem is "
-       "lost when the gang restarts",
+       "self.output.dir.startsWith('s3://') || (has(self.volumes) && self.volumes.exists(v, "
+       "self.output.dir == v.mountPath || self.output.dir.startsWith(v.mountPath + '/')))",
+       "output.dir must be under the mountPath of one of spec.volumes, or s3://BUCKET/PREFIX: a "
+       "pod's own filesystem is lost when the gang restarts",
        [](const json& self, const json*) {
-         return on_some_volume(self, string_at(self, "output", "dir"));
+         const std::string dir = string_at(self, "output", "dir");
+         return dir.rfind("s3://", 0) == 0 || on_some_volume(self, dir);
        }});
   rules.push_back(
       {"spec",
@@ -282,6 +283,23 @@ std::vector<CelRule> make_rules() {
         source_rule("spec.data", field, false, true, "data." + field + ": " + kRemoteFileForms));
   }
   rules.push_back(sources_need_preflight());
+  rules.push_back({"spec.output",
+                   std::string("!self.dir.matches('") + kSourceSchemePattern +
+                       "') || (self.dir.matches('" + kS3Pattern + "') && !self.dir.contains('..'))",
+                   std::string("output.dir: ") + kRemoteOutputForms,
+                   [](const json& self, const json*) {
+                     return is_local_or_remote_output(self.value("dir", std::string()));
+                   }});
+  rules.push_back({"spec",
+                   "!has(self.output.gguf) || size(self.output.gguf) == 0 || "
+                   "(has(self.output.saveMerged) && self.output.saveMerged) || "
+                   "(has(self.method) && has(self.method.type) && self.method.type == 'full')",
+                   kGgufNeedsAModelFolder, [](const json& self, const json*) {
+                     const json output = self.value("output", json::object());
+                     return output.value("gguf", json::array()).empty() ||
+                            output.value("saveMerged", false) ||
+                            string_at(self, "method", "type") == "full";
+                   }});
   rules.push_back({"spec",
                    "!has(self.volumes) || self.volumes.all(v, self.volumes.filter(w, w.mountPath "
                    "== v.mountPath).size() == 1)",

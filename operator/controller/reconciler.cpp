@@ -6,6 +6,7 @@
 #include "operator/policy/conditions.h"
 #include "operator/policy/gang.h"
 #include "operator/policy/gang_policy.h"
+#include "operator/policy/outputs.h"
 #include "operator/render/desired_objects.h"
 
 namespace kubetune::op {
@@ -172,7 +173,7 @@ PassDecision JobReconciler::run_gang(Pass& p) {
   p.status.workers.succeeded = g.succeeded;
   p.status.workers.failed = g.failed;
   if (g.failure) return handle_failure(p, *g.failure);
-  if (g.all_succeeded()) return succeed(p);
+  if (g.all_succeeded()) return succeed(p, g);
 
   if (!g.missing.empty()) create_gang(p, g.missing);
   ReconcileResult result;
@@ -324,8 +325,9 @@ PassDecision JobReconciler::fail(Pass& p, Reason reason, const std::string& mess
   return {{ttl_requeue(p)}};
 }
 
-PassDecision JobReconciler::succeed(Pass& p) {
+PassDecision JobReconciler::succeed(Pass& p, const GangState& g) {
   p.status.completion_time = format_time(p.now);
+  p.status.outputs = job_outputs(p.job.spec, g.pods.front());
   const std::string message =
       "all " + std::to_string(p.job.spec.workers.replicas) + " workers completed successfully";
   transition(p, Phase::kSucceeded, ConditionType::kSucceeded, Reason::kCompleted, message, false);

@@ -138,7 +138,7 @@ class JobReconciler {
 
   PassDecision handle_failure(Pass& p, const WorkerFailure& f);
   PassDecision fail(Pass& p, Reason reason, const std::string& message);
-  PassDecision succeed(Pass& p);
+  PassDecision succeed(Pass& p, const GangState& g);
   void create_gang(Pass& p, const std::vector<int>& missing);
   // Runs `create` (ensure_child calls). A child the server refuses is shown in the Created
   // condition and an event, and rethrown: reconcile() stores that status and the queue retries

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "operator/api/job.h"
 
@@ -17,6 +18,9 @@ struct FetchFailed : std::runtime_error {
   FetchFailed(int code, const std::string& what) : std::runtime_error(what), exit_code(code) {}
   int exit_code;
 };
+// kubetune-fetch with `args`: its stdout (its stderr passes through); FetchFailed when it cannot
+// be run or exits other than 0.
+std::string run_kubetune_fetch(const std::vector<std::string>& args);
 FineTuneJob with_fetched_sources(const FineTuneJob& job, const std::string& links_dir);
 
 }  // namespace kubetune::op::local

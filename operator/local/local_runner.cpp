@@ -15,6 +15,7 @@
 #include "operator/local/fetched_sources.h"
 #include "operator/local/preflight.h"
 #include "operator/local/process_gang.h"
+#include "operator/local/published_output.h"
 #include "operator/policy/fetch_end.h"
 #include "operator/policy/gang.h"
 #include "operator/policy/gang_policy.h"
@@ -22,6 +23,7 @@
 #include "operator/policy/progress.h"
 #include "operator/policy/time_util.h"
 #include "operator/render/desired_objects.h"
+#include "operator/render/publish.h"
 
 extern char** environ;
 
@@ -273,16 +275,41 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
   return result;
 }
 
+// The run's own files (configs, links to its sources, an s3:// output before its upload).
+std::string work_dir(const FineTuneJob& job, const LocalRunOptions& o) {
+  if (!o.work_dir.empty()) return o.work_dir;
+  if (!uploads_output(job.spec)) return job.spec.output.dir + "/.kubetune-local";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/kubetune/runs/" + job.ns + "/" + job.name;
+}
+
+// After the gang: GGUF files and an s3:// upload, as rank 0's publish container does them.
+int publish(const FineTuneJob& job, const std::string& local_dir, std::ostream& out) {
+  std::vector<api::JobOutput> outputs;
+  try {
+    outputs = publish_output(job, local_dir);
+  } catch (const FetchFailed& e) {
+    const bool permanent = classify_fetch_exit(e.exit_code, "").permanent;
+    out << "[kubetune] " << job.name << " failed (" << to_string(Reason::kPublishFailed)
+        << "): the trainer succeeded, publishing its output did not: " << e.what() << "\n";
+    return permanent ? kExitUserError : 1;
+  }
+  out << "[kubetune] " << job.name << " succeeded\n";
+  for (const auto& o : outputs)
+    out << "[kubetune] output " << o.name.value_or("") << ": " << o.uri.value_or("") << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_local(const FineTuneJob& job_as_written, const LocalRunOptions& o, std::ostream& out) {
-  const std::string dir =
-      o.work_dir.empty() ? job_as_written.spec.output.dir + "/.kubetune-local" : o.work_dir;
+  const std::string dir = work_dir(job_as_written, o);
   fs::create_directories(dir);
   // hf:// and s3:// sources first, into the cache on this machine, as the preflight pod does.
   FineTuneJob job;
   try {
-    job = with_fetched_sources(job_as_written, dir + "/sources");
+    job = with_local_output_dir(with_fetched_sources(job_as_written, dir + "/sources"),
+                                local_output_dir(dir));
   } catch (const FetchFailed& e) {
     out << "[kubetune] " << job_as_written.name << " failed before starting: " << e.what() << "\n";
     // As a fetch container's end is judged in a pod: a source that cannot be fetched is the
@@ -310,10 +337,7 @@ int run_local(const FineTuneJob& job_as_written, const LocalRunOptions& o, std::
         << " (gang " << restarts << ")\n"
         << std::flush;
     const AttemptResult r = run_attempt(job, o, restarts, dir, deadline, out);
-    if (r.end == GangEnd::kSucceeded) {
-      out << "[kubetune] " << job.name << " succeeded\n";
-      return 0;
-    }
+    if (r.end == GangEnd::kSucceeded) return publish(job, local_output_dir(dir), out);
     if (r.end == GangEnd::kInterrupted) {
       out << "[kubetune] " << job.name << " interrupted (signal " << interrupted
           << "): the workers stopped after their step and checkpointed; run it again to resume\n";

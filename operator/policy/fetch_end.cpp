@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/contracts.h"
+#include "operator/render/publish.h"
 #include "operator/render/sources.h"
 
 namespace kubetune::op {
@@ -19,12 +20,12 @@ std::string last_line(std::string text) {
   return text;
 }
 
-}  // namespace
-
-FetchEnd read_fetch_end(const k8s::Pod& pod) {
+// kubetune-fetch's container `name` among `statuses`, as the kubelet reports it.
+FetchEnd read_tool_end(const std::vector<k8s::ContainerStatus>& statuses, const char* name) {
   FetchEnd end;
-  for (const auto& c : pod.status.init_container_statuses) {
-    if (c.name != kFetchContainer) continue;
+  end.container = name;
+  for (const auto& c : statuses) {
+    if (c.name != name) continue;
     end.running = c.state.running.has_value();
     // The operator reads no Secret (its RBAC grants none): the kubelet's report is how a missing
     // one is known, a few seconds after the pod is placed.
@@ -44,8 +45,18 @@ FetchEnd read_fetch_end(const k8s::Pod& pod) {
   return end;
 }
 
+}  // namespace
+
+FetchEnd read_fetch_end(const k8s::Pod& pod) {
+  return read_tool_end(pod.status.init_container_statuses, kFetchContainer);
+}
+
+FetchEnd read_publish_end(const k8s::Pod& pod) {
+  return read_tool_end(pod.status.container_statuses, kPublishContainer);
+}
+
 std::string fetch_cannot_start_message(const std::string& who, const FetchEnd& fetch) {
-  return who + ": its fetch container cannot start: " + fetch.cannot_start +
+  return who + ": its " + fetch.container + " container cannot start: " + fetch.cannot_start +
          " (spec.sources.credentialsSecret names a Secret that must exist in the job's namespace; "
          "create it, then apply the job again)";
 }

@@ -17,6 +17,7 @@
 namespace kubetune::op {
 
 struct FetchEnd {
+  std::string container;         // fetch, or publish (the same tool, the same exit codes)
   bool running = false;          // it runs now: its progress endpoint can be read
   std::optional<int> exit_code;  // set once it ended (the kubelet's terminated state)
   std::string reason;            // the kubelet's: Completed, Error, OOMKilled
@@ -42,6 +43,9 @@ inline constexpr size_t kFetchErrorChars = 512;
 // The pod's fetch container as the kubelet reports it; all empty when the pod has none (a job
 // without remote sources) or the kubelet has not reported it yet.
 FetchEnd read_fetch_end(const k8s::Pod& pod);
+// Rank 0's publish container (render/publish.h), read the same way: kubetune-fetch publish
+// exits with the same codes and writes its results (where each output went) the same way.
+FetchEnd read_publish_end(const k8s::Pod& pod);
 
 struct FetchExit {
   Reason reason = Reason::kWorkerFailed;

@@ -18,6 +18,14 @@ const k8s::ContainerStateTerminated* terminated_state(const k8s::Pod& pod) {
   return nullptr;
 }
 
+// The trainer container's current state when it has ended, or null.
+const k8s::ContainerStateTerminated* trainer_ended_now(const k8s::Pod& pod) {
+  for (const auto& cs : pod.status.container_statuses) {
+    if (cs.name == kTrainerContainer && cs.state.terminated) return &*cs.state.terminated;
+  }
+  return nullptr;
+}
+
 int rank_of(const k8s::Pod& pod) {
   try {
     return std::stoi(kube::label(pod.metadata, kLabelRank));
@@ -81,8 +89,35 @@ std::optional<WorkerFailure> pod_failure(const k8s::Pod& pod, int rank) {
                   (pod_reason.empty() ? "" : ": " + pod_reason);
       return f;
     }
+    if (term->exit_code == 0) {
+      // The trainer ended well and its publish container (render/publish.h) did not.
+      const FetchEnd publish = read_publish_end(pod);
+      if (publish.failed()) {
+        return publish_failed(
+            rank, "worker " + std::to_string(rank) + " (pod " + name + "), publishing", publish);
+      }
+    }
     return exited(rank, "worker " + std::to_string(rank) + " (pod " + name + ")", term->exit_code,
                   term->reason.value_or(""), term->message.value_or(""));
+  }
+  if (phase == "Running") {
+    // A trainer that failed while rank 0's publish container still waits for it: the pod runs
+    // on, but the worker has failed.
+    const k8s::ContainerStateTerminated* term = trainer_ended_now(pod);
+    if (term && term->exit_code != 0) {
+      return exited(rank, "worker " + std::to_string(rank) + " (pod " + name + ")", term->exit_code,
+                    term->reason.value_or(""), term->message.value_or(""));
+    }
+  }
+  if (phase == "Pending" || phase == "Running") {
+    const FetchEnd publish = read_publish_end(pod);
+    if (!publish.cannot_start.empty()) {
+      f.reason = Reason::kPublishFailed;
+      f.permanent = true;
+      f.message = fetch_cannot_start_message(
+          "worker " + std::to_string(rank) + " (pod " + name + ")", publish);
+      return f;
+    }
   }
   if (phase == "Pending") {
     const FetchEnd fetch = read_fetch_end(pod);

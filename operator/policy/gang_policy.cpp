@@ -19,17 +19,32 @@ WorkerFailure exited(int rank, const std::string& who, int code, const std::stri
   return f;
 }
 
-WorkerFailure fetch_failed(int rank, const std::string& who, const FetchEnd& fetch) {
-  const FetchExit c = classify_fetch_exit(fetch.exit_code.value_or(-1), fetch.reason);
+namespace {
+
+// A kubetune-fetch container (fetch or publish) that failed, classified by its exit code;
+// `reason` replaces the classification's for all but a kill for memory.
+WorkerFailure tool_failed(int rank, const std::string& who, const FetchEnd& end,
+                          std::optional<Reason> reason, const std::string& not_retried) {
+  const FetchExit c = classify_fetch_exit(end.exit_code.value_or(-1), end.reason);
   WorkerFailure f;
   f.rank = rank;
-  f.reason = c.reason;
+  f.reason = reason && c.reason != Reason::kOOMKilled ? *reason : c.reason;
   f.permanent = c.permanent;
-  f.message = who + " exited with code " + std::to_string(fetch.exit_code.value_or(-1)) +
-              (fetch.reason.empty() ? "" : " (" + fetch.reason + ")") +
-              (c.permanent ? ": a source cannot be fetched, not retried" : "");
-  if (!fetch.error.empty()) f.message += ": " + fetch.error;
+  f.message = who + " exited with code " + std::to_string(end.exit_code.value_or(-1)) +
+              (end.reason.empty() ? "" : " (" + end.reason + ")") +
+              (c.permanent ? ": " + not_retried + ", not retried" : "");
+  if (!end.error.empty()) f.message += ": " + end.error;
   return f;
+}
+
+}  // namespace
+
+WorkerFailure fetch_failed(int rank, const std::string& who, const FetchEnd& fetch) {
+  return tool_failed(rank, who, fetch, std::nullopt, "a source cannot be fetched");
+}
+
+WorkerFailure publish_failed(int rank, const std::string& who, const FetchEnd& publish) {
+  return tool_failed(rank, who, publish, Reason::kPublishFailed, "the output cannot be published");
 }
 
 WorkerFailure stalled_failure(long timeout_seconds, std::optional<int64_t> last_step) {

@@ -22,6 +22,10 @@ WorkerFailure exited(int rank, const std::string& who, int code, const std::stri
 // A worker whose fetch container failed (fetch.failed()) before its trainer ran, classified as
 // every fetch container is (classify_fetch_exit).
 WorkerFailure fetch_failed(int rank, const std::string& who, const FetchEnd& fetch);
+// Rank 0's publish container failed after its trainer ended well (PublishFailed): exit code 2
+// (access denied, no bucket, no model folder to convert) is permanent; anything else restarts
+// the gang, which resumes from its last checkpoint.
+WorkerFailure publish_failed(int rank, const std::string& who, const FetchEnd& publish);
 
 // The stall watchdog's finding: rank 0's step has not advanced for runPolicy.stallTimeoutSeconds.
 WorkerFailure stalled_failure(long timeout_seconds, std::optional<int64_t> last_step);

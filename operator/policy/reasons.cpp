@@ -6,7 +6,7 @@
 namespace kubetune::op {
 
 std::string to_string(Reason reason) {
-  static constexpr std::array<std::pair<Reason, const char*>, 44> kNames = {{
+  static constexpr std::array<std::pair<Reason, const char*>, 45> kNames = {{
       {Reason::kWorkerFailed, "WorkerFailed"},
       {Reason::kConfigError, "ConfigError"},
       {Reason::kOOMKilled, "OOMKilled"},
@@ -51,6 +51,7 @@ std::string to_string(Reason reason) {
       {Reason::kInputInvalid, "InputInvalid"},
       {Reason::kSourceUnavailable, "SourceUnavailable"},
       {Reason::kSourcesFetched, "SourcesFetched"},
+      {Reason::kPublishFailed, "PublishFailed"},
   }};
   for (const auto& [r, name] : kNames) {
     if (r == reason) return name;

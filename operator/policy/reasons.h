@@ -62,6 +62,10 @@ enum class Reason {
   // container exited kExitUserError (fetch_end.h), the preflight pod's or a worker's.
   kSourceUnavailable,
   kSourcesFetched,  // the preflight's fetch container resolved and cached every source
+  // Rank 0's publish container (render/publish.h: GGUF files, an s3:// output.dir) failed after
+  // the trainer ended well; its exit code 2 (access denied, no bucket, no model to convert) is
+  // not retried.
+  kPublishFailed,
 };
 
 std::string to_string(Reason reason);

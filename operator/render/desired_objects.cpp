@@ -7,6 +7,7 @@
 #include "common/contracts.h"
 #include "common/launch_contract.h"
 #include "operator/render/pod_parts.h"
+#include "operator/render/publish.h"
 #include "operator/render/sources.h"
 
 namespace kubetune::op {
@@ -111,7 +112,7 @@ k8s::Volume config_volume(const FineTuneJob& job) {
   k8s::ConfigMapVolumeSource source;
   source.name = config_map_name(job.name);
   k8s::Volume v;
-  v.name = "kubetune-config";
+  v.name = kConfigVolume;
   v.config_map = source;
   return v;
 }
@@ -122,7 +123,7 @@ k8s::Volume shm_volume(const FineTuneJob& job) {
   source.medium = "Memory";
   source.size_limit = job.spec.workers.shm_size;
   k8s::Volume v;
-  v.name = "kubetune-shm";
+  v.name = kShmVolume;
   v.empty_dir = source;
   return v;
 }
@@ -148,8 +149,8 @@ k8s::Volume user_volume(const Volume& v) {
 void add_volumes(const FineTuneJob& job, k8s::PodSpec& pod_spec,
                  std::vector<k8s::VolumeMount>& mounts) {
   pod_spec.volumes = {config_volume(job), shm_volume(job)};
-  mounts = {volume_mount("kubetune-config", kConfigMountDir, true),
-            volume_mount("kubetune-shm", "/dev/shm", std::nullopt)};
+  mounts = {volume_mount(kConfigVolume, kConfigMountDir, true),
+            volume_mount(kShmVolume, "/dev/shm", std::nullopt)};
   for (const auto& v : job.spec.volumes) {
     pod_spec.volumes.push_back(user_volume(v));
     mounts.push_back(volume_mount(v.name, v.mount_path, v.read_only));
@@ -210,6 +211,7 @@ k8s::Pod job_pod(const FineTuneJob& job, const std::string& name, const std::str
   Workers cpu_only = w;
   cpu_only.gpus_per_worker = 0;
   add_fetch_container(job.spec, pins, spec, container, resources(cpu_only));
+  add_output_staging(job.spec, spec, container);
   spec.containers = {container};
   spec.node_selector = w.node_selector;
   for (const auto& t : w.tolerations) spec.tolerations.push_back(toleration(t));
@@ -239,6 +241,8 @@ k8s::Pod make_pod(const FineTuneJob& job, int rank, int attempt) {
   pod.spec.termination_grace_period_seconds = job.spec.run_policy.termination_grace_period_seconds;
   pod.metadata.labels[kLabelRank] = std::to_string(rank);
   pod.metadata.labels[kLabelAttempt] = std::to_string(attempt);
+  // Rank 0 writes the outputs; its publish container takes them on from there.
+  if (rank == 0) add_publish_container(job.spec, pod.spec, pod.spec.containers.front());
   return pod;
 }
 
@@ -340,8 +344,11 @@ k8s::ConfigMap config_map(const FineTuneJob& job) {
   cm.api_version = "v1";
   cm.kind = "ConfigMap";
   cm.metadata = metadata(job, config_map_name(job.name));
-  // hf:// and s3:// sources are read where the fetch container links them.
-  cm.data[kConfigFile] = with_linked_sources(job.train_config, kSourcesDir).dump(2);
+  // hf:// and s3:// sources are read where the fetch container links them; an s3:// output.dir
+  // is written to the staging folder the publish container uploads.
+  cm.data[kConfigFile] =
+      with_local_output(with_linked_sources(job.train_config, kSourcesDir), kOutputStagingDir)
+          .dump(2);
   return cm;
 }
 

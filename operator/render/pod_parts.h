@@ -9,6 +9,10 @@
 
 namespace kubetune::op {
 
+// The volumes of every job pod besides spec.volumes: the trainer's config, and /dev/shm.
+inline constexpr const char* kConfigVolume = "kubetune-config";
+inline constexpr const char* kShmVolume = "kubetune-shm";
+
 inline k8s::EnvVar env_var(const std::string& name, const std::optional<std::string>& value) {
   k8s::EnvVar e;
   e.name = name;
@@ -24,6 +28,13 @@ inline k8s::VolumeMount volume_mount(const std::string& name, const std::string&
   m.mount_path = path;
   m.read_only = read_only;
   return m;
+}
+
+inline k8s::Volume empty_dir(const std::string& name) {
+  k8s::Volume v;
+  v.name = name;
+  v.empty_dir = k8s::EmptyDirVolumeSource{};
+  return v;
 }
 
 }  // namespace kubetune::op

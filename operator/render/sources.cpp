@@ -12,13 +12,6 @@ constexpr const char* kCacheVolume = "kubetune-source-cache";
 constexpr const char* kLinksVolume = "kubetune-sources";
 constexpr const char* kTmpVolume = "kubetune-fetch-tmp";  // HOME and the clients' own caches
 
-k8s::Volume empty_dir(const std::string& name) {
-  k8s::Volume v;
-  v.name = name;
-  v.empty_dir = k8s::EmptyDirVolumeSource{};
-  return v;
-}
-
 // The shared claim when there is one: fetched once for every pod and every later job.
 k8s::Volume cache_volume(const api::Sources& sources) {
   if (!sources.cache_claim) return empty_dir(kCacheVolume);
@@ -69,7 +62,21 @@ std::vector<std::string> fetch_arguments(const std::vector<RemoteSource>& source
   return args;
 }
 
-k8s::SecurityContext fetch_security_context() {
+void add_store_access(const api::Sources& sources, k8s::Container& tool) {
+  tool.env.push_back(env_var("HOME", "/tmp"));  // the clients' caches; the image's user has none
+  if (sources.hf_endpoint) tool.env.push_back(env_var("HF_ENDPOINT", *sources.hf_endpoint));
+  if (sources.s3_endpoint) tool.env.push_back(env_var("AWS_ENDPOINT_URL", *sources.s3_endpoint));
+  if (sources.credentials_secret) {
+    // The credentials reach kubetune-fetch's containers only, never the trainer's.
+    k8s::SecretEnvSource secret;
+    secret.name = *sources.credentials_secret;
+    k8s::EnvFromSource from;
+    from.secret_ref = secret;
+    tool.env_from = {from};
+  }
+}
+
+k8s::SecurityContext tool_security_context() {
   k8s::Capabilities none;
   none.drop = {"ALL"};
   k8s::SecurityContext s;
@@ -94,22 +101,9 @@ void add_fetch_container(const api::FineTuneJobSpec& spec,
   progress.name = "fetch-progress";
   progress.container_port = kFetchMetricsPort;
   fetch.ports = {progress};
-  fetch.env = {env_var("HOME", "/tmp")};  // the clients' own caches; the image's user has no home
-  if (spec.sources.hf_endpoint)
-    fetch.env.push_back(env_var("HF_ENDPOINT", *spec.sources.hf_endpoint));
-  if (spec.sources.s3_endpoint) {
-    fetch.env.push_back(env_var("AWS_ENDPOINT_URL", *spec.sources.s3_endpoint));
-  }
-  if (spec.sources.credentials_secret) {
-    // The credentials reach this container only, never the trainer's.
-    k8s::SecretEnvSource secret;
-    secret.name = *spec.sources.credentials_secret;
-    k8s::EnvFromSource from;
-    from.secret_ref = secret;
-    fetch.env_from = {from};
-  }
+  add_store_access(spec.sources, fetch);
   fetch.resources = resources;
-  fetch.security_context = fetch_security_context();
+  fetch.security_context = tool_security_context();
   // A fetch that fails before writing its results still leaves its last log lines (the error).
   fetch.termination_message_policy = "FallbackToLogsOnError";
   fetch.volume_mounts = {volume_mount(kCacheVolume, kSourceCacheDir, std::nullopt),

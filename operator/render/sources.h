@@ -40,6 +40,13 @@ std::vector<std::string> fetch_arguments(const std::vector<RemoteSource>& source
                                          const std::string& cache_dir,
                                          const std::string& links_dir);
 
+// What kubetune-fetch's containers (fetch, publish) get to reach the stores: HOME, the endpoints
+// and the credentials Secret (spec.sources), which no other container gets.
+void add_store_access(const api::Sources& sources, k8s::Container& tool);
+// Their security context: no capabilities whatever the trainer was given, a read-only root (an
+// emptyDir for /tmp).
+k8s::SecurityContext tool_security_context();
+
 // Adds the fetch init container, the cache and links volumes, and their mounts in `trainer`, to
 // a pod spec of a job that has remote sources (nothing otherwise). The container gets the
 // trainer's CPU and memory and no GPU (`resources`), and a security context of its own: no

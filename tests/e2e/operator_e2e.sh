@@ -449,6 +449,82 @@ PY
   fails_unavailable $sjob4 'secret "no-such-secret" not found' "Secret is missing"
   ok "a missing credentialsSecret fails the job (SourceUnavailable) before any worker: ${msg:0:120}..."
   kubectl delete ftj -n "$ns" $sjob $sjob2 $sjob3 $sjob4 >/dev/null
+
+  echo "== an s3:// output.dir: rank 0's publish container uploads it; status.outputs names it"
+  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test "$python" -c 'import boto3, sys
+boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1").create_bucket(Bucket="kubetune-out")' "$s3_url"
+  s3_job() {  # s3_job NAME OUTPUT_DIR
+    example "$root/examples/jobs/lora-single-gpu.yaml" "$1" \
+      "{\"spec\":{\"output\":{\"dir\":\"$2\",\"saveMerged\":true},\"workers\":{\"replicas\":2,\"gpusPerWorker\":0},\"metrics\":{\"port\":0},\"sources\":{\"s3Endpoint\":\"$s3_url\"}}}" |
+      kubectl apply -n "$ns" -f - >/dev/null
+    eventually 30 preflight_pod_exists "$1" || fail "no preflight pod for $1"
+    end_preflight "$1" 0 "$work/ok.report"
+    eventually 30 pods_are "$1" 2 || fail "no worker pods for $1: $(jp ftj "$1" '{.status}')"
+  }
+  # The kubelet's part for the publish container: its own arguments, run here, on a folder of
+  # $work standing in for the trainer's output (with the mark the trainer writes last); then the
+  # pod's end as the kubelet reports it, the publish container's termination message included.
+  run_publish() {  # run_publish POD: the exit code of the pod's publish container, run here
+    local pod=$1 out="$work/output-$1"
+    mkdir -p "$out/merged" "$out/checkpoints"
+    echo '{"r": 8}' >"$out/adapter_config.json"
+    head -c 20000000 /dev/urandom >"$out/merged/model.safetensors"
+    echo x >"$out/checkpoints/state"
+    echo "{\"host\": \"$(hostname)\", \"step\": 5}" >"$out/kubetune-complete.json"
+    mapfile -t args < <(jp pod "$pod" '{.spec.containers[1].args}' | "$python" -c '
+import json, sys
+for a in json.load(sys.stdin):
+    print(a)')
+    args=("${args[@]//\/kubetune\/output/$out}")
+    args=("${args[@]//\/dev\/termination-log/$work/$pod.publish}")
+    env PYTHONPATH="$root/fetch" AWS_ENDPOINT_URL="$s3_url" AWS_ACCESS_KEY_ID=test \
+      AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 KUBETUNE_FETCH_FIRST_RETRY_SECONDS=0.05 \
+      "$python" -m kubetune_fetch "${args[@]}" >/dev/null 2>"$work/$pod.publish.log"
+  }
+  publish_ended() {  # publish_ended POD CODE: trainer exited 0, publish CODE with its message
+    "$python" - "$2" "$work/$1.publish" <<'PY' >"$work/publish-status.json"
+import json, sys
+code, message = int(sys.argv[1]), open(sys.argv[2]).read()
+def ended(name, c, m=""):
+    return {"name": name, "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+            "state": {"terminated": {"exitCode": c, "message": m,
+                                     "reason": "Completed" if c == 0 else "Error"}}}
+print(json.dumps({"status": {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [
+    ended("trainer", 0), ended("publish", code, message)]}}))
+PY
+    kubectl patch pod -n "$ns" "$1" --subresource=status --type=merge -p "$(cat "$work/publish-status.json")" >/dev/null
+  }
+  ojob=e2e-to-s3
+  s3_job $ojob s3://kubetune-out/e2e/v1
+  [[ "$(jp pod $ojob-worker-0 '{.spec.containers[*].name}')" == "trainer publish" ]] ||
+    fail "rank 0 has no publish container: $(jp pod $ojob-worker-0 '{.spec.containers[*].name}')"
+  [[ "$(jp pod $ojob-worker-1 '{.spec.containers[*].name}')" == trainer ]] || fail "rank 1 publishes"
+  [[ "$(jp configmap $ojob-config '{.data.config\.json}')" == *'"dir": "/kubetune/output"'* ]] ||
+    fail "the trainer does not write the staging folder"
+  run_publish $ojob-worker-0 || fail "the upload failed: $(tail -3 "$work/$ojob-worker-0.publish.log")"
+  set_pod $ojob-worker-1 Succeeded 0
+  publish_ended $ojob-worker-0 0
+  eventually 30 phase_is $ojob Succeeded || fail "not Succeeded: $(jp ftj $ojob '{.status}')"
+  [[ "$(jp ftj $ojob '{.status.outputs[*].uri}')" == "s3://kubetune-out/e2e/v1/ s3://kubetune-out/e2e/v1/merged/" ]] ||
+    fail "status.outputs: $(jp ftj $ojob '{.status.outputs}')"
+  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test "$python" -c 'import boto3, json, sys
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1")
+marker = json.loads(s3.get_object(Bucket="kubetune-out", Key="e2e/v1/kubetune-complete.json")["Body"].read())
+assert sorted(marker["files"]) == ["adapter_config.json", "merged/model.safetensors"], marker' "$s3_url" ||
+    fail "the prefix is not whole"
+  ok "rank 0's publish container uploaded the output (checkpoints left out, kubetune-complete.json last); status.outputs: $(jp ftj $ojob '{.status.outputs[*].name}')"
+  ojob2=e2e-to-no-bucket
+  s3_job $ojob2 s3://no-such-bucket/e2e
+  code=0
+  run_publish $ojob2-worker-0 || code=$?
+  [[ $code -eq 2 ]] || fail "an upload to a missing bucket should exit 2, got $code"
+  publish_ended $ojob2-worker-0 2
+  eventually 30 phase_is $ojob2 Failed || fail "$ojob2 did not fail: $(jp ftj $ojob2 '{.status}')"
+  msg=$(jp ftj $ojob2 '{.status.conditions[?(@.type=="Failed")].message}')
+  [[ "$(jp ftj $ojob2 '{.status.conditions[?(@.type=="Failed")].reason}')" == PublishFailed &&
+    "$msg" == *no-such-bucket* ]] || fail "Failed condition: $msg"
+  ok "an upload that cannot succeed fails the job (PublishFailed): ${msg:0:110}..."
+  kubectl delete ftj -n "$ns" $ojob $ojob2 >/dev/null
   eval "exec ${SOURCES[1]}>&-"  # olah and moto stop when their stdin closes
   wait "$SOURCES_PID" 2>/dev/null || true
 else

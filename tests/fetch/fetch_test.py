@@ -747,6 +747,74 @@ class FetchTest(unittest.TestCase):
         self.assertEqual(marker["step"], 7)
 
     @unittest.skipUnless(BIN_DIR, "kubetune and kubetune-trainer not built (KUBETUNE_BIN_DIR)")
+    def test_kubetune_run_from_a_hub_split_to_s3_with_a_gguf_llama_cpp_scores(self):
+        """Issue 49's whole path: a FineTuneJob trains a tiny Qwen2 (Qwen2's real tokenizer) from
+        the Hub with LoRA on a ShareGPT dataset's split of Parquet shards, merges it and writes a
+        q8_0 GGUF to S3; from what boto3 downloads, llama.cpp scores held-out text with the GGUF
+        within q8_0's tolerance of the merged model in transformers."""
+        os.environ.setdefault("KUBETUNE_TRAINER", f"{BIN_DIR}/kubetune-trainer")
+        os.environ.setdefault("KUBETUNE_REPO", str(ROOT))
+        sys.path.insert(0, str(ROOT / "tests" / "train"))
+        import exports_test as ex  # the GGUF scoring of tests/train, and its tolerances
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            self.skipTest("llama-cpp-python is not installed (scripts/setup.sh --test installs it)")
+        if not (ex.llama_cpp_home() / "convert_hf_to_gguf.py").is_file():
+            self.skipTest(f"no llama.cpp converter at {ex.llama_cpp_home()}")
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        base = ex.qwen2_with_a_real_tokenizer(self.cache / "qwen2")
+        mirror = SERVERS.dir / "mirrors/models/kubetune/tiny-qwen2"
+        if not mirror.exists():
+            git_repo(mirror, {f.name: f.read_bytes() for f in base.iterdir() if f.is_file()})
+        bucket = self.new_bucket()
+        job = self.cache / "job.yaml"
+        job.write_text(f"""apiVersion: kubetune.io/v1alpha1
+kind: FineTuneJob
+metadata: {{name: to-s3}}
+spec:
+  model: {{path: "hf://kubetune/tiny-qwen2", dtype: float32}}
+  data: {{train: "hf://datasets/kubetune/sharegpt?split=train", format: sharegpt, maxLength: 128,
+          lossOn: all}}
+  method: {{type: lora, lora: {{targetModules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+                                                down_proj]}}}}
+  training: {{maxSteps: 8, microBatchSize: 4, learningRate: 0.03, logEverySteps: 4}}
+  output: {{dir: "s3://{bucket}/qwen/v1", saveMerged: true, gguf: [q8_0]}}
+  workers: {{replicas: 1, gpusPerWorker: 0}}
+""")
+        wrapper = self.cache / "kubetune-fetch"
+        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m kubetune_fetch \"$@\"\n")
+        wrapper.chmod(0o755)
+        env = {**self.env, "KUBETUNE_TRAINER": f"{BIN_DIR}/kubetune-trainer",
+               "KUBETUNE_FETCH": str(wrapper), "KUBETUNE_SOURCE_CACHE": str(self.cache / "sources"),
+               "KUBETUNE_LLAMA_CPP": str(ex.llama_cpp_home()), "HOME": str(self.cache / "home")}
+        p = subprocess.run([f"{BIN_DIR}/kubetune", "run", str(job)], env=env, capture_output=True,
+                           text=True, timeout=900)
+        self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+        self.assertIn(f"output gguf-q8_0: s3://{bucket}/qwen/v1/gguf/model-q8_0.gguf", p.stdout)
+        self.assertIn(f"output merged: s3://{bucket}/qwen/v1/merged/", p.stdout)
+
+        got = self.uploaded(bucket, "qwen/v1/")
+        marker = json.loads((got / "kubetune-complete.json").read_text())
+        self.assertEqual(marker["step"], 8)
+        for name in ("adapter_model.safetensors", "merged/config.json", "gguf/model-q8_0.gguf"):
+            self.assertEqual(marker["files"][name]["sha256"],
+                             hashlib.sha256((got / name).read_bytes()).hexdigest(), name)
+        self.assertFalse((got / "checkpoints").exists())
+
+        tok = AutoTokenizer.from_pretrained(got / "merged")
+        ids = ex.held_out_ids(tok, ex.HELD_OUT)[:-1]
+        merged = ex.hf_loss(AutoModelForCausalLM.from_pretrained(got / "merged", dtype=torch.float32), ids)
+        start = ex.hf_loss(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), ids)
+        gguf = ex.llama_cpp_loss(got / "gguf/model-q8_0.gguf", ids)
+        print(f"held-out loss: base {start:.4f}, merged {merged:.4f} (transformers), "
+              f"q8_0 {gguf:.4f} (llama.cpp)", file=sys.stderr)
+        self.assertLess(abs(gguf - merged), ex.GGUF_TOLERANCE["q8_0"])
+        self.assertGreater(abs(start - merged), 5 * ex.GGUF_TOLERANCE["q8_0"])
+
+    @unittest.skipUnless(BIN_DIR, "kubetune and kubetune-trainer not built (KUBETUNE_BIN_DIR)")
     def test_kubetune_run_trains_from_the_hub_and_s3(self):
         """`kubetune run` fetches an hf:// model, a dataset's split of ShareGPT Parquet shards
         (hf://datasets/...?split=train) and s3:// data into the cache on this machine, as the

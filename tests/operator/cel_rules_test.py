@@ -57,7 +57,7 @@ def targets(obj, where):
         return [obj["spec"]]
     if where == "spec.volumes[]":
         return obj["spec"].get("volumes", [])
-    if where in ("spec.model", "spec.data"):
+    if where in ("spec.model", "spec.data", "spec.output"):
         return [obj["spec"][where.split(".")[1]]]
     raise AssertionError(f"a rule at {where}: teach this test where that is")
 
@@ -124,6 +124,20 @@ def edits_of(base):
             "validation", "hf://datasets/org/chat/../../x.jsonl")),
         "validation from S3": edit(lambda o: o["spec"]["data"].__setitem__(
             "validation", "s3://my-data/chat/valid.jsonl")),
+        # Outputs in S3 and GGUF files (issue 49).
+        "output to S3": edit(lambda o: o["spec"]["output"].__setitem__("dir", "s3://models/run")),
+        "output to S3 in upper case": edit(lambda o: o["spec"]["output"].__setitem__(
+            "dir", "S3://models/run")),
+        "output to the Hub": edit(lambda o: o["spec"]["output"].__setitem__("dir", "hf://org/x")),
+        "output to S3 with ..": edit(lambda o: o["spec"]["output"].__setitem__(
+            "dir", "s3://models/../x")),
+        "gguf without a merged model": edit(lambda o: o["spec"]["output"].__setitem__(
+            "gguf", ["q8_0"])),
+        "gguf with a merged model": edit(lambda o: o["spec"]["output"].update(
+            gguf=["q8_0"], saveMerged=True)),
+        "gguf of a full fine-tune": edit(lambda o: (o["spec"]["output"].__setitem__("gguf", ["f16"]),
+                                                    o["spec"].setdefault("method", {}).__setitem__(
+                                                        "type", "full"))),
         # Near misses of a source (issue "administrators stay in charge", part 5).
         "a scheme in upper case": edit(lambda o: o["spec"]["model"].__setitem__(
             "path", "HF://meta-llama/Llama-3.2-1B")),

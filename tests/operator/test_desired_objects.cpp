@@ -171,5 +171,50 @@ TEST(DesiredObjects, CpuWorkersHaveNoGpuLimitAndOneProcess) {
   EXPECT_EQ(pod.spec.volumes.at(2).host_path->path, "/srv/kubetune");
 }
 
+// An s3:// output.dir: every worker writes to a staging emptyDir; rank 0's publish container,
+// beside its trainer, makes the GGUF files and uploads the folder with the job's credentials.
+TEST(DesiredObjects, AnS3OutputIsStagedAndPublishedByRankZero) {
+  json obj =
+      load_yaml_or_json_file(testing::source_dir() + "/examples/jobs/sft-to-s3-with-gguf.yaml");
+  obj["metadata"]["namespace"] = "team-a";
+  obj["metadata"]["uid"] = "uid-1";
+  obj["spec"]["workers"]["replicas"] = 2;
+  const FineTuneJob job = parse_job(obj);
+  const DesiredObjects d = desired_objects(job, 0);
+  const json config = json::parse(d.config_map.data.at("config.json"));
+  EXPECT_EQ(config["output"]["dir"], "/kubetune/output");
+  EXPECT_NO_THROW(validate_train_config(config));
+
+  const json rank0 = d.pods[0], rank1 = d.pods[1];
+  ASSERT_EQ(rank0["spec"]["containers"].size(), 2u);
+  ASSERT_EQ(rank1["spec"]["containers"].size(), 1u);  // rank 0 alone writes the outputs
+  const json trainer = rank0["spec"]["containers"][0], publish = rank0["spec"]["containers"][1];
+  EXPECT_EQ(publish["name"], "publish");
+  EXPECT_EQ(publish["image"], "ghcr.io/kubetune/export:0.1.0");  // output.gguf: llama.cpp's tools
+  EXPECT_EQ(publish["command"], json({"kubetune-fetch"}));
+  EXPECT_EQ(publish["args"], json({"publish", "/kubetune/output", "--gguf", "q8_0", "--gguf",
+                                   "q4_k_m", "--to", "s3://my-team-models/qwen3-8b-support/v1",
+                                   "--wait-for-trainer", "--results", "/dev/termination-log"}));
+  EXPECT_EQ(publish["envFrom"][0]["secretRef"]["name"], "hub-and-s3");
+  EXPECT_FALSE(trainer.contains("envFrom"));  // the credentials reach kubetune-fetch only
+  EXPECT_FALSE(publish["resources"]["limits"].contains("nvidia.com/gpu"));
+  EXPECT_EQ(publish["securityContext"]["readOnlyRootFilesystem"], true);
+  EXPECT_EQ(publish["terminationMessagePolicy"], "FallbackToLogsOnError");
+  auto mount_of = [](const json& container, const std::string& volume) {
+    for (const auto& m : container["volumeMounts"])
+      if (m["name"] == volume) return m["mountPath"];
+    return json();
+  };
+  for (const json& c : {trainer, publish, rank1["spec"]["containers"][0]})
+    EXPECT_EQ(mount_of(c, "kubetune-output"), "/kubetune/output") << c["name"];
+  EXPECT_EQ(mount_of(publish, "runs"), "/runs");  // the checkpoints' volume, as the trainer's
+  EXPECT_TRUE(mount_of(publish, "kubetune-config").is_null());
+
+  // A job without s3:// output or GGUF files has neither.
+  const json plain = desired_objects(example("lora-single-gpu.yaml"), 0).pods[0];
+  EXPECT_EQ(plain["spec"]["containers"].size(), 1u);
+  EXPECT_TRUE(mount_of(plain["spec"]["containers"][0], "kubetune-output").is_null());
+}
+
 }  // namespace
 }  // namespace kubetune::op

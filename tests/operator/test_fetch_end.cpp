@@ -5,6 +5,7 @@
 #include "common/contracts.h"
 #include "operator/policy/fetch_end.h"
 #include "operator/policy/gang.h"
+#include "operator/policy/outputs.h"
 #include "test_support.h"
 
 namespace kubetune::op {
@@ -104,6 +105,39 @@ TEST(FetchEnd, AMissingCredentialsSecretFailsAWorkerAtOnce) {
   const json pulling = {{"waiting", {{"reason", "PodInitializing"}}}};
   EXPECT_TRUE(read_fetch_end(pod_with_fetch(pulling)).cannot_start.empty());
   EXPECT_FALSE(pod_failure(pod_with_fetch(pulling), 1));
+}
+
+// status.outputs: what rank 0's publish container reported, else the folders the spec names.
+TEST(FetchEnd, OutputsAreWhatThePublisherReportedElseTheSpecsFolders) {
+  api::TrainConfig config;
+  config.output.dir = "s3://b/run";
+  config.output.save_merged = true;
+  const json report =
+      json::array({{{"name", "adapter"}, {"uri", "s3://b/run/"}},
+                   {{"name", "gguf-q8_0"}, {"uri", "s3://b/run/gguf/model-q8_0.gguf"}}});
+  json pod = {{"metadata", {{"name", "j-worker-0"}}},
+              {"status",
+               {{"phase", "Succeeded"},
+                {"containerStatuses",
+                 {{{"name", "trainer"}, {"state", {{"terminated", {{"exitCode", 0}}}}}},
+                  {{"name", "publish"},
+                   {"state", {{"terminated", {{"exitCode", 0}, {"message", report.dump()}}}}}}}}}}};
+  const auto published = job_outputs(config, pod.get<k8s::Pod>());
+  ASSERT_EQ(published.size(), 2u);
+  EXPECT_EQ(published[1].name, "gguf-q8_0");
+  EXPECT_EQ(published[1].uri, "s3://b/run/gguf/model-q8_0.gguf");
+
+  config.output.dir = "/runs/a";
+  const auto local = job_outputs(config, std::nullopt);
+  ASSERT_EQ(local.size(), 2u);
+  EXPECT_EQ(local[0].name, "adapter");
+  EXPECT_EQ(local[0].uri, "/runs/a");
+  EXPECT_EQ(local[1].uri, "/runs/a/merged");
+  // Anything else in the termination message is not trusted.
+  pod["status"]["containerStatuses"][1]["state"]["terminated"]["message"] = "not json";
+  EXPECT_EQ(job_outputs(config, pod.get<k8s::Pod>()).size(), 2u);
+  config.method.type = api::MethodType::kFull;
+  EXPECT_EQ(job_outputs(config, std::nullopt).at(0).name, "model");
 }
 
 }  // namespace

@@ -29,6 +29,52 @@ k8s::Pod terminated(int rank, int code, const std::string& reason = "") {
   return terminated_json(rank, code, reason).get<k8s::Pod>();
 }
 
+// Rank 0's pod with its publish container (render/publish.h) in `publish_state`.
+k8s::Pod with_publish(const std::string& phase, const json& trainer_state,
+                      const json& publish_state) {
+  json p = pod_json(0, phase);
+  p["status"]["containerStatuses"] = {{{"name", "trainer"}, {"state", trainer_state}},
+                                      {{"name", "publish"}, {"state", publish_state}}};
+  return p.get<k8s::Pod>();
+}
+
+json ended(int code, const std::string& message = "") {
+  return {{"terminated", {{"exitCode", code}, {"message", message}}}};
+}
+
+TEST(Gang, ATrainerThatFailsBesideAWaitingPublisherHasFailed) {
+  const json waiting = {{"running", json::object()}};
+  auto f = pod_failure(with_publish("Running", ended(3), waiting), 0);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->reason, Reason::kWorkerFailed);
+  EXPECT_FALSE(f->permanent);
+  EXPECT_FALSE(pod_failure(with_publish("Running", ended(0), waiting), 0));  // it publishes
+  EXPECT_FALSE(pod_failure(with_publish("Running", json{{"running", json::object()}}, waiting), 0));
+}
+
+TEST(Gang, APublishThatFailsAfterTheTrainerIsPublishFailed) {
+  auto denied = pod_failure(
+      with_publish("Failed", ended(0), ended(2, "s3://b/p: bucket b: access denied (403)")), 0);
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->reason, Reason::kPublishFailed);
+  EXPECT_TRUE(denied->permanent);
+  EXPECT_NE(denied->message.find("bucket b: access denied"), std::string::npos) << denied->message;
+  EXPECT_NE(denied->message.find("publishing"), std::string::npos) << denied->message;
+  auto network = pod_failure(with_publish("Failed", ended(0), ended(3, "timed out")), 0);
+  ASSERT_TRUE(network);
+  EXPECT_EQ(network->reason, Reason::kPublishFailed);
+  EXPECT_FALSE(network->permanent);
+  const json no_secret = {
+      {"waiting",
+       {{"reason", "CreateContainerConfigError"}, {"message", "secret \"s3-creds\" not found"}}}};
+  auto missing =
+      pod_failure(with_publish("Running", json{{"running", json::object()}}, no_secret), 0);
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->reason, Reason::kPublishFailed);
+  EXPECT_TRUE(missing->permanent);
+  EXPECT_NE(missing->message.find("s3-creds"), std::string::npos) << missing->message;
+}
+
 TEST(Gang, AllRunningAndAllSucceeded) {
   EXPECT_TRUE(assess_gang({pod(0, "Running"), pod(1, "Running")}, 2).all_running());
   EXPECT_TRUE(assess_gang({pod(0, "Succeeded"), pod(1, "Succeeded")}, 2).all_succeeded());

@@ -1,11 +1,16 @@
 #include "trainer/loop/outputs.h"
 
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 
+#include "common/contracts.h"
 #include "common/log.h"
+#include "common/source_forms.h"
+#include "trainer/inputs/user_input_error.h"
 #include "trainer/io/hf_checkpoint.h"
 #include "trainer/io/peft_adapter.h"
 #include "trainer/loop/evaluate.h"
@@ -166,6 +171,28 @@ void save_outputs(Run& run) {
   run.weight_sync->wait_for_weights();
   write_outputs(run);
   run.comm.wait_for_peers("rank 0 writing the outputs");
+}
+
+void begin_outputs(const TrainConfig& c, bool lead) {
+  if (is_remote_source(c.output.dir))
+    throw UserInputError("output.dir " + c.output.dir +
+                         ": the trainer writes a local folder; kubetune run and the operator give "
+                         "it one and upload it there when the run ends (kubetune-fetch publish)");
+  if (lead) fs::remove(fs::path(c.output.dir) / kOutputCompleteFile);
+}
+
+void mark_outputs_complete(const Run& run) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const fs::path dir(run.config.output.dir);
+  const fs::path tmp = dir / (std::string(".") + kOutputCompleteFile + ".tmp");
+  {
+    std::ofstream out(tmp);
+    out << nlohmann::json{{"host", host}, {"step", run.state.step}}.dump() << "\n";
+    out.flush();
+    if (!out) throw std::runtime_error(tmp.string() + ": write failed");
+  }
+  fs::rename(tmp, dir / kOutputCompleteFile);  // whole or absent, for the publisher that polls
 }
 
 }  // namespace kubetune::train

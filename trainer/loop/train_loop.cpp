@@ -198,6 +198,7 @@ void finish_training(Run& run, StepStats last) {
   }
   for (auto& o : run.observers) o->on_finish(last);
   run.comm.wait_for_peers("end of training (rank 0's last metrics and plots)");
+  if (run.comm.rank() == 0) mark_outputs_complete(run);
 }
 
 }  // namespace
@@ -212,6 +213,7 @@ int run_training(const TrainConfig& configured) {
   auto comm = parallel::Communicator::create(env, api::to_string(c.distributed.backend), device,
                                              c.distributed.timeout_seconds);
   const bool lead = env.rank == 0;
+  begin_outputs(c, lead);
 
   apply_test_memory_cap(device, env.rank);    // a smaller GPU for tests, loading included
   parallel::WeightLoading loading(c, *comm);  // a sharded scheme splits each part as it loads

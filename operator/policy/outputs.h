@@ -1,0 +1,17 @@
+// status.outputs: where a Succeeded job's results are. Rank 0's publish container reports them
+// (the s3:// URIs it uploaded to, the GGUF files it made); without one they are the folders the
+// trainer wrote, as the spec names them.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "common/finetunejob_types.h"
+#include "operator/kube/kube_types.h"
+
+namespace kubetune::op {
+
+std::vector<api::JobOutput> job_outputs(const api::TrainConfig& config,
+                                        const std::optional<k8s::Pod>& rank0);
+
+}  // namespace kubetune::op

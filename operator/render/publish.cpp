@@ -1,0 +1,79 @@
+#include "operator/render/publish.h"
+
+#include "common/source_forms.h"
+#include "operator/render/pod_parts.h"
+#include "operator/render/sources.h"
+
+namespace kubetune::op {
+namespace {
+
+constexpr const char* kStagingVolume = "kubetune-output";
+constexpr const char* kPublishTmpVolume = "kubetune-publish-tmp";
+
+// Enough to hash and send files; a GGUF conversion streams tensors but wants more.
+k8s::ResourceRequirements publish_resources(bool converts) {
+  k8s::ResourceRequirements r;
+  r.requests["cpu"] = "500m";
+  r.requests["memory"] = converts ? "4Gi" : "512Mi";
+  r.limits["memory"] = converts ? "32Gi" : "2Gi";
+  return r;
+}
+
+}  // namespace
+
+bool uploads_output(const api::TrainConfig& config) { return is_remote_source(config.output.dir); }
+
+bool publishes(const api::TrainConfig& config) {
+  return uploads_output(config) || !config.output.gguf.empty();
+}
+
+nlohmann::json with_local_output(nlohmann::json train_config, const std::string& local_dir) {
+  const nlohmann::json::json_pointer dir("/output/dir");
+  if (train_config.contains(dir) && train_config[dir].is_string() &&
+      is_remote_source(train_config[dir].get<std::string>()))
+    train_config[dir] = local_dir;
+  return train_config;
+}
+
+std::vector<std::string> publish_arguments(const api::TrainConfig& config,
+                                           const std::string& local_dir) {
+  std::vector<std::string> args = {"publish", local_dir};
+  for (const auto& type : config.output.gguf) args.insert(args.end(), {"--gguf", type});
+  if (uploads_output(config)) args.insert(args.end(), {"--to", config.output.dir});
+  return args;
+}
+
+void add_output_staging(const api::FineTuneJobSpec& spec, k8s::PodSpec& pod,
+                        k8s::Container& trainer) {
+  if (!uploads_output(spec)) return;
+  pod.volumes.push_back(empty_dir(kStagingVolume));
+  trainer.volume_mounts.push_back(volume_mount(kStagingVolume, kOutputStagingDir, std::nullopt));
+}
+
+void add_publish_container(const api::FineTuneJobSpec& spec, k8s::PodSpec& pod,
+                           const k8s::Container& trainer) {
+  if (!publishes(spec)) return;
+  const std::string local_dir = uploads_output(spec) ? kOutputStagingDir : spec.output.dir;
+  k8s::Container publish;
+  publish.name = kPublishContainer;
+  publish.image = spec.output.gguf.empty() ? spec.sources.image : spec.sources.export_image;
+  publish.command = {"kubetune-fetch"};  // both images install it; the export image's entrypoint
+                                         // is its GGUF converter
+  publish.args = publish_arguments(spec, local_dir);
+  publish.args.insert(publish.args.end(),
+                      {"--wait-for-trainer", "--results", "/dev/termination-log"});
+  add_store_access(spec.sources, publish);
+  publish.resources = publish_resources(!spec.output.gguf.empty());
+  publish.security_context = tool_security_context();
+  // A publish that fails before writing its results still leaves its last log lines (the error).
+  publish.termination_message_policy = "FallbackToLogsOnError";
+  // The trainer's volumes but its config and /dev/shm: the output is on one of them.
+  for (const auto& m : trainer.volume_mounts) {
+    if (m.name != kConfigVolume && m.name != kShmVolume) publish.volume_mounts.push_back(m);
+  }
+  publish.volume_mounts.push_back(volume_mount(kPublishTmpVolume, "/tmp", std::nullopt));
+  pod.volumes.push_back(empty_dir(kPublishTmpVolume));
+  pod.containers.push_back(publish);
+}
+
+}  // namespace kubetune::op
