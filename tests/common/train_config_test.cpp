@@ -163,6 +163,28 @@ std::string parse_problem(const nlohmann::json& config) {
   return "";
 }
 
+// output.dir: a local folder or an s3:// prefix (uploaded after the run); a near miss of one, or
+// a Hub repository, is refused with the form expected. output.gguf needs a model folder.
+TEST(TrainConfig, OutputsAreLocalOrS3AndGgufNeedsAModelFolder) {
+  for (const std::string dir : {"S3://bucket/run", "s3:/bucket/run", "hf://org/name",
+                                "s3://bucket/../x"}) {
+    auto config = minimal();
+    config["output"]["dir"] = dir;
+    const std::string problem = parse_problem(config);
+    EXPECT_NE(problem.find(std::string("output.dir: ") + kRemoteOutputForms), std::string::npos)
+        << dir << ": " << problem;
+  }
+  auto config = minimal();
+  config["output"]["dir"] = "s3://bucket/runs/a";
+  EXPECT_EQ(parse_problem(config), "");
+  config["output"]["gguf"] = {"q8_0"};
+  EXPECT_NE(parse_problem(config).find(kGgufNeedsAModelFolder), std::string::npos);
+  config["output"]["saveMerged"] = true;
+  EXPECT_EQ(parse_problem(config), "");
+  config["output"]["gguf"] = {"q9_x"};
+  EXPECT_NE(parse_problem(config).find("output.gguf"), std::string::npos) << parse_problem(config);
+}
+
 TEST(TrainConfig, NearMissSourcesAreRefusedWithTheirField) {
   for (const std::string path : {"HF://org/name", "hf:/org/name", "hf:///org/name", "hf://org/",
                                  "S3://bucket/x", "s3:/bucket/x"}) {
