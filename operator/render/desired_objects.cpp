@@ -15,11 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-// The resources a worker asks for (client-go's corev1.ResourceCPU, ...).
-constexpr const char* kResourceCpu = "cpu";
-constexpr const char* kResourceMemory = "memory";
-constexpr const char* kResourceGpu = "nvidia.com/gpu";
-
 std::map<std::string, std::string> labels(const FineTuneJob& job) {
   return {{kLabelManagedBy, kManagerName},
           {"app.kubernetes.io/name", "kubetune"},

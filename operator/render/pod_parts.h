@@ -9,6 +9,11 @@
 
 namespace kubetune::op {
 
+// The resources a container asks for (client-go's corev1.ResourceCPU, ...).
+inline constexpr const char* kResourceCpu = "cpu";
+inline constexpr const char* kResourceMemory = "memory";
+inline constexpr const char* kResourceGpu = "nvidia.com/gpu";
+
 // The volumes of every job pod besides spec.volumes: the trainer's config, and /dev/shm.
 inline constexpr const char* kConfigVolume = "kubetune-config";
 inline constexpr const char* kShmVolume = "kubetune-shm";

@@ -13,9 +13,9 @@ constexpr const char* kPublishTmpVolume = "kubetune-publish-tmp";
 // Enough to hash and send files; a GGUF conversion streams tensors but wants more.
 k8s::ResourceRequirements publish_resources(bool converts) {
   k8s::ResourceRequirements r;
-  r.requests["cpu"] = "500m";
-  r.requests["memory"] = converts ? "4Gi" : "512Mi";
-  r.limits["memory"] = converts ? "32Gi" : "2Gi";
+  r.requests[kResourceCpu] = "500m";
+  r.requests[kResourceMemory] = converts ? "4Gi" : "512Mi";
+  r.limits[kResourceMemory] = converts ? "32Gi" : "2Gi";
   return r;
 }
 
