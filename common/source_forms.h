@@ -55,6 +55,10 @@ inline constexpr const char* kRemoteOutputForms =
     "a remote output.dir is s3://BUCKET/PREFIX (no '..'), the scheme in lower case with two "
     "slashes: the output is uploaded there after the run";
 
+inline constexpr const char* kRemoteCheckpointForms =
+    "a remote checkpoint.dir is s3://BUCKET/PREFIX (no '..'), the scheme in lower case with two "
+    "slashes: each checkpoint is uploaded there and a new gang resumes from the newest";
+
 // A well-formed remote source, which kubetune-fetch fetches.
 inline bool is_remote_source(const std::string& path) {
   return path.rfind("hf://", 0) == 0 || path.rfind("s3://", 0) == 0;
@@ -67,7 +71,7 @@ bool looks_like_remote_source(const std::string& path);
 // data (one file, or a split of a dataset).
 bool is_local_or_remote_source(const std::string& path, bool model);
 
-// Whether `dir` is a local folder or an s3:// prefix to upload the output to.
+// Whether `dir` is a local folder or an s3:// prefix (output.dir, checkpoint.dir).
 bool is_local_or_remote_output(const std::string& dir);
 
 }  // namespace kubetune

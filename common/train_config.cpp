@@ -72,6 +72,9 @@ TrainConfig parse_train_config(const nlohmann::json& validated) {
   if (!is_local_or_remote_output(c.output.dir))
     sources.push_back(std::string("output.dir: ") + kRemoteOutputForms + " (got \"" + c.output.dir +
                       "\")");
+  if (c.checkpoint.dir && !is_local_or_remote_output(*c.checkpoint.dir))
+    sources.push_back(std::string("checkpoint.dir: ") + kRemoteCheckpointForms + " (got \"" +
+                      *c.checkpoint.dir + "\")");
   if (!sources.empty()) throw ConfigError(sources);
   if (!c.output.gguf.empty() && c.method.type != api::MethodType::kFull && !c.output.save_merged)
     throw ConfigError({kGgufNeedsAModelFolder});

@@ -15,7 +15,9 @@ HF_TOKEN; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (AWS_ENDPOINT_URL for an S3-c
 and are never printed. Exit codes: 0, 2 (retrying cannot help: not found, unauthorised, malformed,
 disk full), 3 (the network or the server failed after retries, or a checksum did not match).
 
-kubetune-fetch publish OUTPUT_DIR ... sends a finished run's output the other way (publish.py).
+--restore-checkpoint S3_PREFIX=DIR first puts the newest whole checkpoint under an s3://
+checkpoint.dir into DIR (checkpoints.py). kubetune-fetch publish OUTPUT_DIR ... sends a finished
+run's output the other way (publish.py).
 """
 import argparse
 import errno
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from .errors import EXIT_RETRYABLE, EXIT_USER_ERROR, FetchError
 from .parquet import as_jsonl
-from .sources import HubSource, parse_source
+from .sources import HubSource, S3Source, parse_source
 
 
 def log(line: str) -> None:
@@ -74,6 +76,23 @@ def link(link_dir: Path, name: str, target: str) -> None:
     os.replace(tmp, link_dir / name)  # atomic: a reader sees the old link or the new one
 
 
+def restore_checkpoint(args) -> int:
+    """checkpoint.dir s3://: the newest whole checkpoint, where the trainer looks for its own."""
+    from .checkpoints import restore
+
+    text, sep, local = args.restore_checkpoint.rpartition("=")
+    try:
+        source = parse_source(text) if sep else None
+        if not isinstance(source, S3Source):
+            raise FetchError(args.restore_checkpoint, "--restore-checkpoint takes s3://BUCKET/PREFIX=DIR")
+        restore(source, Path(local), log)
+    except FetchError as e:
+        return failed(args, str(e), e.exit_code)
+    except OSError as e:
+        return failed(args, f"{args.restore_checkpoint}: {e}", EXIT_RETRYABLE)
+    return 0
+
+
 def failed(args, why: str, code: int) -> int:
     """Logs the error; with --results, writes it there alone (the pod's termination message, which
     the operator puts in the job's Failed condition)."""
@@ -90,7 +109,9 @@ def main(argv=None) -> int:
         return publish(argv[1:])
     parser = argparse.ArgumentParser(prog="kubetune-fetch", description=__doc__.split("\n\n")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sources", nargs="+", metavar="SOURCE")
+    parser.add_argument("sources", nargs="*", metavar="SOURCE")
+    parser.add_argument("--restore-checkpoint", metavar="S3_PREFIX=DIR",
+                        help="the newest whole checkpoint under S3_PREFIX into DIR (checkpoints.py)")
     parser.add_argument("--cache", type=Path, default=default_cache())
     parser.add_argument("--link-dir", type=Path, help="where NAME=SOURCE links go")
     parser.add_argument("--pin", action="append", default=[], metavar="SOURCE=REVISION")
@@ -103,6 +124,12 @@ def main(argv=None) -> int:
         from . import metrics
         if metrics.serve(args.metrics_port) is None:
             log(f"cannot serve progress on port {args.metrics_port}; fetching without")
+    if not args.sources and not args.restore_checkpoint:
+        parser.error("nothing to fetch: give a SOURCE or --restore-checkpoint")
+    if args.restore_checkpoint:
+        code = restore_checkpoint(args)
+        if code != 0:
+            return code
     pins = dict(p.rsplit("=", 1) for p in args.pin if "=" in p)
     results = []
     for arg in args.sources:

@@ -1,12 +1,14 @@
 """kubetune-publish: a finished run's output folder where the job said it goes.
 
     kubetune-fetch publish OUTPUT_DIR [--gguf TYPE]... [--to s3://BUCKET/PREFIX]
-                                      [--wait-for-trainer] [--results FILE]
+        [--wait-for-trainer] [--results FILE]
+        [--sync-checkpoints LOCAL_DIR --checkpoints-to s3://BUCKET/PREFIX --keep-last N]
 
 1. --wait-for-trainer: waits until the trainer has marked OUTPUT_DIR whole (COMPLETE_FILE, which
    it writes last, naming the host it ran on: this pod's, not an earlier run's on the same volume).
    How the publish container of rank 0's pod starts after the trainer beside it ends well; when
-   the trainer fails, the operator deletes the pod and this with it.
+   the trainer fails, the operator deletes the pod and this with it. Meanwhile, with
+   --sync-checkpoints, each checkpoint the trainer writes is uploaded (checkpoints.py).
 2. --gguf: GGUF files of the model (OUTPUT_DIR/merged, or OUTPUT_DIR itself after a full
    fine-tune) into OUTPUT_DIR/gguf, by llama.cpp's tools (export_gguf.py).
 3. --to: every file of OUTPUT_DIR but its checkpoints (upload.py: multipart, each part checked,
@@ -45,9 +47,11 @@ def read_marker(out: Path) -> dict:
         return {}
 
 
-def wait_for_trainer(out: Path, host: str, poll_seconds: float = 2) -> dict:
+def wait_for_trainer(out: Path, host: str, while_waiting=lambda: None,
+                     poll_seconds: float = 2) -> dict:
     started = last_log = time.monotonic()
     while True:
+        while_waiting()
         marker = read_marker(out)
         if marker.get("host") == host:
             log(f"{out}: the trainer finished (step {marker.get('step')})")
@@ -125,6 +129,22 @@ def results(out: Path, dest, gguf_files: list) -> list:
     return found
 
 
+def checkpoint_sync(args):
+    """The checkpoints' upload (checkpoint.dir s3://), when asked for."""
+    if not args.sync_checkpoints:
+        return None
+    dest = parse_source(args.checkpoints_to or "")
+    if not isinstance(dest, S3Source):
+        raise FetchError(str(args.checkpoints_to), "--checkpoints-to: expected s3://BUCKET/PREFIX")
+    from .checkpoints import CheckpointSync
+    from .s3 import explain
+
+    try:
+        return CheckpointSync(args.sync_checkpoints, dest, args.keep_last, log)
+    except Exception as e:  # noqa: BLE001
+        raise explain(dest, e) from e
+
+
 def failed(args, why: str, code: int) -> int:
     log(f"error: {why}")
     if args.results:
@@ -139,6 +159,10 @@ def main(argv=None) -> int:
     parser.add_argument("--to", help="s3://BUCKET/PREFIX")
     parser.add_argument("--gguf", action="append", default=[], metavar="TYPE")
     parser.add_argument("--wait-for-trainer", action="store_true")
+    parser.add_argument("--sync-checkpoints", type=Path, metavar="LOCAL_DIR",
+                        help="upload the checkpoints of this folder as they appear (checkpoints.py)")
+    parser.add_argument("--checkpoints-to", help="s3://BUCKET/PREFIX the checkpoints go to")
+    parser.add_argument("--keep-last", type=int, default=0, help="checkpoints kept in S3 (0: all)")
     parser.add_argument("--results", type=Path)
     args = parser.parse_args(argv)
     out = args.output_dir
@@ -146,8 +170,11 @@ def main(argv=None) -> int:
         dest = parse_source(args.to) if args.to else None
         if dest is not None and not isinstance(dest, S3Source):
             raise FetchError(args.to, "expected s3://BUCKET/PREFIX")
-        marker = (wait_for_trainer(out, socket.gethostname()) if args.wait_for_trainer
-                  else read_marker(out))
+        sync = checkpoint_sync(args)
+        marker = (wait_for_trainer(out, socket.gethostname(), sync.sync_once if sync else lambda: None)
+                  if args.wait_for_trainer else read_marker(out))
+        if sync:
+            sync.sync_once()  # the final checkpoint, written just before the outputs
         gguf_files = export_gguf(out, args.gguf) if args.gguf else []
         if dest is not None:
             upload(out, dest, marker)

@@ -150,6 +150,12 @@ CelRule spec_immutable_unless_suspended() {
           }};
 }
 
+// s3:// checkpoints are the CRD's rule alone (the trainer writes to the local folder it is given):
+// rank 0's pod uploads the checkpoints its processes write, so the job must be that one pod.
+constexpr const char* kS3CheckpointsNeedOnePod =
+    "checkpoint.dir s3:// holds the checkpoints of one pod's processes: set workers.replicas to 1 "
+    "(a job of several pods keeps its checkpoints on a ReadWriteMany volume)";
+
 std::vector<CelRule> make_rules() {
   std::vector<CelRule> rules;
   rules.push_back(
@@ -177,14 +183,23 @@ std::vector<CelRule> make_rules() {
   rules.push_back(
       {"spec",
        "!has(self.checkpoint) || !has(self.checkpoint.dir) || self.checkpoint.dir == '' || "
+       "self.checkpoint.dir.startsWith('s3://') || "
        "(has(self.volumes) && self.volumes.exists(v, self.checkpoint.dir == v.mountPath || "
        "self.checkpoint.dir.startsWith(v.mountPath + '/')))",
-       "checkpoint.dir must be under the mountPath of one of spec.volumes, so that restarted "
-       "workers can resume from it",
+       "checkpoint.dir must be under the mountPath of one of spec.volumes, or s3://BUCKET/PREFIX, "
+       "so that restarted workers can resume from it",
        [](const json& self, const json*) {
          const std::string dir = string_at(self, "checkpoint", "dir");
-         return dir.empty() || on_some_volume(self, dir);
+         return dir.empty() || dir.rfind("s3://", 0) == 0 || on_some_volume(self, dir);
        }});
+  rules.push_back({"spec",
+                   "!has(self.checkpoint) || !has(self.checkpoint.dir) || "
+                   "!self.checkpoint.dir.startsWith('s3://') || !has(self.workers) || "
+                   "!has(self.workers.replicas) || self.workers.replicas == 1",
+                   kS3CheckpointsNeedOnePod, [](const json& self, const json*) {
+                     return string_at(self, "checkpoint", "dir").rfind("s3://", 0) != 0 ||
+                            int_at(self, "workers", "replicas", 1) == 1;
+                   }});
   rules.push_back({"spec",
                    "!has(self.distributed) || !has(self.distributed.backend) || "
                    "self.distributed.backend != 'nccl' || self.workers.gpusPerWorker > 0",
@@ -287,6 +302,13 @@ std::vector<CelRule> make_rules() {
                    std::string("!self.dir.matches('") + kSourceSchemePattern +
                        "') || (self.dir.matches('" + kS3Pattern + "') && !self.dir.contains('..'))",
                    std::string("output.dir: ") + kRemoteOutputForms,
+                   [](const json& self, const json*) {
+                     return is_local_or_remote_output(self.value("dir", std::string()));
+                   }});
+  rules.push_back({"spec.checkpoint",
+                   std::string("!has(self.dir) || !self.dir.matches('") + kSourceSchemePattern +
+                       "') || (self.dir.matches('" + kS3Pattern + "') && !self.dir.contains('..'))",
+                   std::string("checkpoint.dir: ") + kRemoteCheckpointForms,
                    [](const json& self, const json*) {
                      return is_local_or_remote_output(self.value("dir", std::string()));
                    }});

@@ -275,7 +275,8 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
   return result;
 }
 
-// The run's own files (configs, links to its sources, an s3:// output before its upload).
+// The run's own files (configs, links to its sources, an s3:// output or checkpoints before their
+// upload).
 std::string work_dir(const FineTuneJob& job, const LocalRunOptions& o) {
   if (!o.work_dir.empty()) return o.work_dir;
   if (!uploads_output(job.spec)) return job.spec.output.dir + "/.kubetune-local";
@@ -283,11 +284,11 @@ std::string work_dir(const FineTuneJob& job, const LocalRunOptions& o) {
   return std::string(home ? home : ".") + "/.cache/kubetune/runs/" + job.ns + "/" + job.name;
 }
 
-// After the gang: GGUF files and an s3:// upload, as rank 0's publish container does them.
-int publish(const FineTuneJob& job, const std::string& local_dir, std::ostream& out) {
+// After the gang: GGUF files, the s3:// uploads, as rank 0's publish container does them.
+int publish(const FineTuneJob& job, const LocalDirs& local, std::ostream& out) {
   std::vector<api::JobOutput> outputs;
   try {
-    outputs = publish_output(job, local_dir);
+    outputs = publish_output(job, local);
   } catch (const FetchFailed& e) {
     const bool permanent = classify_fetch_exit(e.exit_code, "").permanent;
     out << "[kubetune] " << job.name << " failed (" << to_string(Reason::kPublishFailed)
@@ -308,8 +309,8 @@ int run_local(const FineTuneJob& job_as_written, const LocalRunOptions& o, std::
   // hf:// and s3:// sources first, into the cache on this machine, as the preflight pod does.
   FineTuneJob job;
   try {
-    job = with_local_output_dir(with_fetched_sources(job_as_written, dir + "/sources"),
-                                local_output_dir(dir));
+    job = with_local_dirs(with_fetched_sources(job_as_written, dir + "/sources"), local_dirs(dir));
+    restore_checkpoint(job, local_dirs(dir));
   } catch (const FetchFailed& e) {
     out << "[kubetune] " << job_as_written.name << " failed before starting: " << e.what() << "\n";
     // As a fetch container's end is judged in a pod: a source that cannot be fetched is the
@@ -337,7 +338,7 @@ int run_local(const FineTuneJob& job_as_written, const LocalRunOptions& o, std::
         << " (gang " << restarts << ")\n"
         << std::flush;
     const AttemptResult r = run_attempt(job, o, restarts, dir, deadline, out);
-    if (r.end == GangEnd::kSucceeded) return publish(job, local_output_dir(dir), out);
+    if (r.end == GangEnd::kSucceeded) return publish(job, local_dirs(dir), out);
     if (r.end == GangEnd::kInterrupted) {
       out << "[kubetune] " << job.name << " interrupted (signal " << interrupted
           << "): the workers stopped after their step and checkpointed; run it again to resume\n";

@@ -4,22 +4,27 @@
 
 #include "operator/local/fetched_sources.h"
 #include "operator/policy/outputs.h"
-#include "operator/render/publish.h"
 
 namespace kubetune::op::local {
 
-std::string local_output_dir(const std::string& work_dir) { return work_dir + "/output"; }
-
-FineTuneJob with_local_output_dir(const FineTuneJob& job, const std::string& local_dir) {
-  FineTuneJob local = job;
-  local.train_config = with_local_output(job.train_config, local_dir);
-  return local;
+LocalDirs local_dirs(const std::string& work_dir) {
+  return {work_dir + "/output", work_dir + "/checkpoints"};
 }
 
-std::vector<api::JobOutput> publish_output(const FineTuneJob& job, const std::string& local_dir) {
+FineTuneJob with_local_dirs(const FineTuneJob& job, const LocalDirs& local) {
+  FineTuneJob out = job;
+  out.train_config = op::with_local_dirs(job.train_config, local);
+  return out;
+}
+
+void restore_checkpoint(const FineTuneJob& job, const LocalDirs& local) {
+  const std::vector<std::string> args = restore_arguments(job.spec, local.checkpoints);
+  if (!args.empty()) run_kubetune_fetch(args);
+}
+
+std::vector<api::JobOutput> publish_output(const FineTuneJob& job, const LocalDirs& local) {
   if (!publishes(job.spec)) return job_outputs(job.spec, std::nullopt);
-  const std::string dir = uploads_output(job.spec) ? local_dir : job.spec.output.dir;
-  const std::string printed = run_kubetune_fetch(publish_arguments(job.spec, dir));
+  const std::string printed = run_kubetune_fetch(publish_arguments(job.spec, local));
   const auto reported = nlohmann::json::parse(printed, nullptr, /*allow_exceptions=*/false);
   try {
     return reported.get<std::vector<api::JobOutput>>();

@@ -205,8 +205,9 @@ k8s::Pod job_pod(const FineTuneJob& job, const std::string& name, const std::str
   add_volumes(job, spec, container.volume_mounts);
   Workers cpu_only = w;
   cpu_only.gpus_per_worker = 0;
-  add_fetch_container(job.spec, pins, spec, container, resources(cpu_only));
-  add_output_staging(job.spec, spec, container);
+  add_staging_dirs(job.spec, spec, container);
+  // A worker's fetch also restores the newest checkpoint of an s3:// checkpoint.dir.
+  add_fetch_container(job.spec, pins, spec, container, resources(cpu_only), role == kRoleWorker);
   spec.containers = {container};
   spec.node_selector = w.node_selector;
   for (const auto& t : w.tolerations) spec.tolerations.push_back(toleration(t));
@@ -342,8 +343,7 @@ k8s::ConfigMap config_map(const FineTuneJob& job) {
   // hf:// and s3:// sources are read where the fetch container links them; an s3:// output.dir
   // is written to the staging folder the publish container uploads.
   cm.data[kConfigFile] =
-      with_local_output(with_linked_sources(job.train_config, kSourcesDir), kOutputStagingDir)
-          .dump(2);
+      with_local_dirs(with_linked_sources(job.train_config, kSourcesDir), kPodStagingDirs).dump(2);
   return cm;
 }
 

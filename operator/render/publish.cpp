@@ -23,43 +23,66 @@ k8s::ResourceRequirements publish_resources(bool converts) {
 
 bool uploads_output(const api::TrainConfig& config) { return is_remote_source(config.output.dir); }
 
-bool publishes(const api::TrainConfig& config) {
-  return uploads_output(config) || !config.output.gguf.empty();
+bool uploads_checkpoints(const api::TrainConfig& config) {
+  return is_remote_source(config.checkpoint.dir.value_or(""));
 }
 
-nlohmann::json with_local_output(nlohmann::json train_config, const std::string& local_dir) {
-  const nlohmann::json::json_pointer dir("/output/dir");
-  if (train_config.contains(dir) && train_config[dir].is_string() &&
-      is_remote_source(train_config[dir].get<std::string>()))
-    train_config[dir] = local_dir;
+bool publishes(const api::TrainConfig& config) {
+  return uploads_output(config) || uploads_checkpoints(config) || !config.output.gguf.empty();
+}
+
+nlohmann::json with_local_dirs(nlohmann::json train_config, const LocalDirs& local) {
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"/output/dir", &local.output}, {"/checkpoint/dir", &local.checkpoints}};
+  for (const auto& [pointer, dir] : fields) {
+    const nlohmann::json::json_pointer at(pointer);
+    if (train_config.contains(at) && train_config[at].is_string() &&
+        is_remote_source(train_config[at].get<std::string>()))
+      train_config[at] = *dir;
+  }
   return train_config;
 }
 
-std::vector<std::string> publish_arguments(const api::TrainConfig& config,
-                                           const std::string& local_dir) {
-  std::vector<std::string> args = {"publish", local_dir};
+std::vector<std::string> publish_arguments(const api::TrainConfig& config, const LocalDirs& local) {
+  std::vector<std::string> args = {"publish",
+                                   uploads_output(config) ? local.output : config.output.dir};
   for (const auto& type : config.output.gguf) args.insert(args.end(), {"--gguf", type});
   if (uploads_output(config)) args.insert(args.end(), {"--to", config.output.dir});
+  if (uploads_checkpoints(config)) {
+    args.insert(args.end(), {"--sync-checkpoints", local.checkpoints, "--checkpoints-to",
+                             *config.checkpoint.dir, "--keep-last",
+                             std::to_string(config.checkpoint.keep_last)});
+  }
   return args;
 }
 
-void add_output_staging(const api::FineTuneJobSpec& spec, k8s::PodSpec& pod,
-                        k8s::Container& trainer) {
-  if (!uploads_output(spec)) return;
-  pod.volumes.push_back(empty_dir(kStagingVolume));
-  trainer.volume_mounts.push_back(volume_mount(kStagingVolume, kOutputStagingDir, std::nullopt));
+std::vector<std::string> restore_arguments(const api::TrainConfig& config,
+                                           const std::string& local_dir) {
+  if (!uploads_checkpoints(config)) return {};
+  return {"--restore-checkpoint", *config.checkpoint.dir + "=" + local_dir};
+}
+
+void add_staging_dirs(const api::FineTuneJobSpec& spec, k8s::PodSpec& pod,
+                      k8s::Container& trainer) {
+  const std::pair<bool, std::pair<const char*, const char*>> dirs[] = {
+      {uploads_output(spec), {kStagingVolume, kOutputStagingDir}},
+      {uploads_checkpoints(spec), {kCheckpointStagingVolume, kCheckpointStagingDir}}};
+  for (const auto& [wanted, volume] : dirs) {
+    if (!wanted) continue;
+    pod.volumes.push_back(empty_dir(volume.first));
+    trainer.volume_mounts.push_back(volume_mount(volume.first, volume.second, std::nullopt));
+  }
 }
 
 void add_publish_container(const api::FineTuneJobSpec& spec, k8s::PodSpec& pod,
                            const k8s::Container& trainer) {
   if (!publishes(spec)) return;
-  const std::string local_dir = uploads_output(spec) ? kOutputStagingDir : spec.output.dir;
   k8s::Container publish;
   publish.name = kPublishContainer;
   publish.image = spec.output.gguf.empty() ? spec.sources.image : spec.sources.export_image;
   publish.command = {"kubetune-fetch"};  // both images install it; the export image's entrypoint
                                          // is its GGUF converter
-  publish.args = publish_arguments(spec, local_dir);
+  publish.args = publish_arguments(spec, kPodStagingDirs);
   publish.args.insert(publish.args.end(),
                       {"--wait-for-trainer", "--results", "/dev/termination-log"});
   add_store_access(spec.sources, publish);

@@ -2,6 +2,7 @@
 
 #include "common/source_forms.h"
 #include "operator/render/pod_parts.h"
+#include "operator/render/publish.h"
 
 namespace kubetune::op {
 namespace {
@@ -88,13 +89,17 @@ k8s::SecurityContext tool_security_context() {
 
 void add_fetch_container(const api::FineTuneJobSpec& spec,
                          const std::vector<api::FetchedSource>& pins, k8s::PodSpec& pod,
-                         k8s::Container& trainer, const k8s::ResourceRequirements& resources) {
+                         k8s::Container& trainer, const k8s::ResourceRequirements& resources,
+                         bool restores) {
   const std::vector<RemoteSource> sources = remote_sources(spec);
-  if (sources.empty()) return;
+  const std::vector<std::string> restore =
+      restores ? restore_arguments(spec, kCheckpointStagingDir) : std::vector<std::string>{};
+  if (sources.empty() && restore.empty()) return;
   k8s::Container fetch;
   fetch.name = kFetchContainer;
   fetch.image = spec.sources.image;
   fetch.args = fetch_arguments(sources, pins, kSourceCacheDir, kSourcesDir);
+  fetch.args.insert(fetch.args.end(), restore.begin(), restore.end());
   fetch.args.insert(fetch.args.end(), {"--results", "/dev/termination-log", "--metrics-port",
                                        std::to_string(kFetchMetricsPort)});
   k8s::ContainerPort progress;
@@ -109,6 +114,9 @@ void add_fetch_container(const api::FineTuneJobSpec& spec,
   fetch.volume_mounts = {volume_mount(kCacheVolume, kSourceCacheDir, std::nullopt),
                          volume_mount(kLinksVolume, kSourcesDir, std::nullopt),
                          volume_mount(kTmpVolume, "/tmp", std::nullopt)};
+  if (!restore.empty())
+    fetch.volume_mounts.push_back(
+        volume_mount(kCheckpointStagingVolume, kCheckpointStagingDir, std::nullopt));
   pod.init_containers.push_back(fetch);
   pod.volumes.push_back(cache_volume(spec.sources));
   pod.volumes.push_back(empty_dir(kLinksVolume));

@@ -51,8 +51,11 @@ k8s::SecurityContext tool_security_context();
 // a pod spec of a job that has remote sources (nothing otherwise). The container gets the
 // trainer's CPU and memory and no GPU (`resources`), and a security context of its own: no
 // capabilities whatever the trainer was given, a read-only root with an emptyDir for /tmp.
+// With `restores`, it also puts the newest checkpoint of an s3:// checkpoint.dir where the trainer
+// looks for it (render/publish.h), and is added for that alone.
 void add_fetch_container(const api::FineTuneJobSpec& spec,
                          const std::vector<api::FetchedSource>& pins, k8s::PodSpec& pod,
-                         k8s::Container& trainer, const k8s::ResourceRequirements& resources);
+                         k8s::Container& trainer, const k8s::ResourceRequirements& resources,
+                         bool restores);
 
 }  // namespace kubetune::op

@@ -177,6 +177,12 @@ TEST(TrainConfig, OutputsAreLocalOrS3AndGgufNeedsAModelFolder) {
   auto config = minimal();
   config["output"]["dir"] = "s3://bucket/runs/a";
   EXPECT_EQ(parse_problem(config), "");
+  config["checkpoint"]["dir"] = "s3://bucket/runs/a/ck";
+  EXPECT_EQ(parse_problem(config), "");
+  config["checkpoint"]["dir"] = "s3:/bucket/ck";
+  EXPECT_NE(parse_problem(config).find(std::string("checkpoint.dir: ") + kRemoteCheckpointForms),
+            std::string::npos);
+  config["checkpoint"].erase("dir");
   config["output"]["gguf"] = {"q8_0"};
   EXPECT_NE(parse_problem(config).find(kGgufNeedsAModelFolder), std::string::npos);
   config["output"]["saveMerged"] = true;

@@ -453,13 +453,15 @@ PY
   echo "== an s3:// output.dir: rank 0's publish container uploads it; status.outputs names it"
   AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test "$python" -c 'import boto3, sys
 boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1").create_bucket(Bucket="kubetune-out")' "$s3_url"
-  s3_job() {  # s3_job NAME OUTPUT_DIR
+  s3_job() {  # s3_job NAME OUTPUT_DIR [REPLICAS [CHECKPOINT_DIR]]
+    local replicas=${3:-2} checkpoint=""
+    [[ -n "${4:-}" ]] && checkpoint=",\"checkpoint\":{\"dir\":\"$4\"}"
     example "$root/examples/jobs/lora-single-gpu.yaml" "$1" \
-      "{\"spec\":{\"output\":{\"dir\":\"$2\",\"saveMerged\":true},\"workers\":{\"replicas\":2,\"gpusPerWorker\":0},\"metrics\":{\"port\":0},\"sources\":{\"s3Endpoint\":\"$s3_url\"}}}" |
+      "{\"spec\":{\"output\":{\"dir\":\"$2\",\"saveMerged\":true}$checkpoint,\"workers\":{\"replicas\":$replicas,\"gpusPerWorker\":0},\"metrics\":{\"port\":0},\"sources\":{\"s3Endpoint\":\"$s3_url\"}}}" |
       kubectl apply -n "$ns" -f - >/dev/null
     eventually 30 preflight_pod_exists "$1" || fail "no preflight pod for $1"
     end_preflight "$1" 0 "$work/ok.report"
-    eventually 30 pods_are "$1" 2 || fail "no worker pods for $1: $(jp ftj "$1" '{.status}')"
+    eventually 30 pods_are "$1" "$replicas" || fail "no worker pods for $1: $(jp ftj "$1" '{.status}')"
   }
   # The kubelet's part for the publish container: its own arguments, run here, on a folder of
   # $work standing in for the trainer's output (with the mark the trainer writes last); then the
@@ -524,7 +526,14 @@ assert sorted(marker["files"]) == ["adapter_config.json", "merged/model.safetens
   [[ "$(jp ftj $ojob2 '{.status.conditions[?(@.type=="Failed")].reason}')" == PublishFailed &&
     "$msg" == *no-such-bucket* ]] || fail "Failed condition: $msg"
   ok "an upload that cannot succeed fails the job (PublishFailed): ${msg:0:110}..."
-  kubectl delete ftj -n "$ns" $ojob $ojob2 >/dev/null
+  ojob3=e2e-s3-checkpoints
+  s3_job $ojob3 s3://kubetune-out/e2e/v2 1 s3://kubetune-out/e2e/v2-checkpoints
+  [[ "$(jp pod $ojob3-worker-0 '{.spec.initContainers[0].args}')" == *'"--restore-checkpoint","s3://kubetune-out/e2e/v2-checkpoints=/kubetune/checkpoints"'* ]] ||
+    fail "the worker's fetch does not restore: $(jp pod $ojob3-worker-0 '{.spec.initContainers[0].args}')"
+  [[ "$(jp pod $ojob3-worker-0 '{.spec.containers[1].args}')" == *'"--sync-checkpoints","/kubetune/checkpoints"'* ]] ||
+    fail "the publish container does not sync: $(jp pod $ojob3-worker-0 '{.spec.containers[1].args}')"
+  ok "s3:// checkpoints: the worker's fetch restores the newest, the publish container uploads each"
+  kubectl delete ftj -n "$ns" $ojob $ojob2 $ojob3 >/dev/null
   eval "exec ${SOURCES[1]}>&-"  # olah and moto stop when their stdin closes
   wait "$SOURCES_PID" 2>/dev/null || true
 else

@@ -746,6 +746,129 @@ class FetchTest(unittest.TestCase):
         marker = json.loads((self.uploaded(bucket, "r/") / "kubetune-complete.json").read_text())
         self.assertEqual(marker["step"], 7)
 
+    # --- checkpoints in S3 ------------------------------------------------------------------
+
+    @staticmethod
+    def write_checkpoint(local: Path, step: int) -> Path:
+        """A checkpoint as the trainer leaves it: renamed into place with its state file."""
+        ck = local / f"step-{step:08d}"
+        ck.mkdir(parents=True)
+        (ck / "trainable-00000-of-00001.safetensors").write_bytes(os.urandom(20 << 20))
+        (ck / "adapter_config.json").write_text('{"r": 8}')
+        (ck / "trainer_state.json").write_text(json.dumps({"step": step}))
+        return ck
+
+    def remote_steps(self, bucket: str, whole: bool = True) -> list:
+        """The checkpoints under ck/ in S3 (whole: those with their marker)."""
+        prefix = "ck/"
+        keys = [o["Key"] for o in SERVERS.s3_client().list_objects_v2(
+            Bucket=bucket, Prefix=prefix).get("Contents", [])]
+        return sorted({k[len(prefix):].split("/")[0] for k in keys
+                       if not whole or k.endswith("/kubetune-complete.json")})
+
+    def test_checkpoints_are_uploaded_as_they_appear_and_pruned_to_keep_last(self):
+        out, local, bucket = self.cache / "out", self.cache / "ck", self.new_bucket()
+        out.mkdir()
+        self.write_checkpoint(local, 2)
+        (local / ".step-00000004.tmp").mkdir()  # being written: not a checkpoint yet
+        proc = subprocess.Popen([sys.executable, "-m", "kubetune_fetch", "publish", str(out),
+                                 "--wait-for-trainer", "--sync-checkpoints", str(local),
+                                 "--checkpoints-to", f"s3://{bucket}/ck", "--keep-last", "2"],
+                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        def until(what, predicate):
+            deadline = time.time() + 60
+            while time.time() < deadline and not predicate():
+                time.sleep(0.1)
+            self.assertTrue(predicate(), what)
+        until("step 2 in S3", lambda: self.remote_steps(bucket) == ["step-00000002"])
+        self.write_checkpoint(local, 4)
+        self.write_checkpoint(local, 6)
+        until("steps 4 and 6 in S3, 2 removed",
+              lambda: self.remote_steps(bucket, whole=False) == ["step-00000004", "step-00000006"])
+        self.assertEqual(self.remote_steps(bucket), ["step-00000004", "step-00000006"])
+        (out / "kubetune-complete.json").write_text(json.dumps({"host": socket.gethostname(),
+                                                                "step": 6}))
+        _, stderr = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, stderr)
+        self.assertIn("removed step-00000002 (checkpoint.keepLast 2)", stderr)
+
+    def restore(self, bucket: str, local: Path, check=True):
+        p = self.fetch("--restore-checkpoint", f"s3://{bucket}/ck={local}", check=check)
+        return p
+
+    def test_the_newest_whole_checkpoint_is_restored_and_checked(self):
+        bucket, source = self.new_bucket(), self.cache / "source"
+        p = self.restore(bucket, self.cache / "empty")
+        self.assertIn("no checkpoint yet", p.stderr)
+        self.assertFalse((self.cache / "empty").exists() and any((self.cache / "empty").iterdir()))
+        for step in (2, 4):
+            self.write_checkpoint(source, step)
+        out = self.cache / "out"
+        out.mkdir()
+        (out / "kubetune-complete.json").write_text(json.dumps({"step": 4}))
+        self.publish(out, "--sync-checkpoints", str(source), "--checkpoints-to", f"s3://{bucket}/ck")
+        # A newer checkpoint whose upload was cut short (no marker) is not taken.
+        s3 = SERVERS.s3_client()
+        s3.put_object(Bucket=bucket, Key="ck/step-00000006/trainer_state.json", Body=b'{"step": 6}')
+        local = self.cache / "restored"
+        p = self.restore(bucket, local)
+        self.assertEqual([c.name for c in local.iterdir()], ["step-00000004"])
+        self.assertEqual(same_tree(local / "step-00000004", source / "step-00000004"), [])
+        self.assertIn("restored step-00000004", p.stderr)
+        # A file changed in S3 since its marker was written: refused, nothing left half-restored.
+        s3.put_object(Bucket=bucket, Key="ck/step-00000004/adapter_config.json", Body=b"{}")
+        elsewhere = self.cache / "elsewhere"
+        p = self.restore(bucket, elsewhere, check=False)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("step-00000004/adapter_config.json does not match the SHA-256", p.stderr)
+        self.assertEqual([c.name for c in elsewhere.iterdir()], [])
+
+    @unittest.skipUnless(BIN_DIR, "kubetune and kubetune-trainer not built (KUBETUNE_BIN_DIR)")
+    def test_a_job_with_s3_checkpoints_resumes_on_another_machine(self):
+        """checkpoint.dir s3://: a run's checkpoints are uploaded; the same job run again from an
+        empty work folder (another machine, another cluster) restores the newest and resumes from
+        its step instead of starting over."""
+        base = self.cache / "base-model"
+        subprocess.run([f"{BIN_DIR}/kubetune-trainer", "init-model", "--config",
+                        str(ROOT / "examples/default/model_config.json"), "--tokenizer",
+                        str(ROOT / "examples/default/tokenizer"), "--out", str(base), "--seed", "0"],
+                       check=True, capture_output=True)
+        bucket = self.new_bucket()
+        def run(max_steps: int, home: str):
+            job = self.cache / "job.yaml"
+            job.write_text(f"""apiVersion: kubetune.io/v1alpha1
+kind: FineTuneJob
+metadata: {{name: resumed}}
+spec:
+  model: {{path: "{base}"}}
+  data: {{train: "{ROOT / 'examples/default/train.jsonl'}", maxLength: 64}}
+  training: {{maxSteps: {max_steps}, microBatchSize: 2, logEverySteps: 1}}
+  output: {{dir: "s3://{bucket}/run"}}
+  checkpoint: {{dir: "s3://{bucket}/ck", everySteps: 2, keepLast: 2}}
+  workers: {{replicas: 1, gpusPerWorker: 0}}
+""")
+            wrapper = self.cache / "kubetune-fetch"
+            wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m kubetune_fetch \"$@\"\n")
+            wrapper.chmod(0o755)
+            env = {**self.env, "KUBETUNE_TRAINER": f"{BIN_DIR}/kubetune-trainer",
+                   "KUBETUNE_FETCH": str(wrapper), "HOME": str(self.cache / home)}
+            p = subprocess.run([f"{BIN_DIR}/kubetune", "run", str(job)], env=env,
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+            return p.stdout + p.stderr
+        first = run(4, "machine-a")
+        self.assertIn("no checkpoint yet", first)
+        self.assertEqual(self.remote_steps(bucket), ["step-00000002", "step-00000004"])
+        second = run(6, "machine-b")
+        self.assertIn("restored step-00000004", second)
+        self.assertRegex(second, r"resuming from \S*step-00000004 at step=4/6")
+        self.assertNotIn("step=1/", second)  # nothing trained twice
+        self.assertEqual(self.remote_steps(bucket), ["step-00000004", "step-00000006"])
+        marker = json.loads(SERVERS.s3_client().get_object(
+            Bucket=bucket, Key="run/kubetune-complete.json")["Body"].read())
+        self.assertEqual(marker["step"], 6)
+
     @unittest.skipUnless(BIN_DIR, "kubetune and kubetune-trainer not built (KUBETUNE_BIN_DIR)")
     def test_kubetune_run_from_a_hub_split_to_s3_with_a_gguf_llama_cpp_scores(self):
         """Issue 49's whole path: a FineTuneJob trains a tiny Qwen2 (Qwen2's real tokenizer) from

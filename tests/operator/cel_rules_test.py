@@ -57,8 +57,9 @@ def targets(obj, where):
         return [obj["spec"]]
     if where == "spec.volumes[]":
         return obj["spec"].get("volumes", [])
-    if where in ("spec.model", "spec.data", "spec.output"):
-        return [obj["spec"][where.split(".")[1]]]
+    if where in ("spec.model", "spec.data", "spec.output", "spec.checkpoint"):
+        part = obj["spec"].get(where.split(".")[1])
+        return [] if part is None else [part]
     raise AssertionError(f"a rule at {where}: teach this test where that is")
 
 
@@ -138,6 +139,13 @@ def edits_of(base):
         "gguf of a full fine-tune": edit(lambda o: (o["spec"]["output"].__setitem__("gguf", ["f16"]),
                                                     o["spec"].setdefault("method", {}).__setitem__(
                                                         "type", "full"))),
+        "checkpoints in S3": edit(lambda o: o["spec"]["checkpoint"].__setitem__(
+            "dir", "s3://models/run/ck")),
+        "checkpoints in S3 for two pods": edit(lambda o: (
+            o["spec"]["checkpoint"].__setitem__("dir", "s3://models/run/ck"),
+            o["spec"]["workers"].__setitem__("replicas", 2))),
+        "checkpoints in S3 with one slash": edit(lambda o: o["spec"]["checkpoint"].__setitem__(
+            "dir", "s3:/models/ck")),
         # Near misses of a source (issue "administrators stay in charge", part 5).
         "a scheme in upper case": edit(lambda o: o["spec"]["model"].__setitem__(
             "path", "HF://meta-llama/Llama-3.2-1B")),

@@ -216,5 +216,40 @@ TEST(DesiredObjects, AnS3OutputIsStagedAndPublishedByRankZero) {
   EXPECT_TRUE(mount_of(plain["spec"]["containers"][0], "kubetune-output").is_null());
 }
 
+// An s3:// checkpoint.dir: the trainer writes to a folder of the pod; the worker's fetch restores
+// the newest checkpoint there first, and the publish container uploads each one as it appears.
+TEST(DesiredObjects, S3CheckpointsAreRestoredBeforeAndSyncedBeside) {
+  json obj = load_yaml_or_json_file(testing::source_dir() + "/examples/jobs/lora-single-gpu.yaml");
+  obj["metadata"]["namespace"] = "team-a";
+  obj["metadata"]["uid"] = "uid-1";
+  obj["spec"]["checkpoint"]["dir"] = "s3://ck-bucket/llama";
+  const FineTuneJob job = parse_job(obj);
+  const DesiredObjects d = desired_objects(job, 0);
+  const json config = json::parse(d.config_map.data.at("config.json"));
+  EXPECT_EQ(config["checkpoint"]["dir"], "/kubetune/checkpoints");
+  EXPECT_EQ(config["output"]["dir"], job.spec.output.dir);  // the output stays on its volume
+  const json pod = d.pods[0];
+  ASSERT_EQ(pod["spec"]["initContainers"].size(), 1u);
+  const json fetch = pod["spec"]["initContainers"][0];
+  EXPECT_EQ(arg_after(fetch["args"], "--restore-checkpoint"),
+            "s3://ck-bucket/llama=/kubetune/checkpoints");
+  ASSERT_EQ(pod["spec"]["containers"].size(), 2u);
+  const json publish = pod["spec"]["containers"][1];
+  EXPECT_EQ(publish["image"], "ghcr.io/kubetune/fetch:0.1.0");  // no GGUF: the fetch image
+  EXPECT_EQ(arg_after(publish["args"], "--sync-checkpoints"), "/kubetune/checkpoints");
+  EXPECT_EQ(arg_after(publish["args"], "--checkpoints-to"), "s3://ck-bucket/llama");
+  EXPECT_EQ(arg_after(publish["args"], "--keep-last"), "2");
+  EXPECT_TRUE(arg_after(publish["args"], "--to").is_null());
+  for (const json& c : {fetch, pod["spec"]["containers"][0], publish}) {
+    bool mounted = false;
+    for (const auto& m : c["volumeMounts"])
+      mounted |= m["name"] == "kubetune-checkpoints" && m["mountPath"] == "/kubetune/checkpoints";
+    EXPECT_TRUE(mounted) << c["name"];
+  }
+  // The preflight reads no checkpoint: it has no fetch container for one.
+  const json preflight = preflight_pod(job, std::nullopt, 0);
+  EXPECT_FALSE(preflight["spec"].contains("initContainers"));
+}
+
 }  // namespace
 }  // namespace kubetune::op

@@ -174,10 +174,13 @@ void save_outputs(Run& run) {
 }
 
 void begin_outputs(const TrainConfig& c, bool lead) {
-  if (is_remote_source(c.output.dir))
-    throw UserInputError("output.dir " + c.output.dir +
-                         ": the trainer writes a local folder; kubetune run and the operator give "
-                         "it one and upload it there when the run ends (kubetune-fetch publish)");
+  for (const auto& [field, dir] : {std::pair<std::string, std::string>{"output.dir", c.output.dir},
+                                   {"checkpoint.dir", c.checkpoint.dir.value_or("")}}) {
+    if (is_remote_source(dir))
+      throw UserInputError(field + " " + dir +
+                           ": the trainer writes a local folder; kubetune run and the operator "
+                           "give it one and upload it there (kubetune-fetch publish)");
+  }
   if (lead) fs::remove(fs::path(c.output.dir) / kOutputCompleteFile);
 }
 

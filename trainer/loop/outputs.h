@@ -15,9 +15,10 @@ double run_validation(Run& run);
 // tokenizer files.
 void save_outputs(Run& run);
 
-// Before anything is written: refuses an s3:// output.dir (the trainer writes a local folder,
-// which kubetune run and the operator give it and then upload), and rank 0 (`lead`) removes the
-// completion marker an earlier run left, so that the folder is not whole until this run says so.
+// Before anything is written: refuses an s3:// output.dir or checkpoint.dir (the trainer writes a
+// local folder, which kubetune run and the operator give it and then upload), and rank 0 (`lead`)
+// removes the completion marker an earlier run left, so that the folder is not whole until this
+// run says so.
 void begin_outputs(const TrainConfig& c, bool lead);
 // Rank 0, last of all: common/contracts.h's kOutputCompleteFile in output.dir, naming this host
 // and the final step; the publish container beside the trainer waits for it.
