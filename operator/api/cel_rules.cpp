@@ -75,6 +75,17 @@ CelRule source_rule(const std::string& where, const std::string& field, bool mod
           }};
 }
 
+// The CEL rule and its twin for the `dir` of the object at `where` (output, checkpoint): a local
+// folder, or an s3:// prefix the runners upload to (a near miss of one is refused).
+CelRule remote_dir_rule(const std::string& where, const std::string& message) {
+  return {where,
+          std::string("!has(self.dir) || !self.dir.matches('") + kSourceSchemePattern +
+              "') || (self.dir.matches('" + kS3Pattern + "') && !self.dir.contains('..'))",
+          message, [](const json& self, const json*) {
+            return is_local_or_remote_output(self.value("dir", std::string()));
+          }};
+}
+
 // Without the preflight nothing resolves a source's revision once for all: each worker and each
 // restarted gang would resolve a branch on its own, and ranks could read different commits.
 CelRule sources_need_preflight() {
@@ -298,20 +309,9 @@ std::vector<CelRule> make_rules() {
         source_rule("spec.data", field, false, true, "data." + field + ": " + kRemoteFileForms));
   }
   rules.push_back(sources_need_preflight());
-  rules.push_back({"spec.output",
-                   std::string("!self.dir.matches('") + kSourceSchemePattern +
-                       "') || (self.dir.matches('" + kS3Pattern + "') && !self.dir.contains('..'))",
-                   std::string("output.dir: ") + kRemoteOutputForms,
-                   [](const json& self, const json*) {
-                     return is_local_or_remote_output(self.value("dir", std::string()));
-                   }});
-  rules.push_back({"spec.checkpoint",
-                   std::string("!has(self.dir) || !self.dir.matches('") + kSourceSchemePattern +
-                       "') || (self.dir.matches('" + kS3Pattern + "') && !self.dir.contains('..'))",
-                   std::string("checkpoint.dir: ") + kRemoteCheckpointForms,
-                   [](const json& self, const json*) {
-                     return is_local_or_remote_output(self.value("dir", std::string()));
-                   }});
+  rules.push_back(remote_dir_rule("spec.output", std::string("output.dir: ") + kRemoteOutputForms));
+  rules.push_back(
+      remote_dir_rule("spec.checkpoint", std::string("checkpoint.dir: ") + kRemoteCheckpointForms));
   rules.push_back({"spec",
                    "!has(self.output.gguf) || size(self.output.gguf) == 0 || "
                    "(has(self.output.saveMerged) && self.output.saveMerged) || "

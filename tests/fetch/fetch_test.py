@@ -824,16 +824,32 @@ class FetchTest(unittest.TestCase):
         self.assertIn("step-00000004/adapter_config.json does not match the SHA-256", p.stderr)
         self.assertEqual([c.name for c in elsewhere.iterdir()], [])
 
-    @unittest.skipUnless(BIN_DIR, "kubetune and kubetune-trainer not built (KUBETUNE_BIN_DIR)")
-    def test_a_job_with_s3_checkpoints_resumes_on_another_machine(self):
-        """checkpoint.dir s3://: a run's checkpoints are uploaded; the same job run again from an
-        empty work folder (another machine, another cluster) restores the newest and resumes from
-        its step instead of starting over."""
+    def default_model(self) -> Path:
+        """The tiny model of examples/default, made by the trainer."""
         base = self.cache / "base-model"
         subprocess.run([f"{BIN_DIR}/kubetune-trainer", "init-model", "--config",
                         str(ROOT / "examples/default/model_config.json"), "--tokenizer",
                         str(ROOT / "examples/default/tokenizer"), "--out", str(base), "--seed", "0"],
                        check=True, capture_output=True)
+        return base
+
+    def kubetune_run(self, job: Path, **env) -> subprocess.CompletedProcess:
+        """`kubetune run JOB` with this checkout's kubetune-fetch and the servers' endpoints."""
+        wrapper = self.cache / "kubetune-fetch"
+        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m kubetune_fetch \"$@\"\n")
+        wrapper.chmod(0o755)
+        env = {**self.env, "KUBETUNE_TRAINER": f"{BIN_DIR}/kubetune-trainer",
+               "KUBETUNE_FETCH": str(wrapper), "KUBETUNE_SOURCE_CACHE": str(self.cache / "sources"),
+               **env}
+        return subprocess.run([f"{BIN_DIR}/kubetune", "run", str(job)], env=env,
+                              capture_output=True, text=True, timeout=900)
+
+    @unittest.skipUnless(BIN_DIR, "kubetune and kubetune-trainer not built (KUBETUNE_BIN_DIR)")
+    def test_a_job_with_s3_checkpoints_resumes_on_another_machine(self):
+        """checkpoint.dir s3://: a run's checkpoints are uploaded; the same job run again from an
+        empty work folder (another machine, another cluster) restores the newest and resumes from
+        its step instead of starting over."""
+        base = self.default_model()
         bucket = self.new_bucket()
         def run(max_steps: int, home: str):
             job = self.cache / "job.yaml"
@@ -848,13 +864,7 @@ spec:
   checkpoint: {{dir: "s3://{bucket}/ck", everySteps: 2, keepLast: 2}}
   workers: {{replicas: 1, gpusPerWorker: 0}}
 """)
-            wrapper = self.cache / "kubetune-fetch"
-            wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m kubetune_fetch \"$@\"\n")
-            wrapper.chmod(0o755)
-            env = {**self.env, "KUBETUNE_TRAINER": f"{BIN_DIR}/kubetune-trainer",
-                   "KUBETUNE_FETCH": str(wrapper), "HOME": str(self.cache / home)}
-            p = subprocess.run([f"{BIN_DIR}/kubetune", "run", str(job)], env=env,
-                               capture_output=True, text=True, timeout=600)
+            p = self.kubetune_run(job, HOME=str(self.cache / home))
             self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
             return p.stdout + p.stderr
         first = run(4, "machine-a")
@@ -907,14 +917,8 @@ spec:
   output: {{dir: "s3://{bucket}/qwen/v1", saveMerged: true, gguf: [q8_0]}}
   workers: {{replicas: 1, gpusPerWorker: 0}}
 """)
-        wrapper = self.cache / "kubetune-fetch"
-        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m kubetune_fetch \"$@\"\n")
-        wrapper.chmod(0o755)
-        env = {**self.env, "KUBETUNE_TRAINER": f"{BIN_DIR}/kubetune-trainer",
-               "KUBETUNE_FETCH": str(wrapper), "KUBETUNE_SOURCE_CACHE": str(self.cache / "sources"),
-               "KUBETUNE_LLAMA_CPP": str(ex.llama_cpp_home()), "HOME": str(self.cache / "home")}
-        p = subprocess.run([f"{BIN_DIR}/kubetune", "run", str(job)], env=env, capture_output=True,
-                           text=True, timeout=900)
+        p = self.kubetune_run(job, KUBETUNE_LLAMA_CPP=str(ex.llama_cpp_home()),
+                              HOME=str(self.cache / "home"))
         self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
         self.assertIn(f"output gguf-q8_0: s3://{bucket}/qwen/v1/gguf/model-q8_0.gguf", p.stdout)
         self.assertIn(f"output merged: s3://{bucket}/qwen/v1/merged/", p.stdout)
@@ -942,11 +946,7 @@ spec:
         """`kubetune run` fetches an hf:// model, a dataset's split of ShareGPT Parquet shards
         (hf://datasets/...?split=train) and s3:// data into the cache on this machine, as the
         preflight pod does, and trains from them; a second run downloads nothing."""
-        base = self.cache / "base-model"
-        subprocess.run([f"{BIN_DIR}/kubetune-trainer", "init-model", "--config",
-                        str(ROOT / "examples/default/model_config.json"), "--tokenizer",
-                        str(ROOT / "examples/default/tokenizer"), "--out", str(base), "--seed", "0"],
-                       check=True, capture_output=True)
+        base = self.default_model()
         mirror = SERVERS.dir / "mirrors/models/kubetune/default-base"
         if not mirror.exists():
             git_repo(mirror, {f.name: f.read_bytes() for f in base.iterdir() if f.is_file()})
@@ -972,14 +972,8 @@ spec:
   workers: {{replicas: 1, gpusPerWorker: 0}}
   volumes: [{{name: work, mountPath: "{out}", hostPath: {{path: "{out}"}}}}]
 """)
-        wrapper = self.cache / "kubetune-fetch"
-        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m kubetune_fetch \"$@\"\n")
-        wrapper.chmod(0o755)
-        env = {**self.env, "KUBETUNE_TRAINER": f"{BIN_DIR}/kubetune-trainer",
-               "KUBETUNE_FETCH": str(wrapper), "KUBETUNE_SOURCE_CACHE": str(self.cache / "sources")}
         for run in (1, 2):
-            p = subprocess.run([f"{BIN_DIR}/kubetune", "run", str(job)], env=env,
-                               capture_output=True, text=True, timeout=600)
+            p = self.kubetune_run(job)
             self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
             self.assertTrue((out / "output" / "model.safetensors").is_file()
                             or any((out / "output").glob("*.safetensors")), p.stdout[-2000:])
