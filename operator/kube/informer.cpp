@@ -84,6 +84,8 @@ void Informer::run() {
       if (stopping_) break;
       if (e.gone()) {
         need_list = true;  // our resourceVersion is too old: start over from a fresh list
+        spdlog::info("informer {}: resourceVersion {} expired (410 Gone); listing again",
+                     resource_.plural, resource_version_);
         continue;
       }
       spdlog::warn("informer {}: {}; retrying in {} ms", resource_.plural, e.what(),

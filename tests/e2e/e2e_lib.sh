@@ -21,3 +21,8 @@ eventually() {
 jp() { kubectl get -n "$ns" "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
 phase_is() { [[ "$(jp ftj "$1" '{.status.phase}')" == "$2" ]]; }
 has_event() { kubectl get events -n "$ns" --field-selector "involvedObject.name=$1,reason=$2" -o name | grep -q .; }
+# An example job, with a JSON merge patch applied (client side, nothing is sent).
+example() {  # example FILE NAME PATCH
+  kubectl patch --local -o yaml --type=merge -f "$1" -p "{\"metadata\":{\"name\":\"$2\"}}" |
+    kubectl patch --local -o yaml --type=merge -f - -p "$3"
+}

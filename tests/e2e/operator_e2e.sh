@@ -92,11 +92,6 @@ preflight_pending() { [[ "$(jp pod "$1-preflight" '{.status.phase}')" == Pending
 set_gang() {  # set_gang JOB N PHASE [CODE]
   for ((i = 0; i < $2; i++)); do set_pod "$1-worker-$i" "$3" "${4:-}"; done
 }
-# An example job, with a JSON merge patch applied (client side, nothing is sent).
-example() {  # example FILE NAME PATCH
-  kubectl patch --local -o yaml --type=merge -f "$1" -p "{\"metadata\":{\"name\":\"$2\"}}" |
-    kubectl patch --local -o yaml --type=merge -f - -p "$3"
-}
 
 echo "== the Helm chart, through Helm's library (the README's helm install)"
 if "$python" -c "import helm_python" 2>/dev/null; then
