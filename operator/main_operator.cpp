@@ -47,10 +47,10 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
-int run_operator(kubetune::op::ManagerOptions opts, const std::string& kubeconfig) {
+int run_operator(kubetune::op::ManagerOptions opts, kubetune::op::kube::ClientConfig client) {
   using kubetune::op::Manager;
   const sigset_t signals = block_stop_signals();
-  Manager manager(kubetune::op::kube::default_client_config(kubeconfig), opts);
+  Manager manager(std::move(client), opts);
   std::thread signal_thread([&manager, signals] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -111,6 +111,15 @@ int main(int argc, char** argv) {
   app.add_option("--progress-seconds", progress_seconds, "how often rank 0's metrics are read")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  double qps = 100;
+  int burst = 200;
+  app.add_option("--kube-api-qps", qps,
+                 "requests per second to the API server, on average (0: no client-side limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100000.0));
+  app.add_option("--kube-api-burst", burst, "requests to the API server at once after a pause")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   std::string log_format = "text";
   app.add_option("--log-format", log_format, "text, or json for cluster log pipelines")
       ->capture_default_str()
@@ -124,7 +133,10 @@ int main(int argc, char** argv) {
   }
   opts.reconciler.progress_period = std::chrono::seconds(progress_seconds);
   try {
-    return run_operator(opts, kubeconfig);
+    auto client = kubetune::op::kube::default_client_config(kubeconfig);
+    client.qps = qps;
+    client.burst = burst;
+    return run_operator(opts, std::move(client));
   } catch (const std::exception& e) {
     spdlog::critical("kubetune-operator: {}", e.what());
     return 1;

@@ -33,6 +33,9 @@ inline constexpr std::string_view kJobIdleHeldGpus = "kubetune_operator_job_idle
 inline constexpr std::string_view kJobGangReleasesTotal =
     "kubetune_operator_job_gang_releases_total";
 inline constexpr std::string_view kJobEvictionsTotal = "kubetune_operator_job_evictions_total";
+// Requests to the API server (watches not counted), by verb and HTTP status ("0": no answer):
+// rate() is the operator's load on the API server; the client holds it under --kube-api-qps.
+inline constexpr std::string_view kApiRequestsTotal = "kubetune_operator_api_requests_total";
 
 // Values of the `result` label of kubetune_operator_reconcile_total.
 inline constexpr std::array<std::string_view, 3> kReconcileResults = {"success", "error",
@@ -45,7 +48,7 @@ inline constexpr std::array<std::string_view, 8> kJobPhases = {
 inline constexpr std::array<double, 12> kReconcileDurationBuckets = {
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
-inline constexpr std::array<SeriesSpec, 14> kAll = {{
+inline constexpr std::array<SeriesSpec, 15> kAll = {{
     {kReconcileTotal, MetricType::kCounter, "Reconciliations by result.", "result"},
     {kReconcileDurationSeconds, MetricType::kHistogram, "Time one reconciliation took.", ""},
     {kWorkqueueDepth, MetricType::kGauge, "FineTuneJobs waiting to be reconciled.", ""},
@@ -72,6 +75,9 @@ inline constexpr std::array<SeriesSpec, 14> kAll = {{
      "namespace,job"},
     {kJobEvictionsTotal, MetricType::kCounter,
      "Times Kueue evicted the job's admitted gang (preemption, deactivation).", "namespace,job"},
+    {kApiRequestsTotal, MetricType::kCounter,
+     "Requests to the API server (not watches), by verb and HTTP status (0: no answer).",
+     "verb,code"},
 }};
 
 }  // namespace kubetune::metrics::operator_series

@@ -35,7 +35,8 @@ OperatorMetrics::OperatorMetrics()
       unscheduled_workers_(gauge_family(*registry_, os::kAll, os::kJobUnscheduledWorkers)),
       idle_held_gpus_(gauge_family(*registry_, os::kAll, os::kJobIdleHeldGpus)),
       gang_releases_(counter_family(*registry_, os::kAll, os::kJobGangReleasesTotal)),
-      evictions_(counter_family(*registry_, os::kAll, os::kJobEvictionsTotal)) {
+      evictions_(counter_family(*registry_, os::kAll, os::kJobEvictionsTotal)),
+      api_requests_(counter_family(*registry_, os::kAll, os::kApiRequestsTotal)) {
   for (auto r : os::kReconcileResults) reconcile_total_.Add({{"result", std::string(r)}});
 }
 
@@ -78,6 +79,10 @@ void OperatorMetrics::released_gang(const std::string& ns, const std::string& jo
 
 void OperatorMetrics::evicted(const std::string& ns, const std::string& job) {
   evictions_.Add({{"namespace", ns}, {"job", job}}).Increment();
+}
+
+void OperatorMetrics::requested(const std::string& verb, int code) {
+  api_requests_.Add({{"verb", verb}, {"code", std::to_string(code)}}).Increment();
 }
 
 void OperatorMetrics::forget_job(const std::string& ns, const std::string& job) {

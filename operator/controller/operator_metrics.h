@@ -34,6 +34,7 @@ class OperatorMetrics {
   void released_gang(const std::string& ns, const std::string& job);
   void evicted(const std::string& ns, const std::string& job);
   void forget_job(const std::string& ns, const std::string& job);  // the job was deleted
+  void requested(const std::string& verb, int code);               // one request to the API server
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -51,6 +52,7 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Gauge>& idle_held_gpus_;
   prometheus::Family<prometheus::Counter>& gang_releases_;
   prometheus::Family<prometheus::Counter>& evictions_;
+  prometheus::Family<prometheus::Counter>& api_requests_;
 };
 
 }  // namespace kubetune::op

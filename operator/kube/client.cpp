@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "operator/kube/kube_types.h"
+#include "operator/kube/rate_limiter.h"
 #include "operator/kube/watch_stream.h"
 
 namespace kubetune::op::kube {
@@ -79,6 +80,8 @@ ApiError error_from(const std::string& verb, const std::string& path, int code,
 
 struct KubeClient::Impl {
   std::unique_ptr<http_client> client;
+  std::unique_ptr<RateLimiter> limiter;
+  RequestObserver observer;
 };
 
 struct WatchStream::Impl {
@@ -91,6 +94,11 @@ struct WatchStream::Impl {
 KubeClient::KubeClient(ClientConfig config)
     : config_(std::move(config)), impl_(std::make_unique<Impl>()) {
   impl_->client = make_client(config_, std::chrono::seconds(30));
+  impl_->limiter = std::make_unique<RateLimiter>(config_.qps, config_.burst);
+}
+
+void KubeClient::set_request_observer(RequestObserver observer) {
+  impl_->observer = std::move(observer);
 }
 
 KubeClient::~KubeClient() = default;
@@ -99,15 +107,25 @@ json KubeClient::request(const std::string& verb, const std::string& path, const
                          const std::string& content_type) {
   http_request req = make_request(config_, verb, path);
   if (!body.is_null()) req.set_body(body.dump(), content_type);
+  impl_->limiter->wait();
+  const auto start = std::chrono::steady_clock::now();
+  const auto observe = [&](int code) {
+    if (impl_->observer)
+      impl_->observer(
+          verb, code,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  };
   http_response resp;
   std::string text;
   try {
     resp = impl_->client->request(req).get();
     text = resp.extract_utf8string(true).get();
   } catch (const std::exception& e) {
+    observe(0);
     throw ApiError(0, "", verb + " " + path + ": " + e.what());
   }
   const int code = resp.status_code();
+  observe(code);
   if (code < 200 || code >= 300) throw error_from(verb, path, code, text);
   return text.empty() ? json::object() : json::parse(text, nullptr, false);
 }

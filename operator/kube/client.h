@@ -2,6 +2,7 @@
 // nothing about FineTuneJobs; the controller builds paths with Resource.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -43,6 +44,11 @@ class KubeClient {
   }
   // Deletes with the given propagation; returns false when the object was already gone.
   bool remove(const std::string& item, const std::string& propagation = "Background");
+
+  // Called after each request (not watches) with its verb, HTTP status (0: no answer) and
+  // duration: the operator's request metrics. Set before the client is shared between threads.
+  using RequestObserver = std::function<void(const std::string& verb, int code, double seconds)>;
+  void set_request_observer(RequestObserver observer);
 
   // Starts a watch of `collection` from `resource_version`, with bookmarks.
   std::unique_ptr<WatchStream> watch(const std::string& collection,

@@ -15,6 +15,10 @@ struct ClientConfig {
   std::string cert_file, cert_data;
   std::string key_file, key_data;
   bool insecure_skip_tls_verify = false;
+  // Client-side limits (rate_limiter.h): requests per second on average, and at once; qps 0 sends
+  // every request at once. Not from the kubeconfig: the operator's --kube-api-qps/-burst.
+  double qps = 0;
+  int burst = 0;
   std::string default_namespace = "default";
 
   // The bearer token to send now ("" when none).

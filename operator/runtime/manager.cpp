@@ -16,6 +16,9 @@ Manager::Manager(kube::ClientConfig config, ManagerOptions options)
       client_(std::make_unique<kube::KubeClient>(std::move(config))),
       metrics_(std::make_unique<OperatorMetrics>()),
       events_(std::make_unique<EventRecorder>(*client_)) {
+  client_->set_request_observer([m = metrics_.get()](const std::string& verb, int code, double) {
+    m->requested(verb, code);
+  });
   if (options_.http_port >= 0) {
     http_ = std::make_unique<metrics::HttpEndpoint>(options_.http_address, options_.http_port);
     http_->add_registry(metrics_->registry());
