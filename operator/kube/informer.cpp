@@ -25,6 +25,15 @@ bool has_labels(const k8s::ObjectMeta& meta, const std::map<std::string, std::st
   return true;
 }
 
+// What the cache keeps of an object: all of it but metadata.managedFields, the server's record of
+// who set which field, which the operator never reads and which is close to half of a pod's or a
+// job's bytes. (An update that omits them leaves them as they are on the server.)
+json cached_form(json obj) {
+  json& meta = obj.at("metadata");  // json: every object the API serves has metadata
+  if (meta.is_object()) meta.erase("managedFields");  // json: the server's bookkeeping, not read
+  return obj;
+}
+
 // A watch's ERROR event carries a Status (410 Gone when our resourceVersion is compacted away).
 ApiError watch_error(const json& object) {
   const auto status = object.get<k8s::Status>();
@@ -102,7 +111,12 @@ void Informer::relist() {
   ++lists_;
   std::map<std::string, Cached> fresh;
   // An item converted back to JSON is the object as listed: its unknown_fields keep the rest.
-  for (const auto& item : list.items) fresh[key_of(item.metadata)] = {item, item.metadata};
+  for (const auto& item : list.items) {
+    json object = cached_form(item);
+    k8s::ObjectMeta meta = metadata_of(object);
+    const std::string key = key_of(meta);  // before the move below (assignment's right side first)
+    fresh[key] = {std::move(object), std::move(meta)};
+  }
   // Report what changed while we were not watching, as a watch would have.
   std::vector<std::pair<std::string, json>> changes;
   {
@@ -151,7 +165,8 @@ void Informer::watch_until_closed() {
   stream_.reset();
 }
 
-void Informer::apply(const std::string& type, const json& obj) {
+void Informer::apply(const std::string& type, const json& watched) {
+  const json obj = cached_form(watched);
   const k8s::ObjectMeta meta = metadata_of(obj);
   {
     std::lock_guard<std::mutex> lock(mutex_);
