@@ -166,8 +166,8 @@ std::string parse_problem(const nlohmann::json& config) {
 // output.dir: a local folder or an s3:// prefix (uploaded after the run); a near miss of one, or
 // a Hub repository, is refused with the form expected. output.gguf needs a model folder.
 TEST(TrainConfig, OutputsAreLocalOrS3AndGgufNeedsAModelFolder) {
-  for (const std::string dir : {"S3://bucket/run", "s3:/bucket/run", "hf://org/name",
-                                "s3://bucket/../x"}) {
+  for (const std::string dir :
+       {"S3://bucket/run", "s3:/bucket/run", "hf://org/name", "s3://bucket/../x"}) {
     auto config = minimal();
     config["output"]["dir"] = dir;
     const std::string problem = parse_problem(config);

@@ -32,7 +32,7 @@ std::vector<std::string> values_of(const SeriesSpec& spec, const std::string& la
   if (label == "result") {
     return {operator_series::kReconcileResults.begin(), operator_series::kReconcileResults.end()};
   }
-  if (label == "expert") return {"0", "1", "2", "3"};  // a mixture of four experts
+  if (label == "expert") return {"0", "1", "2", "3"};            // a mixture of four experts
   if (label == "verb") return {"GET", "POST", "PUT", "DELETE"};  // the operator's API requests
   if (label == "code") return {"200", "201", "409"};
   if (label == "answer")
