@@ -190,7 +190,10 @@ PassDecision JobReconciler::run_gang(Pass& p) {
     }
     if (p.job.spec.metrics.port > 0) {
       update_progress(p, *g.pods[0]);
-      if (auto stall = stalled(p)) return handle_failure(p, *stall);
+      // Rank 0's trainer has ended well and its publish container uploads: no step to wait for.
+      if (!trainer_succeeded(*g.pods[0])) {
+        if (auto stall = stalled(p)) return handle_failure(p, *stall);
+      }
       if (result.requeue_after.count() == 0 || options_.progress_period < result.requeue_after) {
         result.requeue_after = options_.progress_period;
       }

@@ -142,6 +142,11 @@ std::optional<WorkerFailure> pod_failure(const k8s::Pod& pod, int rank) {
   return std::nullopt;
 }
 
+bool trainer_succeeded(const k8s::Pod& pod) {
+  const k8s::ContainerStateTerminated* term = trainer_ended_now(pod);
+  return term && term->exit_code == 0;
+}
+
 GangState assess_gang(const std::vector<k8s::Pod>& pods, int replicas) {
   GangState g;
   g.replicas = replicas;

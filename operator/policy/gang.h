@@ -48,4 +48,8 @@ GangState assess_gang(const std::vector<k8s::Pod>& pods, int replicas);
 // nullopt when the pod has not failed.
 std::optional<WorkerFailure> pod_failure(const k8s::Pod& pod, int rank);
 
+// The pod's trainer container has ended with exit code 0 (rank 0's publish container may still
+// run beside it: render/publish.h).
+bool trainer_succeeded(const k8s::Pod& pod);
+
 }  // namespace kubetune::op

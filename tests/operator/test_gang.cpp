@@ -49,6 +49,10 @@ TEST(Gang, ATrainerThatFailsBesideAWaitingPublisherHasFailed) {
   EXPECT_EQ(f->reason, Reason::kWorkerFailed);
   EXPECT_FALSE(f->permanent);
   EXPECT_FALSE(pod_failure(with_publish("Running", ended(0), waiting), 0));  // it publishes
+  // ... and its step stops: the stall watchdog must not take the upload for a hang.
+  EXPECT_TRUE(trainer_succeeded(with_publish("Running", ended(0), waiting)));
+  EXPECT_FALSE(trainer_succeeded(with_publish("Running", ended(3), waiting)));
+  EXPECT_FALSE(trainer_succeeded(with_publish("Running", waiting, waiting)));
   EXPECT_FALSE(pod_failure(with_publish("Running", json{{"running", json::object()}}, waiting), 0));
 }
 
