@@ -25,7 +25,7 @@ inline std::string default_checkpoint_dir(const std::string& output_dir) {
 
 // Written last into a finished run's output folder by rank 0's trainer (its host and step), and
 // last under an s3:// output.dir by kubetune-fetch publish (with every file's size and SHA-256):
-// a folder or prefix without it is not whole. fetch/kubetune_fetch/publish.py's COMPLETE_FILE.
+// a folder or prefix without it is not whole. fetch/kubetune_fetch/upload.py's COMPLETE_FILE.
 inline constexpr const char* kOutputCompleteFile = "kubetune-complete.json";
 
 }  // namespace kubetune

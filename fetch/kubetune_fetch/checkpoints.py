@@ -18,21 +18,16 @@ import json
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from . import verify
 from .errors import EXIT_RETRYABLE, FetchError
-from .publish import COMPLETE_FILE  # the same mark of a whole folder, in S3
 from .sources import S3Source
+from .upload import COMPLETE_FILE, key_prefix  # the same mark of a whole folder, in S3
 
 STEP = re.compile(r"^step-\d{8}$")  # trainer/loop/checkpoint.cpp's folder names
 STATE_FILE = "trainer_state.json"
-
-
-def _prefix(dest: S3Source) -> str:
-    return dest.prefix.rstrip("/") + "/" if dest.prefix.strip("/") else ""
 
 
 def local_checkpoints(local: Path) -> List[Path]:
@@ -46,7 +41,7 @@ def local_checkpoints(local: Path) -> List[Path]:
 
 def remote_checkpoints(s3, dest: S3Source) -> List[str]:
     """The names of the checkpoints whose marker is in S3, oldest first."""
-    prefix = _prefix(dest)
+    prefix = key_prefix(dest)
     names = set()
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=dest.bucket, Prefix=prefix):
         for o in page.get("Contents", []):
@@ -57,7 +52,7 @@ def remote_checkpoints(s3, dest: S3Source) -> List[str]:
 
 
 def _delete_checkpoint(s3, dest: S3Source, name: str) -> None:
-    folder = _prefix(dest) + name + "/"
+    folder = key_prefix(dest) + name + "/"
     s3.delete_object(Bucket=dest.bucket, Key=folder + COMPLETE_FILE)  # not whole from now on
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=dest.bucket, Prefix=folder):
         for o in page.get("Contents", []):
@@ -97,17 +92,9 @@ class CheckpointSync:
             self.log(f"{self.dest.text}: removed {name} (checkpoint.keepLast {self.keep_last})")
 
     def _upload(self, checkpoint: Path) -> None:
-        folder = _prefix(self.dest) + checkpoint.name + "/"
-        files = sorted(p for p in checkpoint.rglob("*") if p.is_file())
-        record = {}
-        for path in files:
-            rel = path.relative_to(checkpoint).as_posix()
-            self.uploader.upload(path, folder + rel)
-            record[rel] = {"size": path.stat().st_size, "sha256": verify.sha256_hex(path)}
-        marker = {"checkpoint": checkpoint.name, "files": record,
-                  "uploaded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        self.s3.put_object(Bucket=self.dest.bucket, Key=folder + COMPLETE_FILE,
-                           Body=json.dumps(marker, indent=1).encode())
+        files = {p.relative_to(checkpoint).as_posix(): p for p in checkpoint.rglob("*") if p.is_file()}
+        self.uploader.upload_folder(files, key_prefix(self.dest) + checkpoint.name + "/",
+                                    {"checkpoint": checkpoint.name})
         self.log(f"{self.dest.text}: uploaded {checkpoint.name} ({len(files)} files)")
 
 
@@ -127,7 +114,7 @@ def restore(dest: S3Source, local: Path, log: Callable[[str], None]) -> Optional
         if target.is_dir() and (target / STATE_FILE).is_file():
             log(f"{dest.text}: {name} is here already")
             return target
-        folder = _prefix(dest) + name + "/"
+        folder = key_prefix(dest) + name + "/"
         marker = json.loads(s3.get_object(Bucket=dest.bucket, Key=folder + COMPLETE_FILE)["Body"].read())
         partial = local / f".{name}.restoring"
         shutil.rmtree(partial, ignore_errors=True)

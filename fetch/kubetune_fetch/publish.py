@@ -26,12 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import verify
 from .errors import EXIT_USER_ERROR, FetchError
 from .sources import S3Source, parse_source
-
-# common/contracts.h's kOutputCompleteFile (tests/fetch/contract_test.py holds them equal).
-COMPLETE_FILE = "kubetune-complete.json"
+from .upload import COMPLETE_FILE
 CHECKPOINTS = "checkpoints"  # common/contracts.h's default_checkpoint_dir: never uploaded
 WAIT_LOG_SECONDS = 60
 
@@ -90,30 +87,16 @@ def files_to_upload(out: Path) -> list:
 def upload(out: Path, dest: S3Source, marker: dict) -> dict:
     """Every file, then the marker; returns the marker written."""
     from .s3 import client, explain
-    from .upload import Uploader
+    from .upload import Uploader, key_prefix
 
-    s3 = client()
-    prefix = dest.prefix.rstrip("/") + "/" if dest.prefix.strip("/") else ""
-    uploader = Uploader(s3, dest.bucket, dest.text, log)
-    files = files_to_upload(out)
+    files = {p.relative_to(out).as_posix(): p for p in files_to_upload(out)}
     try:
-        s3.delete_object(Bucket=dest.bucket, Key=prefix + COMPLETE_FILE)
-        record = {}
-        for n, path in enumerate(files, 1):
-            rel = path.relative_to(out).as_posix()
-            etag = uploader.upload(path, prefix + rel)
-            record[rel] = {"size": path.stat().st_size, "sha256": verify.sha256_hex(path),
-                           "etag": etag}
-            log(f"{dest.text}: {n}/{len(files)} {rel} ({record[rel]['size']} bytes)")
-        written = {**marker, "files": record, "uploaded": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                        time.gmtime())}
-        s3.put_object(Bucket=dest.bucket, Key=prefix + COMPLETE_FILE,
-                      Body=json.dumps(written, indent=1).encode())
+        return Uploader(client(), dest.bucket, dest.text, log).upload_folder(
+            files, key_prefix(dest), marker)
     except FetchError:
         raise
     except Exception as e:  # noqa: BLE001
         raise explain(dest, e) from e
-    return written
 
 
 def results(out: Path, dest, gguf_files: list) -> list:

@@ -10,9 +10,12 @@
 - Resumed: a file whose object is already there with its size and ETag is not sent again; an
   interrupted multipart upload of it (S3 keeps its parts until it is completed or aborted) keeps
   the parts whose ETag and size match ours and sends only the others.
+- Whole: a folder (a run's output, a checkpoint) is whole in S3 when its COMPLETE_FILE is there,
+  written after every file, with each file's size and SHA-256 (`upload_folder`).
 """
 import base64
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -23,6 +26,10 @@ from botocore.exceptions import ClientError
 from . import verify
 from .errors import EXIT_RETRYABLE, FetchError
 from .retry import status_of, with_retries
+from .sources import S3Source
+
+# common/contracts.h's kOutputCompleteFile (tests/fetch/contract_test.py holds them equal).
+COMPLETE_FILE = "kubetune-complete.json"
 
 MIN_PART = 16 << 20
 MAX_PARTS = 10_000
@@ -37,6 +44,11 @@ def part_size(size: int) -> int:
     """16 MiB, or the MiB multiple that keeps a file within S3's 10,000 parts."""
     needed = -(-size // MAX_PARTS)
     return max(MIN_PART, -(-needed // (1 << 20)) * (1 << 20))
+
+
+def key_prefix(dest: S3Source) -> str:
+    """The keys under s3://BUCKET/PREFIX start with this: PREFIX/ ("" for a whole bucket)."""
+    return dest.prefix.rstrip("/") + "/" if dest.prefix.strip("/") else ""
 
 
 def _read_part(path: Path, number: int, size: int) -> bytes:
@@ -71,16 +83,19 @@ class Uploader:
             raise
         return head["ETag"].strip('"'), head["ContentLength"]
 
-    def upload(self, path: Path, key: str) -> str:
-        """Sends `path` to `key` unless it is there already; returns the object's ETag."""
+    def upload(self, path: Path, key: str) -> dict:
+        """Sends `path` to `key` unless it is there already; returns its size, SHA-256 and ETag
+        (the marker's record of it)."""
         size = path.stat().st_size
         psize = part_size(size)
         parts = max(1, -(-size // psize))
-        expected = verify.s3_etag(path, parts, psize)
+        sha256 = hashlib.sha256()
+        expected = verify.s3_etag(path, parts, psize, also=sha256)
+        record = {"size": size, "sha256": sha256.hexdigest(), "etag": expected}
         existing = self.existing(key)
         if existing == (expected, size):
             self.log(f"{self.where}: {key} is there already ({size} bytes, ETag {expected})")
-            return expected
+            return record
         if parts == 1:
             self._put(path, key)
         else:
@@ -90,7 +105,22 @@ class Uploader:
             raise FetchError(self.where, f"{key}: S3 holds ETag {got[0] if got else None} and "
                                          f"{got[1] if got else 0} bytes, expected {expected} and "
                                          f"{size}; upload again", EXIT_RETRYABLE)
-        return expected
+        return record
+
+    def upload_folder(self, files: Dict[str, Path], prefix: str, marker: dict) -> dict:
+        """Each of `files` (relative name -> path) under `prefix`, then COMPLETE_FILE with `marker`
+        and every file's record, last; deleted first, so that a folder written again is not
+        taken for whole meanwhile. Returns the marker written."""
+        self.s3.delete_object(Bucket=self.bucket, Key=prefix + COMPLETE_FILE)
+        records = {}
+        for n, (rel, path) in enumerate(sorted(files.items()), 1):
+            records[rel] = self.upload(path, prefix + rel)
+            self.log(f"{self.where}: {n}/{len(files)} {rel} ({records[rel]['size']} bytes)")
+        written = {**marker, "files": records,
+                   "uploaded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.s3.put_object(Bucket=self.bucket, Key=prefix + COMPLETE_FILE,
+                           Body=json.dumps(written, indent=1).encode())
+        return written
 
     def _send_checked(self, key: str, what: str, body: bytes, send) -> str:
         """send(data, content_md5) -> ETag; resent until S3's ETag is our MD5."""

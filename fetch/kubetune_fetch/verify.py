@@ -34,12 +34,18 @@ def sha256_base64(path: Path) -> str:
     return base64.b64encode(_digest(path, hashlib.sha256()).digest()).decode()
 
 
-def s3_etag(path: Path, parts: int, part_size: int = 8 << 20) -> str:
-    """The ETag S3 gives an object uploaded in `parts` parts (1: a plain PUT)."""
-    if parts <= 1:
-        return _digest(path, hashlib.md5()).hexdigest()
-    md5s = []
+def s3_etag(path: Path, parts: int, part_size: int = 8 << 20, also=None) -> str:
+    """The ETag S3 gives an object uploaded in `parts` parts (1: a plain PUT). `also`, a hashlib
+    object, is fed the same bytes: two digests for one read of the file."""
+    whole, md5s = hashlib.md5(), []
     with open(path, "rb") as f:
         while chunk := f.read(part_size):
-            md5s.append(hashlib.md5(chunk).digest())
+            if parts <= 1:
+                whole.update(chunk)
+            else:
+                md5s.append(hashlib.md5(chunk).digest())
+            if also is not None:
+                also.update(chunk)
+    if parts <= 1:
+        return whole.hexdigest()
     return f"{hashlib.md5(b''.join(md5s)).hexdigest()}-{len(md5s)}"

@@ -9,6 +9,11 @@
 
 namespace kubetune::op::local {
 
+std::string kubetune_cache_dir() {
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/kubetune";
+}
+
 std::string run_kubetune_fetch(const std::vector<std::string>& args) {
   const char* fetch = std::getenv("KUBETUNE_FETCH");
   std::vector<std::string> argv = {fetch ? fetch : "kubetune-fetch"};
@@ -33,9 +38,7 @@ FineTuneJob with_fetched_sources(const FineTuneJob& job, const std::string& link
   const std::vector<RemoteSource> sources = remote_sources(job.spec);
   if (sources.empty()) return job;
   const char* cache = std::getenv("KUBETUNE_SOURCE_CACHE");
-  const char* home = std::getenv("HOME");
-  const std::string cache_dir =
-      cache ? cache : std::string(home ? home : ".") + "/.cache/kubetune/sources";
+  const std::string cache_dir = cache ? cache : kubetune_cache_dir() + "/sources";
   run_kubetune_fetch(fetch_arguments(sources, {}, cache_dir, links_dir));
   FineTuneJob local = job;
   local.train_config = with_linked_sources(job.train_config, links_dir);

@@ -18,6 +18,9 @@ struct FetchFailed : std::runtime_error {
   FetchFailed(int code, const std::string& what) : std::runtime_error(what), exit_code(code) {}
   int exit_code;
 };
+// $HOME/.cache/kubetune: where `kubetune run` keeps what outlives a run (the sources' cache, the
+// work folders of jobs with s3:// outputs).
+std::string kubetune_cache_dir();
 // kubetune-fetch with `args`: its stdout (its stderr passes through); FetchFailed when it cannot
 // be run or exits other than 0.
 std::string run_kubetune_fetch(const std::vector<std::string>& args);

@@ -280,8 +280,7 @@ AttemptResult run_attempt(const FineTuneJob& job, const LocalRunOptions& o, int 
 std::string work_dir(const FineTuneJob& job, const LocalRunOptions& o) {
   if (!o.work_dir.empty()) return o.work_dir;
   if (!uploads_output(job.spec)) return job.spec.output.dir + "/.kubetune-local";
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/kubetune/runs/" + job.ns + "/" + job.name;
+  return kubetune_cache_dir() + "/runs/" + job.ns + "/" + job.name;
 }
 
 // After the gang: GGUF files, the s3:// uploads, as rank 0's publish container does them.

@@ -1,7 +1,5 @@
 #include "operator/local/published_output.h"
 
-#include <nlohmann/json.hpp>
-
 #include "operator/local/fetched_sources.h"
 #include "operator/policy/outputs.h"
 
@@ -25,12 +23,10 @@ void restore_checkpoint(const FineTuneJob& job, const LocalDirs& local) {
 std::vector<api::JobOutput> publish_output(const FineTuneJob& job, const LocalDirs& local) {
   if (!publishes(job.spec)) return job_outputs(job.spec, std::nullopt);
   const std::string printed = run_kubetune_fetch(publish_arguments(job.spec, local));
-  const auto reported = nlohmann::json::parse(printed, nullptr, /*allow_exceptions=*/false);
-  try {
-    return reported.get<std::vector<api::JobOutput>>();
-  } catch (const nlohmann::json::exception&) {
+  std::vector<api::JobOutput> reported = parse_job_outputs(printed);
+  if (reported.empty())
     throw FetchFailed(1, "kubetune-fetch publish printed no list of outputs: " + printed);
-  }
+  return reported;
 }
 
 }  // namespace kubetune::op::local

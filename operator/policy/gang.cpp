@@ -64,79 +64,66 @@ void place(Placement& placement, const k8s::Pod& pod, int rank) {
 std::optional<WorkerFailure> pod_failure(const k8s::Pod& pod, int rank) {
   const k8s::PodStatus& status = pod.status;
   const std::string phase = phase_of(pod);
-  const std::string name = kube::name_of(pod.metadata);
+  const std::string who =
+      "worker " + std::to_string(rank) + " (pod " + kube::name_of(pod.metadata) + ")";
   WorkerFailure f;
   f.rank = rank;
+  const auto trainer_exited = [&](const k8s::ContainerStateTerminated& term) {
+    return exited(rank, who, term.exit_code, term.reason.value_or(""), term.message.value_or(""));
+  };
+  // A kubetune-fetch container the kubelet cannot start (its credentials Secret is missing).
+  const auto cannot_start = [&](const FetchEnd& end, Reason reason) {
+    f.reason = reason;
+    f.permanent = true;
+    f.message = fetch_cannot_start_message(who, end);
+    return f;
+  };
   if (phase == "Failed") {
     const k8s::ContainerStateTerminated* term = terminated_state(pod);
     const std::string pod_reason = status.reason.value_or("");
     if (pod_reason == "Evicted") {
       f.reason = Reason::kEvicted;
-      f.message = "worker " + std::to_string(rank) + " (pod " + name +
-                  ") was evicted: " + status.message.value_or("");
+      f.message = who + " was evicted: " + status.message.value_or("");
       return f;
     }
     if (!term) {
       // Its fetch container (hf:// and s3:// sources, render/sources.h) failed before the
       // trainer ran: classified as every pod's fetch is (fetch_end.h).
       const FetchEnd fetch = read_fetch_end(pod);
-      if (fetch.failed()) {
-        return fetch_failed(
-            rank, "worker " + std::to_string(rank) + " (pod " + name + "), fetching", fetch);
-      }
+      if (fetch.failed()) return fetch_failed(rank, who + ", fetching", fetch);
       f.reason = Reason::kWorkerFailed;  // the pod's own reason is in the message
-      f.message = "worker " + std::to_string(rank) + " (pod " + name + ") failed" +
-                  (pod_reason.empty() ? "" : ": " + pod_reason);
+      f.message = who + " failed" + (pod_reason.empty() ? "" : ": " + pod_reason);
       return f;
     }
     if (term->exit_code == 0) {
       // The trainer ended well and its publish container (render/publish.h) did not.
       const FetchEnd publish = read_publish_end(pod);
-      if (publish.failed()) {
-        return publish_failed(
-            rank, "worker " + std::to_string(rank) + " (pod " + name + "), publishing", publish);
-      }
+      if (publish.failed()) return publish_failed(rank, who + ", publishing", publish);
     }
-    return exited(rank, "worker " + std::to_string(rank) + " (pod " + name + ")", term->exit_code,
-                  term->reason.value_or(""), term->message.value_or(""));
+    return trainer_exited(*term);
   }
   if (phase == "Running") {
     // A trainer that failed while rank 0's publish container still waits for it: the pod runs
     // on, but the worker has failed.
     const k8s::ContainerStateTerminated* term = trainer_ended_now(pod);
-    if (term && term->exit_code != 0) {
-      return exited(rank, "worker " + std::to_string(rank) + " (pod " + name + ")", term->exit_code,
-                    term->reason.value_or(""), term->message.value_or(""));
-    }
+    if (term && term->exit_code != 0) return trainer_exited(*term);
   }
   if (phase == "Pending" || phase == "Running") {
     const FetchEnd publish = read_publish_end(pod);
-    if (!publish.cannot_start.empty()) {
-      f.reason = Reason::kPublishFailed;
-      f.permanent = true;
-      f.message = fetch_cannot_start_message(
-          "worker " + std::to_string(rank) + " (pod " + name + ")", publish);
-      return f;
-    }
+    if (!publish.cannot_start.empty()) return cannot_start(publish, Reason::kPublishFailed);
   }
   if (phase == "Pending") {
     const FetchEnd fetch = read_fetch_end(pod);
-    if (!fetch.cannot_start.empty()) {
-      f.reason = Reason::kSourceUnavailable;
-      f.permanent = true;
-      f.message = fetch_cannot_start_message(
-          "worker " + std::to_string(rank) + " (pod " + name + ")", fetch);
-      return f;
-    }
+    if (!fetch.cannot_start.empty()) return cannot_start(fetch, Reason::kSourceUnavailable);
   }
   if (phase == "Unknown") {
     f.reason = Reason::kNodeLost;
-    f.message = "worker " + std::to_string(rank) + " (pod " + name + ") lost contact with its node";
+    f.message = who + " lost contact with its node";
     return f;
   }
   if (kube::being_deleted(pod.metadata) && phase != "Succeeded") {
     f.reason = Reason::kWorkerDeleted;
-    f.message = "worker " + std::to_string(rank) + " (pod " + name + ") was deleted";
+    f.message = who + " was deleted";
     return f;
   }
   return std::nullopt;

@@ -14,12 +14,16 @@ api::JobOutput output(const std::string& name, const std::string& uri) {
   return o;
 }
 
-// The publish container's report, or nothing when it is not one (anything in the pod may write
-// to its termination message: not trusted).
+// The publish container's report, when it ended well.
 std::vector<api::JobOutput> published(const k8s::Pod& pod) {
   const FetchEnd end = read_publish_end(pod);
-  if (end.exit_code != 0) return {};
-  const auto j = nlohmann::json::parse(end.results, nullptr, /*allow_exceptions=*/false);
+  return end.exit_code == 0 ? parse_job_outputs(end.results) : std::vector<api::JobOutput>{};
+}
+
+}  // namespace
+
+std::vector<api::JobOutput> parse_job_outputs(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_array()) return {};
   try {
     return j.get<std::vector<api::JobOutput>>();
@@ -27,8 +31,6 @@ std::vector<api::JobOutput> published(const k8s::Pod& pod) {
     return {};
   }
 }
-
-}  // namespace
 
 std::vector<api::JobOutput> job_outputs(const api::TrainConfig& config,
                                         const std::optional<k8s::Pod>& rank0) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/finetunejob_types.h"
@@ -13,5 +14,9 @@ namespace kubetune::op {
 
 std::vector<api::JobOutput> job_outputs(const api::TrainConfig& config,
                                         const std::optional<k8s::Pod>& rank0);
+
+// kubetune-fetch publish's report (its stdout, its container's termination message), or an empty
+// list when `text` is not one: anything in the pod may write there, so it is not trusted.
+std::vector<api::JobOutput> parse_job_outputs(const std::string& text);
 
 }  // namespace kubetune::op

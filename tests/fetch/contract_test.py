@@ -3,7 +3,7 @@
 - the exit codes: fetch/kubetune_fetch/errors.py's EXIT_USER_ERROR and EXIT_RETRYABLE are
   common/contracts.h's kExitUserError and kExitRetryable (the operator classifies a fetch
   container's exit by them), and no module of the tool passes an exit code as a bare number;
-- the output folder's completion marker: publish.py's COMPLETE_FILE is contracts.h's
+- the output folder's completion marker: upload.py's COMPLETE_FILE is contracts.h's
   kOutputCompleteFile (the trainer writes it, the publisher waits for it);
 - the progress series: the names fetch/kubetune_fetch/metrics.py serves are exactly
   common/metrics/fetch_series.h's (the operator reads them into status.preflight.fetch).
@@ -76,9 +76,9 @@ def main() -> int:
 
     marker = header_constants(root / "common" / "contracts.h",
                               r'inline constexpr const char\* (kOutputCompleteFile) = "([^"]+)";')
-    published = python_assignments(module_tree(package / "publish.py")).get("COMPLETE_FILE")
+    published = python_assignments(module_tree(package / "upload.py")).get("COMPLETE_FILE")
     if marker.get("kOutputCompleteFile") != published:
-        problems.append(f"fetch/kubetune_fetch/publish.py: COMPLETE_FILE = {published!r}, but "
+        problems.append(f"fetch/kubetune_fetch/upload.py: COMPLETE_FILE = {published!r}, but "
                         f"common/contracts.h: kOutputCompleteFile = "
                         f"{marker.get('kOutputCompleteFile')!r}")
 
