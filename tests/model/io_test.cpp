@@ -181,9 +181,9 @@ TEST(ModelConfig, ReadsTransformers4StyleRopeScaling) {
   EXPECT_EQ(c.rope.type, "llama3");
   EXPECT_EQ(c.rope.theta, 500000.0);
   EXPECT_EQ(c.rope.original_max_position_embeddings, 16);
-  cfg["rope_scaling"]["type"] = "yarn";
+  cfg["rope_scaling"]["type"] = "proportional";  // a transformers type kubetune lacks
   std::string msg = error_of([&] { model::ModelConfig::from_json(cfg, "v4.json"); });
-  EXPECT_NE(msg.find("yarn"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("proportional"), std::string::npos) << msg;
 }
 
 // The Gemma 3 configs on the Hub were written by transformers 4: rope_theta and

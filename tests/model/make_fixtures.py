@@ -13,6 +13,7 @@ LoRA fixtures (peft, r=4, alpha=8, all linear layers, random non-zero lora_B):
   OUT_DIR/<name>_lora/ (save_pretrained adapter) and OUT_DIR/<name>_lora_ref.safetensors with
   logits, loss and grad.<our lora param name>.
 """
+import copy
 import json
 import os
 import sys
@@ -20,8 +21,8 @@ import sys
 import torch
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
-                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig,
+from transformers import (AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          GptOssConfig, GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig,
                           MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
                           Qwen3MoeForCausalLM)
@@ -101,13 +102,25 @@ def families():
         # Mixtral: 4 experts stored as block_sparse_moe.experts.N.w1/w2/w3, top 2, a window.
         "mixtral": (MixtralForCausalLM, MixtralConfig(**COMMON, num_local_experts=4,
                     num_experts_per_tok=2, sliding_window=8), {}),
+        # gpt-oss: sinks, biases everywhere, sliding and full layers in turn, YaRN RoPE (not
+        # truncated, as gpt-oss ships it); 4 experts of width 32 (MXFP4's block) with biases, top 2 by logit, the
+        # clamped SwiGLU with a limit low enough to clamp some values, stored whole and
+        # transposed; the load-balancing loss in the loss.
+        "gpt_oss": (GptOssForCausalLM, GptOssConfig(
+                    **{**COMMON, "intermediate_size": 32}, head_dim=16, num_local_experts=4,
+                    num_experts_per_tok=2, sliding_window=8, swiglu_limit=1.0,
+                    output_router_logits=True, router_aux_loss_coef=0.05,
+                    rope_parameters={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                                     "beta_slow": 1.0, "truncate": False,
+                                     "original_max_position_embeddings": 64,
+                                     "rope_theta": 10000.0}), {}),
     }
 
 
 # Families with a PEFT LoRA fixture (all linear layers: Phi-3's fused qkv_proj and gate_up_proj
 # as PEFT names them).
 LORA_FAMILIES = {"llama32": 11, "qwen2": 12, "qwen3": 13, "gemma3": 14, "phi3": 15,
-                 "qwen3_moe": 16, "mixtral": 17}
+                 "qwen3_moe": 16, "mixtral": 17, "gpt_oss": 18}
 
 # A mixture of experts' stacks are adapted through PEFT's target_parameters ("all-linear" leaves
 # them out).
@@ -233,6 +246,59 @@ def lora_fixture(out_dir, name, model, seed):
     save_file(ref, os.path.join(out_dir, name + "_lora_ref.safetensors"))
 
 
+FP4_CODES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def quantize_mxfp4(w):
+    """[..., N] (N a multiple of 32) as OCP MXFP4: blocks [..., N/32, 16] uint8 (two E2M1 codes
+    a byte, low nibble first) and scales [..., N/32] uint8 (2^(s-127) per 32 values), each value
+    the nearest code of its block scaled so its largest fits 6."""
+    groups = w.float().reshape(*w.shape[:-1], -1, 32)
+    amax = groups.abs().amax(-1, keepdim=True).clamp_min(1e-30)
+    exponent = torch.ceil(torch.log2(amax / 6.0)).clamp(-127, 127)
+    scaled = groups / torch.exp2(exponent)
+    index = (scaled.abs().unsqueeze(-1) - FP4_CODES).abs().argmin(-1)
+    codes = (index + 8 * (scaled < 0)).to(torch.uint8)
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return blocks.contiguous(), (exponent.squeeze(-1) + 127).to(torch.uint8).contiguous()
+
+
+def mxfp4_fixture(out_dir, model):
+    """gpt-oss as OpenAI publishes it: the experts' stacks as NAME_blocks and NAME_scales in the
+    [E, out, in] orientation, quantization_config mxfp4; and the logits of the model whose
+    experts are what transformers' convert_moe_packed_tensors makes of them."""
+    from safetensors.torch import load_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    folder = os.path.join(out_dir, "gpt_oss_mxfp4")
+    os.makedirs(folder, exist_ok=True)
+    tensors = load_file(os.path.join(out_dir, "gpt_oss", "model.safetensors"))
+    stored = {}
+    for name, value in tensors.items():
+        if not name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            stored[name] = value
+            continue
+        blocks, scales = quantize_mxfp4(value.transpose(1, 2))  # [E, out, in]
+        stored[name + "_blocks"], stored[name + "_scales"] = blocks, scales
+        whole = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
+        module, param = name.rsplit(".", 1)
+        getattr(model.get_submodule(module), param).data.copy_(whole)
+    save_file(stored, os.path.join(folder, "model.safetensors"))
+    with open(os.path.join(out_dir, "gpt_oss", "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = {"quant_method": "mxfp4",
+                                     "modules_to_not_convert": ["model.layers.*.self_attn",
+                                                                "model.layers.*.mlp.router",
+                                                                "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    model.eval()
+    ids, pos, _ = make_inputs(200)
+    with torch.no_grad():
+        logits = model(input_ids=ids, position_ids=pos).logits.float()
+    save_file({"input_ids": ids, "position_ids": pos, "logits": logits.contiguous()},
+              os.path.join(out_dir, "gpt_oss_mxfp4_ref.safetensors"))
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
@@ -240,6 +306,7 @@ def main():
     models = {}
     for i, (name, (cls, config, save_opts)) in enumerate(families().items()):
         models[name] = full_finetune_fixture(out_dir, name, cls, config, save_opts, seed=100 + i)
+    mxfp4_fixture(out_dir, copy.deepcopy(models["gpt_oss"]))
     for name, seed in LORA_FAMILIES.items():
         lora_fixture(out_dir, name, models[name], seed=seed)
     with open(os.path.join(out_dir, "fixtures.json"), "w") as f:

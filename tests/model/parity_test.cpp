@@ -8,6 +8,7 @@
 
 #include "test_util.h"
 #include "trainer/io/peft_adapter.h"
+#include "trainer/model/checkpoint_names.h"
 
 namespace kubetune::testing {
 namespace {
@@ -47,7 +48,11 @@ void check_loss_and_grads(CausalLM& m, const Ref& ref, const std::string& what,
     }
     ASSERT_TRUE(ref.file.contains(key)) << what << ": no reference gradient for " << p.key();
     ASSERT_TRUE(p.value().grad().defined()) << what << ": no gradient for " << p.key();
-    EXPECT_LT(rel_err(p.value().grad(), ref[key]), kTol) << what << ": " << p.key();
+    // gpt-oss's expert stacks are [E, in, out] in transformers, [E, out, in] here.
+    const auto stored = model::stored_slices(m->config(), p.key());
+    const bool transposed = stored.size() == 1 && stored[0].transposed;
+    const at::Tensor expected = transposed ? ref[key].transpose(-2, -1) : ref[key];
+    EXPECT_LT(rel_err(p.value().grad(), expected), kTol) << what << ": " << p.key();
     ++checked;
   }
   int expected = 0;
@@ -104,7 +109,23 @@ TEST_P(FamilyParity, PackedSegmentsMatchSeparateRuns) {
 INSTANTIATE_TEST_SUITE_P(Families, FamilyParity,
                          ::testing::Values("llama32", "llama2", "llama_bias", "llama_dynamic",
                                            "qwen2", "mistral", "smollm", "llama_bf16", "qwen3",
-                                           "gemma3", "phi3", "phi4", "qwen3_moe", "mixtral"));
+                                           "gemma3", "phi3", "phi4", "qwen3_moe", "mixtral",
+                                           "gpt_oss"));
+
+// OpenAI's gpt-oss checkpoints store the experts in MXFP4: read made whole, they give the logits
+// of the model whose experts are what transformers' convert_moe_packed_tensors makes of them.
+TEST(GptOss, Mxfp4ExpertsReadAsTransformersDequantizesThem) {
+  CausalLM m = load_model(fixture("gpt_oss_mxfp4"));
+  EXPECT_FALSE(m->config().bnb_4bit);
+  Ref ref("gpt_oss_mxfp4");
+  m->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_LT(rel_err(m->forward(ref["input_ids"], ref["position_ids"]), ref["logits"]), kTol);
+  // A merged or full output is whole: no quantization_config is written back.
+  const std::string dir = output_dir("gpt_oss_from_mxfp4");
+  io::save_hf_model(m, dir, at::kBFloat16);
+  EXPECT_FALSE(model::ModelConfig::from_dir(dir).raw.contains("quantization_config"));
+}
 
 class LoraParity : public ::testing::TestWithParam<std::string> {};
 
@@ -120,7 +141,8 @@ TEST_P(LoraParity, PeftAdapterLogitsLossAndGradients) {
   // Qwen3-MoE, whose adapter PEFT converted from per-expert names, not the dense layer's MLP.
   const int64_t layers = m->config().num_hidden_layers;
   const std::map<std::string, int64_t> adapted = {
-      {"phi3", 4 * layers}, {"qwen3_moe", 6 + 4 + 6}, {"mixtral", 6 * layers}};
+      {"phi3", 4 * layers}, {"qwen3_moe", 6 + 4 + 6}, {"mixtral", 6 * layers},
+      {"gpt_oss", 6 * layers}};
   const auto it = adapted.find(GetParam());
   EXPECT_EQ(n_lora, 2 * (it == adapted.end() ? 7 * layers : it->second));
   Ref ref(GetParam() + "_lora");
@@ -248,7 +270,7 @@ TEST_P(LoraParity, MergedModelSavesShardedAndReloads) {
 
 INSTANTIATE_TEST_SUITE_P(Families, LoraParity,
                          ::testing::Values("llama32", "qwen2", "qwen3", "gemma3", "phi3",
-                                           "qwen3_moe", "mixtral"));
+                                           "qwen3_moe", "mixtral", "gpt_oss"));
 
 TEST(HfCheckpoint, Bf16SaveRoundsEveryParameter) {
   CausalLM m = load_model(fixture("llama2"));

@@ -53,6 +53,11 @@ def tiny_checkpoint(family, dest):
     elif family == "mixtral":
         model = tf.MixtralForCausalLM(tf.MixtralConfig(**common, num_local_experts=4,
                                                        num_experts_per_tok=2))
+    elif family == "gpt_oss":  # sinks, biases, alternating windows, YaRN; 4 experts, top 2
+        model = tf.GptOssForCausalLM(tf.GptOssConfig(
+            **{**common, "intermediate_size": 32}, head_dim=16, num_local_experts=4,
+            num_experts_per_tok=2, sliding_window=16, output_router_logits=True,
+            router_aux_loss_coef=0.02))
     else:
         raise SystemExit(f"unknown family {family}")
     torch.manual_seed(0)
@@ -190,7 +195,7 @@ def check_family(family):
         print(f"{family}: tokens routed to each expert in step 1: {first.get('expert_tokens')}")
 
     sharded_runs_equal_one_process(w, model_dir, data,
-                                   per_example_forwards=family == "qwen3_moe")
+                                   per_example_forwards=family in ("qwen3_moe", "gpt_oss"))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 
 #include "common/strict_json.h"
 #include "kernels/quant4.h"
+#include "trainer/io/mxfp4.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/model/checkpoint_names.h"
 #include "trainer/model/layers.h"
@@ -159,6 +160,17 @@ std::optional<kernels::Quant4State> read_bnb_4bit(CheckpointReader& r, const std
   return s;
 }
 
+// A slice's tensor as stored, or an expert stack stored in MXFP4 (gpt-oss's published
+// checkpoints: NAME_blocks and NAME_scales in the [E, out, in] orientation) made whole.
+at::Tensor read_stored(CheckpointReader& reader, const model::StoredSlice& slice,
+                       at::ScalarType dtype) {
+  const std::string& name = slice.name;
+  if (reader.contains(name) || !reader.contains(name + "_blocks")) return reader.get(name);
+  at::Tensor whole =
+      dequantize_mxfp4(reader.get(name + "_blocks"), reader.get(name + "_scales"), dtype, name);
+  return slice.transposed ? whole.transpose(-2, -1) : whole;
+}
+
 }  // namespace
 
 std::string hf_dtype_name(c10::ScalarType dtype) {
@@ -217,8 +229,8 @@ void HfWeights::load_into(torch::nn::Module& part, const std::string& prefix) {
     if (is_lora_name(name) || quantized.count(name)) continue;
     // Most parameters are one tensor; an expert stack is one per expert (checkpoint_names.h).
     for (const auto& slice : model::stored_slices(config_, name)) {
-      at::Tensor src = reader.get(slice.name);
       at::Tensor dst = model::slice_of(item.value(), slice);
+      at::Tensor src = read_stored(reader, slice, dst.scalar_type());
       if (src.sizes() != dst.sizes())
         throw std::runtime_error(reader.file_of(slice.name) + ": tensor \"" + slice.name +
                                  "\" has shape " + shape_text(src.sizes()) +
@@ -268,6 +280,9 @@ void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::Scal
   }
   fs::create_directories(out_dir);
   json config = model->config().raw;
+  // The weights written are whole, in `dtype`, whatever the checkpoint read was (bitsandbytes
+  // 4-bit, gpt-oss's MXFP4 experts).
+  config.erase("quantization_config");
   config["torch_dtype"] = hf_dtype_name(dtype);  // transformers 4 name
   config["dtype"] = hf_dtype_name(dtype);        // transformers 5 name
 

@@ -14,6 +14,7 @@ std::vector<StoredSlice> stored_slices(const ModelConfig& c, const std::string& 
   if (rest == "gate.weight") return {{block + "gate.weight"}};
   const bool gate_up = rest == "experts.gate_up_proj", down = rest == "experts.down_proj";
   if (!gate_up && !down) return {{parameter}};
+  if (layout.stored_transposed) return {{parameter, -1, 0, 0, /*transposed=*/true}};
   std::vector<StoredSlice> out;
   const int64_t width = c.expert_intermediate_size;
   for (int64_t e = 0; e < c.num_experts; ++e) {
@@ -29,6 +30,7 @@ std::vector<StoredSlice> stored_slices(const ModelConfig& c, const std::string& 
 }
 
 at::Tensor slice_of(const at::Tensor& value, const StoredSlice& slice) {
+  if (slice.transposed) return value.transpose(-2, -1);
   if (slice.expert < 0) return value;
   return value[slice.expert].narrow(0, slice.first_row, slice.rows);
 }

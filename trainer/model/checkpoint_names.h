@@ -2,7 +2,7 @@
 // own name. A mixture of experts' stacks (experts.h) are stored one tensor per expert and linear
 // on the Hub and by transformers' save_pretrained (model.layers.0.mlp.experts.3.gate_proj.weight,
 // Mixtral's model.layers.0.block_sparse_moe.experts.3.w1.weight), and Mixtral's router as
-// block_sparse_moe.gate.weight.
+// block_sparse_moe.gate.weight; gpt-oss stores each stack whole under its own name, transposed.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,6 +20,8 @@ struct StoredSlice {
   int64_t expert = -1;  // the expert of the stack it holds; -1: it is the whole parameter
   // The rows of that expert's [out, in] it holds (gate and up share gate_up_proj).
   int64_t first_row = 0, rows = 0;
+  // The whole stack, stored as [E, in, out] (gpt-oss: family.h, stored_transposed).
+  bool transposed = false;
 };
 
 // The checkpoint tensors that make up `parameter` (a full name, "model.layers.0.mlp.gate.weight"),

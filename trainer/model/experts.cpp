@@ -119,10 +119,33 @@ Tensor ExpertLoraImpl::b_stack(int64_t experts, torch::ScalarType dtype, double 
 }
 
 ExpertsImpl::ExpertsImpl(const ModelConfig& c, const torch::TensorOptions& opts)
-    : experts_(c.num_experts), gelu_tanh_(c.gelu_tanh) {
+    : experts_(c.num_experts),
+      gelu_tanh_(c.gelu_tanh),
+      interleaved_(c.family->experts.interleaved_gate_up),
+      clamped_(c.family->experts.clamped_swiglu),
+      alpha_(c.swiglu_alpha),
+      limit_(c.swiglu_limit) {
   const int64_t h = c.hidden_size, i = c.expert_intermediate_size;
   gate_up_proj = register_parameter("gate_up_proj", new_parameter({experts_, 2 * i, h}, opts));
   down_proj = register_parameter("down_proj", new_parameter({experts_, h, i}, opts));
+  if (c.family->experts.biases) {
+    gate_up_proj_bias =
+        register_parameter("gate_up_proj_bias", new_parameter({experts_, 2 * i}, opts));
+    down_proj_bias = register_parameter("down_proj_bias", new_parameter({experts_, h}, opts));
+  }
+}
+
+Tensor ExpertsImpl::activation(const Tensor& gate_up) const {
+  const int64_t i = gate_up.size(-1) / 2;
+  const auto act = gelu_tanh_ ? kernels::GateActivation::kGeluTanh : kernels::GateActivation::kSilu;
+  if (gate_up.is_cuda() && !interleaved_ && !clamped_)  // the fused kernel reads both halves
+    return kernels::gated_activation_packed(gate_up, act);
+  const Tensor gate = interleaved_ ? gate_up.slice(-1, 0, 2 * i, 2) : gate_up.narrow(-1, 0, i);
+  const Tensor up = interleaved_ ? gate_up.slice(-1, 1, 2 * i, 2) : gate_up.narrow(-1, i, i);
+  if (!clamped_) return kernels::gated_reference(gate, up, act);
+  // gpt-oss (transformers' GptOssExperts._apply_gate).
+  const Tensor g = gate.clamp_max(limit_);
+  return (up.clamp(-limit_, limit_) + 1) * (g * at::sigmoid(g * alpha_));
 }
 
 Tensor ExpertsImpl::product(const Tensor& rows, const Tensor& weight,
@@ -153,22 +176,21 @@ Tensor ExpertsImpl::forward(const Tensor& x, const Tensor& top_k_index,
       at::empty_like(order).scatter_(0, order, at::arange(order.numel(), order.options()));
   const Tensor rows = GatherRows::apply(x, order.div(k, "floor"), inverse, k);
 
-  const Tensor gate_up = product(rows, gate_up_proj, gate_up_4bit_, gate_up_lora, ends);
-  const auto act = gelu_tanh_ ? kernels::GateActivation::kGeluTanh : kernels::GateActivation::kSilu;
-  Tensor hidden;
-  if (gate_up.is_cuda()) {  // the fused kernel reads the gate and up halves in place
-    hidden = kernels::gated_activation_packed(gate_up, act);
-  } else {
-    const int64_t i = gate_up.size(-1) / 2;
-    hidden = kernels::gated_reference(gate_up.narrow(-1, 0, i), gate_up.narrow(-1, i, i), act);
-  }
+  // Each sorted row's expert, for the stacks' biases.
+  const Tensor row_experts = gate_up_proj_bias.defined() ? flat.index_select(0, order) : Tensor();
+  Tensor gate_up = product(rows, gate_up_proj, gate_up_4bit_, gate_up_lora, ends);
+  if (gate_up_proj_bias.defined())
+    gate_up = gate_up + gate_up_proj_bias.index_select(0, row_experts).to(gate_up.scalar_type());
+  Tensor hidden = activation(gate_up);
   // Each row's routing weight is applied before the down projection, which is linear, where
   // transformers applies it after (the same up to rounding): a pass over the [rows, I] tensor
   // instead of the wider [rows, hidden] one, and backward keeps no [rows, hidden] output for the
-  // weights' gradient.
+  // weights' gradient. The down projection's bias is weighted on its own.
   const Tensor weights = top_k_weights.reshape({-1}).index_select(0, order).unsqueeze(1);
   hidden = (hidden * weights).to(hidden.scalar_type());
   Tensor out = product(hidden, down_proj, down_4bit_, down_lora, ends);
+  if (down_proj_bias.defined())
+    out = out + (down_proj_bias.index_select(0, row_experts) * weights).to(out.scalar_type());
   // Back in token order, summed over the k.
   return GatherRows::apply(out, inverse, order, 1).view({n, k, -1}).sum(1).to(x.scalar_type());
 }
@@ -231,14 +253,23 @@ int64_t ExpertsImpl::quantize_4bit(const std::string& type, int64_t blocksize, b
 RouterImpl::RouterImpl(const ModelConfig& c, const torch::TensorOptions& opts)
     : top_k_(c.experts_per_token),
       normalize_(c.norm_topk_prob),
-      weights_in_hidden_dtype_(c.family->experts.weights_in_hidden_dtype) {
+      weights_in_hidden_dtype_(c.family->experts.weights_in_hidden_dtype),
+      softmax_over_top_k_(c.family->experts.softmax_over_top_k) {
   weight = register_parameter("weight", new_parameter({c.num_experts, c.hidden_size}, opts));
+  if (c.family->experts.router_bias)
+    bias = register_parameter("bias", new_parameter({c.num_experts}, opts));
 }
 
 RouterImpl::Routing RouterImpl::forward(const Tensor& x) {
   Routing r;
-  r.logits = at::linear(x, weight);
-  r.probs = at::softmax(r.logits, -1, at::kFloat);
+  r.logits = bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
+  r.probs = at::softmax(r.logits, -1, at::kFloat);  // the load-balancing loss's, in every family
+  if (softmax_over_top_k_) {  // gpt-oss: the top k logits, then a softmax over them alone
+    auto [top, experts] = r.logits.topk(top_k_, -1);
+    r.weights = at::softmax(top, -1);
+    r.experts = experts;
+    return r;
+  }
   auto [top, experts] = r.probs.topk(top_k_, -1);
   if (normalize_) top = top / top.sum(-1, /*keepdim=*/true);
   r.weights = weights_in_hidden_dtype_ ? top.to(r.logits.scalar_type()) : top;
@@ -247,7 +278,7 @@ RouterImpl::Routing RouterImpl::forward(const Tensor& x) {
 }
 
 SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, const torch::TensorOptions& opts) {
-  gate = register_module("gate", Router(c, opts));
+  gate = register_module(c.family->experts.router, Router(c, opts));
   experts = register_module("experts", Experts(c, opts));
 }
 

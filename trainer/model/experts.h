@@ -76,6 +76,7 @@ class ExpertsImpl : public torch::nn::Module {
   std::vector<int64_t> shape_of(const std::string& stack) const;
 
   torch::Tensor gate_up_proj, down_proj;                 // [E, 2I, hidden], [E, hidden, I]
+  torch::Tensor gate_up_proj_bias, down_proj_bias;       // [E, 2I], [E, hidden]; gpt-oss only
   ExpertLora gate_up_lora{nullptr}, down_lora{nullptr};  // null unless adapted
 
  private:
@@ -83,15 +84,19 @@ class ExpertsImpl : public torch::nn::Module {
   torch::Tensor product(const torch::Tensor& rows, const torch::Tensor& weight,
                         const kernels::Quant4State& quantized, const ExpertLora& lora,
                         const torch::Tensor& ends);
+  // The gated activation of gate_up's rows as the family computes it (family.h: ExpertLayout).
+  torch::Tensor activation(const torch::Tensor& gate_up) const;
   int64_t experts_;
-  bool gelu_tanh_;
+  bool gelu_tanh_, interleaved_, clamped_;
+  double alpha_, limit_;
   kernels::Quant4State gate_up_4bit_, down_4bit_;
   torch::ScalarType compute_dtype_ = torch::kBFloat16;
 };
 TORCH_MODULE(Experts);
 
 // The router (transformers' Qwen3MoeTopKRouter, MixtralTopKRouter): logits = x W^T, softmax in
-// fp32, the top k, renormalised when the config says so.
+// fp32, the top k, renormalised when the config says so; gpt-oss's (GptOssTopKRouter) adds a bias
+// and takes the softmax over the top k logits alone.
 class RouterImpl : public torch::nn::Module {
  public:
   RouterImpl(const ModelConfig& c, const torch::TensorOptions& opts);
@@ -103,10 +108,11 @@ class RouterImpl : public torch::nn::Module {
   };
   Routing forward(const torch::Tensor& x);
   torch::Tensor weight;  // [E, hidden]
+  torch::Tensor bias;    // [E], in families with experts.router_bias
 
  private:
   int64_t top_k_;
-  bool normalize_, weights_in_hidden_dtype_;
+  bool normalize_, weights_in_hidden_dtype_, softmax_over_top_k_;
 };
 TORCH_MODULE(Router);
 

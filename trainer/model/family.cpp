@@ -84,6 +84,29 @@ const std::vector<Family>& families() {
     mixtral.experts.normalizes_always = true;
     mixtral.experts.weights_in_hidden_dtype = false;
     f.push_back(mixtral);
+
+    // gpt-oss 20B and 120B: biases on every attention projection, a learned sink logit per head,
+    // sliding-window and full layers in turn, YaRN RoPE; every layer sparse, its router with a
+    // bias and a softmax over the top 4 logits, experts with biases and a clamped SwiGLU, their
+    // stacks stored whole (MXFP4 in OpenAI's checkpoints: io/mxfp4.h).
+    Family gpt_oss{"gpt_oss", "GptOssForCausalLM", "gpt-oss"};
+    gpt_oss.attention_bias = AttentionBias::kAttentionFlag;
+    gpt_oss.sliding = SlidingLayers::kLayerTypes;
+    gpt_oss.sliding_pattern = 2;
+    gpt_oss.norm_weight = NormWeight::kScaleInFloat;
+    gpt_oss.attention_sinks = true;
+    gpt_oss.default_rope_theta = 150'000;
+    gpt_oss.experts.block = "mlp";
+    gpt_oss.experts.count_field = "num_local_experts";
+    gpt_oss.experts.width_field = "intermediate_size";
+    gpt_oss.experts.router = "router";
+    gpt_oss.experts.router_bias = true;
+    gpt_oss.experts.softmax_over_top_k = true;
+    gpt_oss.experts.biases = true;
+    gpt_oss.experts.interleaved_gate_up = true;
+    gpt_oss.experts.clamped_swiglu = true;
+    gpt_oss.experts.stored_transposed = true;
+    f.push_back(gpt_oss);
     return f;
   }();
   return kFamilies;

@@ -17,6 +17,7 @@ namespace kubetune::model {
 enum class NormWeight {
   kScale,         // w * x̂, x̂ cast to the input's dtype first (Llama)
   kOnePlusScale,  // (1 + w) * x̂ in fp32, then cast; w starts at 0 (Gemma)
+  kScaleInFloat,  // w * x̂ in fp32, then cast (gpt-oss)
 };
 
 // Which attention projections carry a bias.
@@ -35,7 +36,8 @@ enum class SlidingLayers {
   // max_window_layers on, and only when use_sliding_window (Qwen2, Qwen3).
   kMarkedWhenEnabled,
   // The layers layer_types marks "sliding_attention", or without it all but every
-  // sliding_window_pattern-th (Gemma 3: five local layers to one global).
+  // sliding_window_pattern-th (by default the family's sliding_pattern: Gemma 3 has five local
+  // layers to one global, gpt-oss alternates).
   kLayerTypes,
 };
 
@@ -56,6 +58,17 @@ struct ExpertLayout {
   // decoder_sparse_step and mlp_only_layers choose which layers are sparse (Qwen3-MoE); without
   // them every layer is.
   bool sparse_step = false;
+  const char* router = "gate";  // the router's module in the sparse layer ("router": gpt-oss)
+  // gpt-oss: the router has a bias and takes the top k of its logits, then a softmax over those
+  // k (the others take the softmax over all experts, then its top k).
+  bool router_bias = false, softmax_over_top_k = false;
+  // gpt-oss's experts: biases on both stacks (gate_up_proj_bias [E, 2I], down_proj_bias
+  // [E, hidden]); gate_up's rows alternate gate and up (else all gate rows, then all up rows);
+  // the clamped SwiGLU (up + 1) * g * sigmoid(alpha g), g = min(gate, limit), up clamped to
+  // +-limit (config.json's swiglu_alpha, swiglu_limit); and each stack stored whole in the
+  // checkpoint under the model's name, transposed ([E, in, out]), not one tensor per expert.
+  bool biases = false, interleaved_gate_up = false, clamped_swiglu = false;
+  bool stored_transposed = false;
 };
 
 struct Family {
@@ -74,6 +87,10 @@ struct Family {
   bool scaled_embedding = false;  // embeddings times sqrt(hidden_size), rounded to their dtype
   // rope_parameters holds one entry per layer type ("full_attention", "sliding_attention").
   bool rope_per_layer_type = false;
+  int sliding_pattern = 6;  // kLayerTypes without layer_types: every n-th layer is global
+  // A learned logit per head (self_attn.sinks) joins each row's softmax and takes its share of
+  // the weight, attending to nothing (gpt-oss).
+  bool attention_sinks = false;
   // The attention's softmax scale is query_pre_attn_scalar^-0.5 instead of head_dim^-0.5.
   bool query_pre_attn_scalar = false;
   // Dropout fields other families lack, which kubetune refuses unless 0 (Phi-3's resid_pdrop and

@@ -5,6 +5,7 @@
 #include <torch/utils.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kernels/fp8_from_4bit.h"
 #include "kernels/rope.h"
@@ -31,10 +32,15 @@ namespace {
 // The parameters a module holds itself (not its children's).
 void init_own_parameters(torch::nn::Module& m, double initializer_range) {
   const auto* norm = dynamic_cast<RMSNormImpl*>(&m);
+  // gpt-oss's router draws its bias as its weight; other biases (the experts' too) start at 0.
+  const bool router = dynamic_cast<RouterImpl*>(&m) != nullptr;
   for (auto& p : m.named_parameters(/*recurse=*/false)) {
+    const std::string& name = p.key();
+    const bool bias =
+        name == "bias" || (name.size() > 5 && name.substr(name.size() - 5) == "_bias");
     if (norm)
       p.value().fill_(norm->initial_weight());
-    else if (p.key() == "bias")
+    else if (bias && !router)
       p.value().zero_();
     else
       p.value().normal_(0.0, initializer_range);
@@ -241,6 +247,7 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * at::rsqrt(variance + eps_);
   if (one_plus) return (h * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
+  if (style_ == NormWeight::kScaleInFloat) return (weight * h).to(x.scalar_type());
   return weight * h.to(x.scalar_type());
 }
 
@@ -291,6 +298,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const torch::TensorOptions& o
     v_proj = register_module("v_proj", Linear(h, kv, bias, opts));
   }
   o_proj = register_module("o_proj", Linear(q, h, c.o_proj_bias(), opts));
+  if (c.family->attention_sinks) sinks = register_parameter("sinks", new_parameter({heads_}, opts));
   if (c.family->qk_norm) {
     q_norm =
         register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, opts, c.family->norm_weight));
@@ -307,6 +315,28 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
   return x.unsqueeze(2)
       .expand({s[0], s[1], n_rep, s[2], s[3]})
       .reshape({s[0], s[1] * n_rep, s[2], s[3]});
+}
+
+// transformers' eager_attention_forward of gpt-oss: each head's sink logit joins every row's
+// softmax as one more column, whose share is then dropped, so a row's weights sum to less than 1.
+// q [B,H,T,D], k and v with their heads repeated; mask bool [B,1,T,T] (true = may attend) or
+// undefined for plain causal attention. Written out as transformers does (the scores are
+// materialised): SDPA's kernels take no sink.
+torch::Tensor attention_with_sinks(const torch::Tensor& q, const torch::Tensor& k,
+                                   const torch::Tensor& v, const torch::Tensor& mask,
+                                   const torch::Tensor& sinks, double scale, double dropout,
+                                   bool training) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
+  torch::Tensor allowed =
+      mask.defined() ? mask : at::ones({T, T}, q.options().dtype(at::kBool)).tril();
+  torch::Tensor scores = at::matmul(q, k.transpose(2, 3)) * scale;
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  torch::Tensor sink = sinks.to(scores.scalar_type()).reshape({1, H, 1, 1}).expand({B, H, T, 1});
+  torch::Tensor logits = at::cat({scores, sink}, -1);
+  logits = logits - std::get<0>(logits.max(-1, /*keepdim=*/true));
+  torch::Tensor probs = at::softmax(logits, -1).narrow(-1, 0, T);
+  probs = at::dropout(probs, dropout, training).to(v.scalar_type());
+  return at::matmul(probs, v);
 }
 }  // namespace
 
@@ -344,12 +374,16 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   v = heads(v).transpose(1, 2);
   // Flash attention reads grouped key/value heads itself (as transformers asks it to); other
   // backends and the CPU get the heads repeated.
-  const bool gqa_in_kernel = x.is_cuda() && !in.mask.defined();
+  const bool gqa_in_kernel = x.is_cuda() && !in.mask.defined() && !sinks.defined();
   if (!gqa_in_kernel) {
     k = repeat_kv(k, heads_ / kv_heads_);
     v = repeat_kv(v, heads_ / kv_heads_);
   }
   const double p = is_training() ? dropout_ : 0.0;
+  if (sinks.defined()) {
+    torch::Tensor out = attention_with_sinks(q, k, v, in.mask, sinks, scale_, p, is_training());
+    return o_proj->forward(out.transpose(1, 2).reshape({B, T, -1}));
+  }
   std::optional<at::Tensor> mask;
   if (in.mask.defined()) mask = in.mask;
   torch::Tensor out =

@@ -132,7 +132,7 @@ class RMSNormImpl : public torch::nn::Module {
               NormWeight style = NormWeight::kScale);
   // Normalises in fp32, then applies the weight as the family does (family.h: NormWeight):
   // LlamaRMSNorm casts back to the input dtype and scales; Gemma3RMSNorm scales by (1 + w) in
-  // fp32 and casts last.
+  // fp32 and casts last; GptOssRMSNorm scales by w in fp32 and casts last.
   torch::Tensor forward(const torch::Tensor& x);
   // What the weight starts as in a fresh model (transformers' _init_weights): 1, or 0 for (1 + w).
   double initial_weight() const { return style_ == NormWeight::kScale ? 1.0 : 0.0; }
@@ -186,6 +186,7 @@ class AttentionImpl : public torch::nn::Module {
   // q_proj, k_proj and v_proj, or qkv_proj alone in families that fuse them (the others null).
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, qkv_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // over each head, in families with qk_norm
+  torch::Tensor sinks;  // [heads]: each head's sink logit, in families with attention_sinks
 
  private:
   // q, k and v as [B,T,heads*D] each.

@@ -87,6 +87,10 @@ std::vector<std::string> all_linear_targets(const ModelConfig& config) {
     for (const auto& linear : config.decoder_linears(0))
       if (linear.module.rfind("self_attn.", 0) == 0) out.push_back(last_component(linear.module));
     const ExpertLayout& e = config.family->experts;
+    if (e.interleaved_gate_up) {  // gpt-oss names only its fused stacks
+      out.insert(out.end(), {"gate_up_proj", "down_proj"});
+      return out;
+    }
     for (const char* name : {e.gate, e.up, e.down}) out.push_back(name);
     return out;
   }
@@ -156,7 +160,7 @@ LoraConfig resolved_for(const LoraConfig& cfg, const ModelConfig& config) {
 
 void check_lora_targets(const ModelConfig& config, const std::vector<std::string>& targets) {
   std::vector<std::string> known = all_linear_targets(config);
-  if (config.family->has_experts())
+  if (config.family->has_experts() && !config.family->experts.interleaved_gate_up)
     for (const char* name : {"gate_proj", "up_proj", "down_proj", "gate_up_proj"})
       if (std::find(known.begin(), known.end(), name) == known.end()) known.push_back(name);
   for (const auto& t : targets) {

@@ -120,6 +120,31 @@ std::vector<double> factor_list(const json& r, const char* key, int64_t expected
   return out;
 }
 
+// transformers' _compute_yarn_parameters: without a factor, the ratio of the context lengths;
+// without an attention_factor, 0.1 ln(factor) + 1 (or the ratio of two such terms scaled by
+// mscale and mscale_all_dim).
+void read_yarn(Rope& rope, const json& r, const ModelConfig& c, const std::string& key,
+               const std::string& source) {
+  const double original = static_cast<double>(rope.original_max_position_embeddings);
+  if (!has_value(r, "factor"))
+    rope.factor = static_cast<double>(c.max_position_embeddings) / original;
+  const double factor = rope.factor;
+  auto get_mscale = [factor](double m) {
+    return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0;
+  };
+  const double m = optional_value<double>(r, "mscale", 0.0, source);
+  const double m_all = optional_value<double>(r, "mscale_all_dim", 0.0, source);
+  rope.attention_factor =
+      m != 0 && m_all != 0 ? get_mscale(m) / get_mscale(m_all) : get_mscale(1.0);
+  rope.attention_factor = positive(r, "attention_factor", rope.attention_factor, source, key);
+  // transformers treats 0 (and null) as unset for the betas.
+  rope.beta_fast = optional_value<double>(r, "beta_fast", 0.0, source);
+  rope.beta_slow = optional_value<double>(r, "beta_slow", 0.0, source);
+  if (rope.beta_fast == 0) rope.beta_fast = 32;
+  if (rope.beta_slow == 0) rope.beta_slow = 1;
+  rope.truncate = optional_value<bool>(r, "truncate", true, source);
+}
+
 // One rope_parameters (or rope_scaling) object into `rope`, whose theta is already the default.
 // `top` is the whole config (transformers 4 keeps original_max_position_embeddings and
 // partial_rotary_factor there).
@@ -130,19 +155,22 @@ void read_rope_object(Rope& rope, const json& r, const std::string& key, const M
   std::string type = optional_value<std::string>(r, "rope_type", "", source);
   if (type.empty()) type = optional_value<std::string>(r, "type", "default", source);
   if (type == "su") type = "longrope";  // Phi-3's first name for it, as transformers maps it
-  static const char* kTypes[] = {"default", "linear", "dynamic", "llama3", "longrope"};
+  static const char* kTypes[] = {"default", "linear", "dynamic", "llama3", "longrope", "yarn"};
   if (std::find(std::begin(kTypes), std::end(kTypes), type) == std::end(kTypes))
     fail(source, key + ".rope_type",
          "unsupported RoPE type \"" + type +
-             "\" (supported: default, linear, dynamic, llama3, longrope)");
+             "\" (supported: default, linear, dynamic, llama3, longrope, yarn)");
   rope.type = type;
   rope.partial_rotary_factor = rotary_fraction(r, rotary_fraction(top, 1.0, source), source, key);
   rope.factor = positive(r, "factor", 1.0, source, key);
   rope.low_freq_factor = positive(r, "low_freq_factor", 1.0, source, key);
   rope.high_freq_factor = positive(r, "high_freq_factor", 4.0, source, key);
+  // YaRN's pre-training length defaults to the model's (transformers' standardize_rope_params).
+  const int64_t length_default = type == "yarn" ? c.max_position_embeddings : 8192;
   rope.original_max_position_embeddings = optional_value<int64_t>(
       r, "original_max_position_embeddings",
-      optional_value<int64_t>(top, "original_max_position_embeddings", 8192, source), source);
+      optional_value<int64_t>(top, "original_max_position_embeddings", length_default, source),
+      source);
   if (type == "longrope") {
     // transformers' _compute_longrope_parameters: without a factor, the ratio of the context
     // lengths; without an attention_factor, the paper's sqrt(1 + ln(factor) / ln(original)).
@@ -155,6 +183,8 @@ void read_rope_object(Rope& rope, const json& r, const std::string& key, const M
     const int64_t rotated = c.rotary_dim(rope) / 2;
     rope.short_factor = factor_list(r, "short_factor", rotated, source, key);
     rope.long_factor = factor_list(r, "long_factor", rotated, source, key);
+  } else if (type == "yarn") {
+    read_yarn(rope, r, c, key, source);
   } else if (type != "default" && !has_value(r, "factor")) {
     fail(source, key + ".factor", "required for RoPE type \"" + type + "\"");
   }
@@ -228,7 +258,8 @@ void read_sliding_window(ModelConfig& c, const json& j, const std::string& sourc
     }
     const int64_t pattern = optional_value<int64_t>(
         j, "sliding_window_pattern",
-        optional_value<int64_t>(j, "_sliding_window_pattern", 6, source), source);
+        optional_value<int64_t>(j, "_sliding_window_pattern", c.family->sliding_pattern, source),
+        source);
     if (pattern <= 0) fail(source, "sliding_window_pattern", "must be positive");
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers[i] = (i + 1) % pattern != 0;
     return;
@@ -320,6 +351,10 @@ void read_experts(ModelConfig& c, const json& j, const std::string& source) {
       e.normalizes_always || optional_value<bool>(j, "norm_topk_prob", false, source);
   if (optional_value<double>(j, "router_jitter_noise", 0.0, source) != 0.0)
     fail(source, "router_jitter_noise", "noise on the router's input is not supported; must be 0");
+  if (e.clamped_swiglu) {
+    c.swiglu_alpha = positive(j, "swiglu_alpha", 1.702, source);
+    c.swiglu_limit = positive(j, "swiglu_limit", 7.0, source);
+  }
   if (optional_value<bool>(j, "output_router_logits", false, source))
     c.router_aux_loss_coef =
         number_in(j, "router_aux_loss_coef", 0.001, 0.0, HUGE_VAL, true, source);
@@ -353,14 +388,16 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     const std::string method = q.is_object() ? q.value("quant_method", "?") : "?";
     const bool four_bit =
         q.is_object() && (q.value("load_in_4bit", false) || q.value("_load_in_4bit", false));
-    if (method != "bitsandbytes" || !four_bit) {
+    // OpenAI's gpt-oss checkpoints keep the experts in MXFP4: read made whole (io/mxfp4.h).
+    const bool mxfp4 = method == "mxfp4" && j.value("model_type", "") == "gpt_oss";
+    if (!mxfp4 && (method != "bitsandbytes" || !four_bit)) {
       fail(source, "quantization_config",
            "the checkpoint is quantized with quant_method \"" + method + "\"" +
                (method == "bitsandbytes" ? " in 8 bits" : "") +
                ", which kubetune cannot load: use the bf16 or fp32 checkpoint (method.type qlora "
                "quantizes it to 4 bits), or a bitsandbytes 4-bit one");
     }
-    c.bnb_4bit = true;
+    c.bnb_4bit = !mxfp4;
   }
   read_family(c, j, source);
   refuse_unimplemented_options(j, *c.family, source);
@@ -436,8 +473,9 @@ std::vector<LinearShape> ModelConfig::decoder_linears(int64_t layer) const {
   out.push_back({"self_attn.o_proj", q, h, o_proj_bias()});
   if (is_sparse(layer)) {
     const int64_t e = expert_intermediate_size;
-    out.push_back({"mlp.experts.gate_up_proj", h, 2 * e, false, num_experts});
-    out.push_back({"mlp.experts.down_proj", e, h, false, num_experts});
+    const bool bias = family->experts.biases;
+    out.push_back({"mlp.experts.gate_up_proj", h, 2 * e, bias, num_experts});
+    out.push_back({"mlp.experts.down_proj", e, h, bias, num_experts});
     return out;
   }
   if (family->fused_gate_up) {
@@ -452,10 +490,13 @@ std::vector<LinearShape> ModelConfig::decoder_linears(int64_t layer) const {
 
 int64_t ModelConfig::parameters_of_layer(int64_t layer) const {
   int64_t n = 0;
-  for (const auto& l : decoder_linears(layer)) n += l.weights() + (l.bias ? l.out : 0);
+  for (const auto& l : decoder_linears(layer))
+    n += l.weights() + (l.bias ? l.out * std::max<int64_t>(l.experts, 1) : 0);
   const int64_t norms = family->sandwich_norms ? 4 : 2;
-  const int64_t router = is_sparse(layer) ? num_experts * hidden_size : 0;
-  return n + router + norms * hidden_size + (family->qk_norm ? 2 * head_dim : 0);
+  const int64_t router =
+      is_sparse(layer) ? num_experts * (hidden_size + (family->experts.router_bias ? 1 : 0)) : 0;
+  const int64_t sinks = family->attention_sinks ? num_attention_heads : 0;
+  return n + router + sinks + norms * hidden_size + (family->qk_norm ? 2 * head_dim : 0);
 }
 
 int64_t ModelConfig::largest_layer_parameters() const {

@@ -13,7 +13,7 @@ namespace kubetune::model {
 
 // Rotary position embeddings: the base and how the frequencies are rescaled for long context
 // ("rope_scaling" and "rope_theta" in transformers 4, "rope_parameters" in transformers 5).
-// Supported types: default, linear, dynamic, llama3, longrope.
+// Supported types: default, linear, dynamic, llama3, longrope, yarn.
 struct Rope {
   std::string type = "default";
   double theta = 10000;
@@ -25,6 +25,10 @@ struct Rope {
   double attention_factor = 1;
   // Only the first partial_rotary_factor of each head is rotated (Phi-4-mini: 0.75).
   double partial_rotary_factor = 1;
+  // yarn: the rotations that bound the ramp between interpolated and extrapolated frequencies,
+  // and whether those bounds are rounded to whole dimensions (attention_factor as above).
+  double beta_fast = 32, beta_slow = 1;
+  bool truncate = true;
 };
 
 // A decoder linear layer by its name in the model ("self_attn.q_proj") and its shape; with
@@ -70,6 +74,8 @@ struct ModelConfig {
   // The router's load-balancing loss is added to the loss times this when config.json's
   // output_router_logits is true (router_aux_loss_coef); 0 otherwise.
   double router_aux_loss_coef = 0;
+  // The clamped SwiGLU's gain and clamp (families with experts.clamped_swiglu: gpt-oss).
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;
   std::string torch_dtype = "float32";
   nlohmann::json raw;  // the original config.json (written back on save)
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace kubetune::model {
@@ -54,6 +55,27 @@ at::Tensor longrope_inv_freq(const Rope& rope, int64_t dim, int64_t seq_len) {
   return rdiv(1.0, ext * at::pow(rope.theta, exponents));
 }
 
+// transformers' _compute_yarn_parameters: each frequency between the interpolated one (divided
+// by factor) and the original, by a linear ramp over the dimensions whose wavelengths fit
+// between beta_fast and beta_slow rotations in original_max_position_embeddings.
+at::Tensor yarn_inv_freq(const Rope& rope, int64_t dim) {
+  const double original = static_cast<double>(rope.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return (dim * std::log(original / (rotations * 2 * M_PI))) / (2 * std::log(rope.theta));
+  };
+  double low = correction_dim(rope.beta_fast), high = correction_dim(rope.beta_slow);
+  if (rope.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0), high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // as transformers: no division by zero
+  at::Tensor pos_freqs = at::pow(
+      rope.theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim));
+  at::Tensor extrapolation = pos_freqs.reciprocal();
+  at::Tensor interpolation = (pos_freqs * rope.factor).reciprocal();
+  at::Tensor ramp = ((at::arange(dim / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);
+  at::Tensor extrapolation_share = 1 - ramp;
+  return interpolation * (1 - extrapolation_share) + extrapolation * extrapolation_share;
+}
+
 }  // namespace
 
 bool rope_depends_on_length(const Rope& rope) {
@@ -67,6 +89,7 @@ at::Tensor rope_inv_freq(const ModelConfig& c, const Rope& rope, int64_t seq_len
   if (type == "linear") return default_inv_freq(rope.theta, dim) / rope.factor;
   if (type == "dynamic") return dynamic_inv_freq(c, rope, dim, seq_len);
   if (type == "longrope") return longrope_inv_freq(rope, dim, seq_len);
+  if (type == "yarn") return yarn_inv_freq(rope, dim);
   return default_inv_freq(rope.theta, dim);
 }
 
