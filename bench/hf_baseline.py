@@ -34,10 +34,24 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 FUSED_LORA_TARGETS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
 
 
-def lora_targets(model_dir: str) -> list:
+ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+def model_type(model_dir: str) -> str:
     with open(os.path.join(model_dir, "config.json")) as f:
-        model_type = json.load(f).get("model_type")
-    return FUSED_LORA_TARGETS if model_type == "phi3" else LORA_TARGETS
+        return json.load(f).get("model_type")
+
+
+def lora_targets(model_dir: str):
+    """LORA_TARGETS=attention (as bench/trainer_config.sh reads it): q, k, v and o only."""
+    if os.environ.get("LORA_TARGETS") == "attention":
+        return ATTENTION_TARGETS
+    return FUSED_LORA_TARGETS if model_type(model_dir) == "phi3" else LORA_TARGETS
+
+
+def attention_implementation(model_dir: str) -> str:
+    # transformers runs gpt-oss's sinks only in its eager attention (or hub kernels, offline here).
+    return "eager" if model_type(model_dir) == "gpt_oss" else "sdpa"
 
 
 def load_hf(args, liger: bool) -> torch.nn.Module:
@@ -53,15 +67,16 @@ def load_hf(args, liger: bool) -> torch.nn.Module:
         extra = {"quantization_config": BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=torch.bfloat16), "device_map": {"": torch.cuda.current_device()}}
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=frozen_dtype, attn_implementation="sdpa",
-                                                 **extra)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=frozen_dtype,
+                                                 attn_implementation=attention_implementation(args.model), **extra)
     if args.recompute == "on":
         # Non-reentrant: the frozen embedding's output needs no requires_grad hook for LoRA.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model
+        targets = ATTENTION_TARGETS if os.environ.get("LORA_TARGETS") == "attention" else "all-linear"
         model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+                                                 target_modules=targets, task_type="CAUSAL_LM"))
         for p in model.parameters():  # PEFT keeps adapters in fp32 under autocast, as we do
             if p.requires_grad:
                 p.data = p.data.float()

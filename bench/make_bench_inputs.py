@@ -4,7 +4,7 @@ Llama-3.2-1B configuration) saved as a Hugging Face folder, with the project's s
 tokenizer, and a JSONL of {"text"} records long enough to fill every sequence.
 
 Usage: make_bench_inputs.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|llama-3.1-70b|qwen3-8b|
-                             gemma-3-12b|phi-4|qwen3-30b-a3b] [--seq 2048] [--records 512]
+                             gemma-3-12b|phi-4|qwen3-30b-a3b|gpt-oss-20b] [--seq 2048] [--records 512]
                              [--config-only] [--layers N]
 
 The Qwen3, Gemma 3 and Phi-4 shapes are those of the published checkpoints' config.json (their
@@ -22,7 +22,8 @@ import shutil
 from pathlib import Path
 
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GptOssConfig, GptOssForCausalLM,
+                          LlamaConfig, LlamaForCausalLM,
                           Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
@@ -72,6 +73,17 @@ FAMILY_SHAPES = {
         mlp_only_layers=[], max_position_embeddings=40960, rms_norm_eps=1e-6,
         tie_word_embeddings=False, output_router_logits=False,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **TOKENS)),
+    # openai/gpt-oss-20b (its experts in bf16, as unsloth/gpt-oss-20b-BF16 publishes them): 32
+    # experts of width 2880, 4 per token, sinks, windows of 128 on every other layer, YaRN.
+    "gpt-oss-20b": (GptOssForCausalLM, lambda: GptOssConfig(
+        vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=24,
+        num_attention_heads=64, num_key_value_heads=8, head_dim=64, num_local_experts=32,
+        num_experts_per_tok=4, sliding_window=128, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=True,
+        output_router_logits=False, swiglu_limit=7.0,
+        rope_parameters={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "truncate": False, "original_max_position_embeddings": 4096,
+                         "rope_theta": 150000.0}, **TOKENS)),
 }
 
 

@@ -140,9 +140,10 @@ TEST_P(LoraParity, PeftAdapterLogitsLossAndGradients) {
   // of experts the 4 attention projections and both expert stacks of each sparse layer, and for
   // Qwen3-MoE, whose adapter PEFT converted from per-expert names, not the dense layer's MLP.
   const int64_t layers = m->config().num_hidden_layers;
-  const std::map<std::string, int64_t> adapted = {
-      {"phi3", 4 * layers}, {"qwen3_moe", 6 + 4 + 6}, {"mixtral", 6 * layers},
-      {"gpt_oss", 6 * layers}};
+  const std::map<std::string, int64_t> adapted = {{"phi3", 4 * layers},
+                                                  {"qwen3_moe", 6 + 4 + 6},
+                                                  {"mixtral", 6 * layers},
+                                                  {"gpt_oss", 6 * layers}};
   const auto it = adapted.find(GetParam());
   EXPECT_EQ(n_lora, 2 * (it == adapted.end() ? 7 * layers : it->second));
   Ref ref(GetParam() + "_lora");

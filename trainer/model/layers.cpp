@@ -5,7 +5,6 @@
 #include <torch/utils.h>
 
 #include <cmath>
-#include <limits>
 
 #include "kernels/fp8_from_4bit.h"
 #include "kernels/rope.h"
@@ -16,6 +15,7 @@
 #include "trainer/model/frozen_linear_group.h"
 #include "trainer/model/linear_4bit.h"
 #include "trainer/model/rope.h"
+#include "trainer/model/sink_attention.h"
 
 namespace kubetune::model {
 
@@ -317,27 +317,6 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
       .reshape({s[0], s[1] * n_rep, s[2], s[3]});
 }
 
-// transformers' eager_attention_forward of gpt-oss: each head's sink logit joins every row's
-// softmax as one more column, whose share is then dropped, so a row's weights sum to less than 1.
-// q [B,H,T,D], k and v with their heads repeated; mask bool [B,1,T,T] (true = may attend) or
-// undefined for plain causal attention. Written out as transformers does (the scores are
-// materialised): SDPA's kernels take no sink.
-torch::Tensor attention_with_sinks(const torch::Tensor& q, const torch::Tensor& k,
-                                   const torch::Tensor& v, const torch::Tensor& mask,
-                                   const torch::Tensor& sinks, double scale, double dropout,
-                                   bool training) {
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
-  torch::Tensor allowed =
-      mask.defined() ? mask : at::ones({T, T}, q.options().dtype(at::kBool)).tril();
-  torch::Tensor scores = at::matmul(q, k.transpose(2, 3)) * scale;
-  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
-  torch::Tensor sink = sinks.to(scores.scalar_type()).reshape({1, H, 1, 1}).expand({B, H, T, 1});
-  torch::Tensor logits = at::cat({scores, sink}, -1);
-  logits = logits - std::get<0>(logits.max(-1, /*keepdim=*/true));
-  torch::Tensor probs = at::softmax(logits, -1).narrow(-1, 0, T);
-  probs = at::dropout(probs, dropout, training).to(v.scalar_type());
-  return at::matmul(probs, v);
-}
 }  // namespace
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(

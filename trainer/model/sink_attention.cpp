@@ -1,0 +1,94 @@
+#include "trainer/model/sink_attention.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <limits>
+
+namespace kubetune::model {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// The bool mask as the additive bias the memory-efficient kernel takes: [B,H,T,T] float in q's
+// dtype, 0 where a key may be attended and -inf where not, its rows padded to a multiple of 16
+// elements (the kernel's alignment) and broadcast over the heads without a copy.
+Tensor additive_bias(const Tensor& mask, const Tensor& q) {
+  const int64_t B = mask.size(0), T = mask.size(-1), padded = (T + 15) / 16 * 16;
+  Tensor bias = at::full({B, 1, T, padded}, -std::numeric_limits<double>::infinity(), q.options());
+  bias.narrow(-1, 0, T).masked_fill_(mask.expand({B, 1, T, T}), 0.0);
+  return bias.narrow(-1, 0, T).expand({B, q.size(1), T, T});
+}
+
+class FusedSinkAttention : public torch::autograd::Function<FusedSinkAttention> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& sinks, const Tensor& bias, double scale) {
+    const bool causal = !bias.defined();
+    std::optional<Tensor> b = causal ? std::nullopt : std::optional<Tensor>(bias);
+    auto [out, lse, seed, offset] = at::_scaled_dot_product_efficient_attention(
+        q, k, v, b, /*compute_log_sumexp=*/true, /*dropout_p=*/0.0, causal, scale);
+    // lse [B,H,T rounded up to 32] fp32, natural log; rows past T are padding.
+    const int64_t T = q.size(2);
+    const Tensor real = lse.narrow(-1, 0, T);
+    const Tensor with_sink = at::logaddexp(real, sinks.to(at::kFloat).view({1, -1, 1}));
+    const Tensor kept = at::exp(real - with_sink);  // [B,H,T]: the real keys' share
+    const Tensor scaled = (out.to(at::kFloat) * kept.unsqueeze(-1)).to(out.scalar_type());
+    Tensor lse_with_sink = lse.clone();
+    lse_with_sink.narrow(-1, 0, T).copy_(with_sink);
+    ctx->save_for_backward({q, k, v, bias, scaled, lse_with_sink, seed, offset, kept});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["sinks_dtype"] = static_cast<int64_t>(sinks.scalar_type());
+    return scaled;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &q = saved[0], &k = saved[1], &v = saved[2], &bias = saved[3], &out = saved[4],
+                 &lse = saved[5], &seed = saved[6], &offset = saved[7], &kept = saved[8];
+    const Tensor grad = grads[0].contiguous();
+    // With the sink's log-sum-exp the kernel's probabilities are the sink-inclusive ones, and
+    // with the rescaled output its row terms rowsum(dO * out) are too: the gradient of q, k and
+    // v of attention over the real keys and the sink's (whose value is 0).
+    auto [dq, dk, dv, unused] = at::_scaled_dot_product_efficient_attention_backward(
+        grad, q, k, v, bias, out, lse, seed, offset, /*dropout_p=*/0.0, {true, true, true, false},
+        /*is_causal=*/!bias.defined(), ctx->saved_data["scale"].toDouble());
+    // d sink = sum over rows of -p_sink * rowsum(dO * out), p_sink = 1 - kept.
+    const Tensor row = (grad.to(at::kFloat) * out.to(at::kFloat)).sum(-1);
+    const Tensor dsink =
+        ((kept - 1) * row)
+            .sum(at::IntArrayRef{0, 2})
+            .to(static_cast<at::ScalarType>(ctx->saved_data["sinks_dtype"].toInt()));
+    return {dq, dk, dv, dsink, {}, {}};
+  }
+};
+
+}  // namespace
+
+Tensor attention_with_sinks_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& mask, const Tensor& sinks, double scale,
+                                      double dropout, bool training) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
+  const Tensor allowed =
+      mask.defined() ? mask : at::ones({T, T}, q.options().dtype(at::kBool)).tril();
+  Tensor scores = at::matmul(q, k.transpose(2, 3)) * scale;
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  const Tensor sink = sinks.to(scores.scalar_type()).reshape({1, H, 1, 1}).expand({B, H, T, 1});
+  Tensor logits = at::cat({scores, sink}, -1);
+  logits = logits - std::get<0>(logits.max(-1, /*keepdim=*/true));
+  Tensor probs = at::softmax(logits, -1).narrow(-1, 0, T);
+  probs = at::dropout(probs, dropout, training).to(v.scalar_type());
+  return at::matmul(probs, v);
+}
+
+Tensor attention_with_sinks(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                            const Tensor& sinks, double scale, double dropout, bool training) {
+  if (!q.is_cuda() || (training && dropout > 0))
+    return attention_with_sinks_reference(q, k, v, mask, sinks, scale, dropout, training);
+  const Tensor bias = mask.defined() ? additive_bias(mask, q) : Tensor();
+  return FusedSinkAttention::apply(q, k, v, sinks, bias, scale);
+}
+
+}  // namespace kubetune::model
