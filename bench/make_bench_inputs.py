@@ -108,6 +108,8 @@ def main() -> None:
                              rope_parameters=LLAMA3_ROPE, **TOKENS, **SHAPES[args.shape])
     if args.layers:
         config.num_hidden_layers = args.layers
+        if getattr(config, "layer_types", None):  # the first N layers' kinds (gpt-oss, Gemma 3)
+            config.layer_types = config.layer_types[:args.layers]
     if args.shape in CONFIG_ONLY or args.config_only:
         config.dtype = "bfloat16"
         config.save_pretrained(out / "model")

@@ -67,10 +67,23 @@ void check(const torch::Device& device, torch::ScalarType compute, double tol) {
   plain->weight.set_data(dequantized);
   expect_same(run(quantized, x, dy), run(plain, x, dy), tol);
 
+  // Merging makes the weight whole in the dtype it was stored in (fp32 here, as bitsandbytes'
+  // quant_state.dtype) and adds B A * scaling in fp32.
+  const kernels::Quant4State state = quantized->quantized();
+  const auto delta = at::matmul(quantized->lora_B().detach().to(torch::kFloat),
+                                quantized->lora_A().detach().to(torch::kFloat)) *
+                     2.0;
   quantized->merge_lora();
   plain->merge_lora();
   EXPECT_FALSE(quantized->is_quantized());
-  EXPECT_TRUE(torch::equal(quantized->weight.cpu(), plain->weight.cpu()));
+  const auto stored = quantized->weight.scalar_type();
+  const auto expected =
+      (kernels::dequantize_4bit(state, stored).to(torch::kFloat) + delta).to(stored);
+  EXPECT_TRUE(torch::equal(quantized->weight.cpu(), expected.cpu()));
+  // Where the compute dtype is the stored one, that is the plain layer's merge.
+  if (compute == stored) {
+    EXPECT_TRUE(torch::equal(quantized->weight.cpu(), plain->weight.cpu()));
+  }
 }
 
 TEST(QLora, LinearEqualsALinearOnTheDequantizedWeight) {

@@ -31,29 +31,41 @@ Case make_case(torch::ScalarType dtype, bool masked) {
     allowed[1] = allowed[1].logical_and(((query < 25) == (key < 25)).view({1, 40, 40}));
     c.mask = allowed;
   }
-  for (auto* t : {&c.q, &c.k, &c.v, &c.sinks}) t->requires_grad_(true);
   return c;
 }
 
-void expect_fused_matches_reference(torch::ScalarType dtype, bool masked, double tol) {
-  Case c = make_case(dtype, masked);
+// Forward and the gradients of q, k, v and the sinks of a weighted sum of the output.
+std::vector<torch::Tensor> run(const Case& c, bool fused) {
   const double scale = 0.125;
-  auto run = [&](bool fused) {
-    for (auto* t : {&c.q, &c.k, &c.v, &c.sinks}) t->mutable_grad() = torch::Tensor();
-    auto out = fused ? model::attention_with_sinks(c.q, c.k, c.v, c.mask, c.sinks, scale, 0, true)
-                     : model::attention_with_sinks_reference(c.q, c.k, c.v, c.mask, c.sinks, scale,
-                                                             0, true);
-    torch::manual_seed(11);
-    auto weight = torch::randn(out.sizes(), out.options());
-    (out.to(torch::kFloat) * weight.to(torch::kFloat)).sum().backward();
-    return std::vector<torch::Tensor>{out.detach().clone(), c.q.grad().clone(), c.k.grad().clone(),
-                                      c.v.grad().clone(), c.sinks.grad().clone()};
-  };
-  const auto reference = run(false), fused = run(true);
+  auto q = c.q.detach().requires_grad_(true), k = c.k.detach().requires_grad_(true),
+       v = c.v.detach().requires_grad_(true), sinks = c.sinks.detach().requires_grad_(true);
+  auto out = fused ? model::attention_with_sinks(q, k, v, c.mask, sinks, scale, 0, true)
+                   : model::attention_with_sinks_reference(q, k, v, c.mask, sinks, scale, 0, true);
+  torch::manual_seed(11);
+  auto weight = torch::randn(out.sizes(), out.options().dtype(torch::kFloat));
+  (out.to(torch::kFloat) * weight).sum().backward();
+  return {out.detach().to(torch::kFloat), q.grad().to(torch::kFloat), k.grad().to(torch::kFloat),
+          v.grad().to(torch::kFloat), sinks.grad().to(torch::kFloat)};
+}
+
+// In fp32 the fused path equals the eager formula to `tol`. In bf16 both are held to the fp32
+// formula on the same (bf16-valued) inputs: the fused path within `tol`, and no further from it
+// than the eager formula in bf16 is (the reference bf16 training would otherwise use).
+void expect_fused_matches_reference(torch::ScalarType dtype, bool masked, double tol) {
+  const Case c = make_case(dtype, masked);
+  Case exact = c;
+  for (auto* t : {&exact.q, &exact.k, &exact.v}) *t = t->detach().to(torch::kFloat);
+  const auto reference = run(exact, false), fused = run(c, true);
+  const auto eager = dtype == torch::kFloat ? reference : run(c, false);
   const char* names[] = {"output", "dq", "dk", "dv", "dsinks"};
-  for (size_t i = 0; i < reference.size(); ++i)
-    EXPECT_LT(rel_err(fused[i], reference[i]), tol)
-        << names[i] << (masked ? " (masked)" : " (causal)");
+  for (size_t i = 0; i < reference.size(); ++i) {
+    const double err = rel_err(fused[i], reference[i]);
+    EXPECT_LT(err, tol) << names[i] << (masked ? " (masked)" : " (causal)");
+    if (dtype != torch::kFloat) {
+      EXPECT_LE(err, 1.5 * rel_err(eager[i], reference[i]) + 1e-3)
+          << names[i] << (masked ? " (masked)" : " (causal)");
+    }
+  }
 }
 
 TEST(Cuda, SinkAttentionFusedMatchesTheEagerFormulaInFp32) {
@@ -64,8 +76,8 @@ TEST(Cuda, SinkAttentionFusedMatchesTheEagerFormulaInFp32) {
 
 TEST(Cuda, SinkAttentionFusedMatchesTheEagerFormulaInBf16) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU path not exercised";
-  expect_fused_matches_reference(torch::kBFloat16, false, 2e-2);
-  expect_fused_matches_reference(torch::kBFloat16, true, 2e-2);
+  expect_fused_matches_reference(torch::kBFloat16, false, 3e-2);
+  expect_fused_matches_reference(torch::kBFloat16, true, 3e-2);
 }
 
 }  // namespace

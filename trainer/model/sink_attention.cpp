@@ -24,8 +24,10 @@ Tensor additive_bias(const Tensor& mask, const Tensor& q) {
 
 class FusedSinkAttention : public torch::autograd::Function<FusedSinkAttention> {
  public:
+  // `bias` is passed by pointer (null: causal): a custom Function takes no undefined tensor.
   static Tensor forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& sinks, const Tensor& bias, double scale) {
+                        const Tensor& sinks, const Tensor* bias_or_null, double scale) {
+    const Tensor bias = bias_or_null ? *bias_or_null : Tensor();
     const bool causal = !bias.defined();
     std::optional<Tensor> b = causal ? std::nullopt : std::optional<Tensor>(bias);
     auto [out, lse, seed, offset] = at::_scaled_dot_product_efficient_attention(
@@ -38,7 +40,8 @@ class FusedSinkAttention : public torch::autograd::Function<FusedSinkAttention> 
     const Tensor scaled = (out.to(at::kFloat) * kept.unsqueeze(-1)).to(out.scalar_type());
     Tensor lse_with_sink = lse.clone();
     lse_with_sink.narrow(-1, 0, T).copy_(with_sink);
-    ctx->save_for_backward({q, k, v, bias, scaled, lse_with_sink, seed, offset, kept});
+    ctx->save_for_backward({q, k, v, scaled, lse_with_sink, seed, offset, kept});
+    ctx->saved_data["bias"] = bias;  // no gradient: kept aside from the saved variables
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["sinks_dtype"] = static_cast<int64_t>(sinks.scalar_type());
     return scaled;
@@ -46,8 +49,10 @@ class FusedSinkAttention : public torch::autograd::Function<FusedSinkAttention> 
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const Tensor &q = saved[0], &k = saved[1], &v = saved[2], &bias = saved[3], &out = saved[4],
-                 &lse = saved[5], &seed = saved[6], &offset = saved[7], &kept = saved[8];
+    const Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4],
+                 &seed = saved[5], &offset = saved[6], &kept = saved[7];
+    const Tensor bias =
+        ctx->saved_data["bias"].isTensor() ? ctx->saved_data["bias"].toTensor() : Tensor();
     const Tensor grad = grads[0].contiguous();
     // With the sink's log-sum-exp the kernel's probabilities are the sink-inclusive ones, and
     // with the rescaled output its row terms rowsum(dO * out) are too: the gradient of q, k and
@@ -88,7 +93,7 @@ Tensor attention_with_sinks(const Tensor& q, const Tensor& k, const Tensor& v, c
   if (!q.is_cuda() || (training && dropout > 0))
     return attention_with_sinks_reference(q, k, v, mask, sinks, scale, dropout, training);
   const Tensor bias = mask.defined() ? additive_bias(mask, q) : Tensor();
-  return FusedSinkAttention::apply(q, k, v, sinks, bias, scale);
+  return FusedSinkAttention::apply(q, k, v, sinks, bias.defined() ? &bias : nullptr, scale);
 }
 
 }  // namespace kubetune::model
