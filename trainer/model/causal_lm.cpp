@@ -147,6 +147,8 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
     ctx->saved_data["sin"] = in.sin;
     ctx->saved_data["has_mask"] = in.mask.defined();
     if (in.mask.defined()) ctx->saved_data["mask"] = in.mask;
+    ctx->saved_data["window"] = in.window;
+    ctx->saved_data["segmented"] = in.segmented;
     ctx->saved_data["n_params"] = static_cast<int64_t>(params.size());
     const at::DeviceType device = x.device().type();
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device);
@@ -169,6 +171,8 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
     auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
     AttentionInputs in{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}};
     if (ctx->saved_data["has_mask"].toBool()) in.mask = ctx->saved_data["mask"].toTensor();
+    in.window = ctx->saved_data["window"].toInt();
+    in.segmented = ctx->saved_data["segmented"].toBool();
     const int64_t n_params = ctx->saved_data["n_params"].toInt();
 
     const bool need_x = ctx->needs_input_grad(0);
@@ -252,7 +256,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
     if (!masks.count(window))
       masks[window] = build_attention_mask(segment_ids, B, T, window, h.device());
     const auto& [cos, sin] = rotation(config_.rope_for_layer(l));
-    AttentionInputs in{cos, sin, masks[window]};
+    AttentionInputs in{cos, sin, masks[window], window, segment_ids.defined()};
     auto* layer = model->layers->ptr<DecoderLayerImpl>(l).get();
     if (before_stage) before_stage(l);
     if (!checkpoint) {

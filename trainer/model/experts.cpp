@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 
+#include "kernels/clamped_swiglu.h"
 #include "kernels/swiglu.h"
 #include "trainer/model/linear_4bit.h"
 
@@ -85,39 +86,6 @@ class GatherRows : public torch::autograd::Function<GatherRows> {
   }
 };
 
-// gpt-oss's clamped SwiGLU over gate_up's interleaved columns (transformers' GptOssExperts.
-// _apply_gate): (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = min(gate, limit).
-// Backward keeps only gate_up and recomputes the rest: autograd's version keeps five [rows, I]
-// intermediates per layer (4 GiB of a gpt-oss-20b LoRA step at 8 layers, 2 x 2048 tokens).
-class ClampedSwiglu : public torch::autograd::Function<ClampedSwiglu> {
- public:
-  static Tensor forward(AutogradContext* ctx, const Tensor& gate_up, double alpha, double limit) {
-    ctx->save_for_backward({gate_up});
-    ctx->saved_data["alpha"] = alpha;
-    ctx->saved_data["limit"] = limit;
-    const int64_t width = gate_up.size(-1);
-    const Tensor g = gate_up.slice(-1, 0, width, 2).clamp_max(limit);
-    return (gate_up.slice(-1, 1, width, 2).clamp(-limit, limit) + 1) * (g * at::sigmoid(g * alpha));
-  }
-
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    const Tensor gate_up = ctx->get_saved_variables()[0];
-    const double alpha = ctx->saved_data["alpha"].toDouble();
-    const double limit = ctx->saved_data["limit"].toDouble();
-    const int64_t width = gate_up.size(-1);
-    const Tensor gate = gate_up.slice(-1, 0, width, 2).to(at::kFloat);
-    const Tensor up = gate_up.slice(-1, 1, width, 2).to(at::kFloat);
-    const Tensor dy = grads[0].to(at::kFloat);
-    const Tensor g = gate.clamp_max(limit), s = at::sigmoid(g * alpha);
-    // clamp passes the gradient where the value was inside its bounds (bounds included).
-    const Tensor d_up = dy * (g * s) * (up >= -limit).logical_and(up <= limit);
-    const Tensor d_gate =
-        dy * (up.clamp(-limit, limit) + 1) * (s + g * alpha * s * (1 - s)) * (gate <= limit);
-    // Back into gate_up's interleaved columns: gate at even, up at odd positions.
-    return {at::stack({d_gate, d_up}, -1).flatten(-2).to(gate_up.scalar_type()), {}, {}};
-  }
-};
-
 }  // namespace
 
 Tensor grouped_linear(const Tensor& x, const Tensor& w, const Tensor& ends, bool grouped) {
@@ -169,7 +137,7 @@ ExpertsImpl::ExpertsImpl(const ModelConfig& c, const torch::TensorOptions& opts)
 }
 
 Tensor ExpertsImpl::activation(const Tensor& gate_up) const {
-  if (clamped_) return ClampedSwiglu::apply(gate_up, alpha_, limit_);  // gpt-oss
+  if (clamped_) return kernels::clamped_swiglu(gate_up, alpha_, limit_);  // gpt-oss
   const int64_t i = gate_up.size(-1) / 2;
   const auto act = gelu_tanh_ ? kernels::GateActivation::kGeluTanh : kernels::GateActivation::kSilu;
   if (gate_up.is_cuda() && !interleaved_)  // the fused kernel reads both halves in place

@@ -351,17 +351,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
     k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
   }
   v = heads(v).transpose(1, 2);
+  const double p = is_training() ? dropout_ : 0.0;
+  if (sinks.defined()) {  // k and v with their own heads: the flash kernel reads groups itself
+    const SinkAttentionMask mask{in.mask, in.window, in.segmented};
+    torch::Tensor out = attention_with_sinks(q, k, v, mask, sinks, scale_, p, is_training());
+    return o_proj->forward(out.transpose(1, 2).reshape({B, T, -1}));
+  }
   // Flash attention reads grouped key/value heads itself (as transformers asks it to); other
   // backends and the CPU get the heads repeated.
-  const bool gqa_in_kernel = x.is_cuda() && !in.mask.defined() && !sinks.defined();
+  const bool gqa_in_kernel = x.is_cuda() && !in.mask.defined();
   if (!gqa_in_kernel) {
     k = repeat_kv(k, heads_ / kv_heads_);
     v = repeat_kv(v, heads_ / kv_heads_);
-  }
-  const double p = is_training() ? dropout_ : 0.0;
-  if (sinks.defined()) {
-    torch::Tensor out = attention_with_sinks(q, k, v, in.mask, sinks, scale_, p, is_training());
-    return o_proj->forward(out.transpose(1, 2).reshape({B, T, -1}));
   }
   std::optional<at::Tensor> mask;
   if (in.mask.defined()) mask = in.mask;

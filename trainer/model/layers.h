@@ -174,6 +174,10 @@ TORCH_MODULE(Embedding);
 struct AttentionInputs {
   torch::Tensor cos, sin;
   torch::Tensor mask;  // bool [B,1,T,T] (true = may attend); undefined = plain causal
+  // What the mask holds, for kernels that take a window instead of a mask: the layer's sliding
+  // window (0: none), and whether it also keeps packed segments (and padding) apart.
+  int64_t window = 0;
+  bool segmented = false;
 };
 
 class AttentionImpl : public torch::nn::Module {
