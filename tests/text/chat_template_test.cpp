@@ -62,7 +62,7 @@ TEST_P(ChatFixture, MatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Families, ChatFixture,
                          ::testing::Values("llama3", "qwen2", "smollm", "mistral", "qwen3",
-                                           "gemma3", "phi4"));
+                                           "gemma3", "phi4", "gpt_oss"));
 
 TEST(ChatTemplate, Llama32UsesTodaysDateWithoutDateString) {
   KT_REQUIRE_FIXTURES();

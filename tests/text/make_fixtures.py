@@ -25,6 +25,11 @@ import real_templates as T  # noqa: E402  (the families' real chat template stri
 # Split patterns from the real tokenizer.json files.
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# tiktoken's o200k (gpt-oss's o200k_harmony): upper- and lower-case runs apart, contractions inside.
+O200K_PATTERN = "|".join([
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"\p{N}{1,3}", r" ?[^\s\p{L}\p{N}]+[\r\n/]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+"])
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -442,6 +447,44 @@ def phi4(out_dir):
     record(d, hf, {"phi4_mini": T.PHI4_MINI}, conversations=PHI4_CONVERSATIONS)
 
 
+# gpt-oss: a thinking field (rendered only in a training conversation's last assistant turn), a
+# developer instruction, a tool call and its result.
+GPT_OSS_CONVERSATIONS = {
+    "thinking": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"content": "4.", "role": "assistant", "thinking": "Add them."},
+        {"role": "user", "content": "And 3+3?"},
+        {"content": "6.", "role": "assistant", "thinking": "Add again."},
+    ],
+    "developer_tool_call": [
+        {"role": "developer", "content": "Answer with the tool."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"content": "", "role": "assistant",
+         "tool_calls": [{"function": {"arguments": {"city": "Paris"}, "name": "get_weather"}, "type": "function"}]},
+        {"role": "tool", "content": "{\"temp\": 21}"},
+        {"role": "assistant", "content": "21 degrees."},
+    ],
+}
+
+
+def gpt_oss(out_dir):
+    # gpt-oss's tokenizer is tiktoken's o200k_harmony converted: o200k's split, byte-level, harmony's markers.
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(O200K_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    train_bpe(tok, 1300)
+    specials = ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>",
+                "<|end|>", "<|message|>", "<|call|>"]
+    tok.add_special_tokens([AddedToken(x, special=True, normalized=False) for x in specials])
+    d, hf = save(tok, out_dir, "gpt_oss", dict(bos_token="<|startoftext|>", eos_token="<|return|>",
+                                                pad_token="<|endoftext|>"), T.GPT_OSS)
+    record(d, hf, {}, tool_templates=("default",), conversations=GPT_OSS_CONVERSATIONS,
+           variants=({}, {"reasoning_effort": "high"}))
+
+
 # Variables go through nlohmann::json on the C++ side, whose objects are key-ordered: keep keys sorted.
 JINJA_CASES = [
     ("whitespace", "{% if true %}\n  yes\n{% endif %}\n  {%- for i in range(3) %} {{ i }} {% endfor -%}  end\n", {}),
@@ -560,6 +603,7 @@ def main():
     qwen3(out_dir)
     gemma3(out_dir)
     phi4(out_dir)
+    gpt_oss(out_dir)
     jinja_cases(out_dir)
     print("wrote fixtures to", out_dir)
 

@@ -63,7 +63,8 @@ TEST_P(TokenizerFixture, MatchesHuggingFace) {
 
 INSTANTIATE_TEST_SUITE_P(Families, TokenizerFixture,
                          ::testing::Values("llama3", "qwen2", "smollm", "mistral",
-                                           "mistral_metaspace", "qwen3", "gemma3", "phi4"));
+                                           "mistral_metaspace", "qwen3", "gemma3", "phi4",
+                                           "gpt_oss"));
 
 TEST(Tokenizer, FromFileMatchesFromDir) {
   KT_REQUIRE_FIXTURES();
