@@ -21,8 +21,9 @@ import sys
 import torch
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
-                          GptOssConfig, GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig,
+from transformers import (AutoModelForCausalLM, Gemma3Config, Gemma3ForCausalLM,
+                          Gemma3ForConditionalGeneration, Gemma3TextConfig, GptOssConfig,
+                          GptOssForCausalLM, SiglipVisionConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig,
                           MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
                           Qwen3MoeForCausalLM)
@@ -102,6 +103,22 @@ def families():
         # Mixtral: 4 experts stored as block_sparse_moe.experts.N.w1/w2/w3, top 2, a window.
         "mixtral": (MixtralForCausalLM, MixtralConfig(**COMMON, num_local_experts=4,
                     num_experts_per_tok=2, sliding_window=8), {}),
+        # Gemma 3 4B-27B as published: Gemma3ForConditionalGeneration, the language model (the
+        # gemma3 fixture's options) in text_config and stored under language_model.*, beside a
+        # SigLIP vision tower and its projector that kubetune carries untouched.
+        "gemma3_mm": (Gemma3ForConditionalGeneration, Gemma3Config(
+                      text_config=Gemma3TextConfig(
+                          **{**COMMON, "hidden_size": 48}, head_dim=32, query_pre_attn_scalar=24,
+                          sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                          rope_parameters={
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                              "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                 "rope_theta": 1000000.0}}).to_dict(),
+                      vision_config=SiglipVisionConfig(hidden_size=32, intermediate_size=64,
+                                                       num_hidden_layers=1, num_attention_heads=2,
+                                                       image_size=28, patch_size=14).to_dict(),
+                      mm_tokens_per_image=4, boi_token_index=297, eoi_token_index=298,
+                      image_token_index=299), {"max_shard_size": "60KB"}),
         # gpt-oss: sinks, biases everywhere, sliding and full layers in turn, YaRN RoPE (not
         # truncated, as gpt-oss ships it); 4 experts of width 32 (MXFP4's block) with biases, top 2 by logit, the
         # clamped SwiGLU with a limit low enough to clamp some values, stored whole and
@@ -120,7 +137,7 @@ def families():
 # Families with a PEFT LoRA fixture (all linear layers: Phi-3's fused qkv_proj and gate_up_proj
 # as PEFT names them).
 LORA_FAMILIES = {"llama32": 11, "qwen2": 12, "qwen3": 13, "gemma3": 14, "phi3": 15,
-                 "qwen3_moe": 16, "mixtral": 17, "gpt_oss": 18}
+                 "qwen3_moe": 16, "mixtral": 17, "gpt_oss": 18, "gemma3_mm": 19}
 
 # A mixture of experts' stacks are adapted through PEFT's target_parameters ("all-linear" leaves
 # them out).
@@ -171,6 +188,16 @@ def reference(model, ids, pos, labels):
     return ref
 
 
+def our_param_name(model, name):
+    """Ours for a transformers parameter name; None for a multimodal model's parts kubetune does
+    not train (the vision tower, the projector): its language model is model.language_model."""
+    if not hasattr(model.config, "text_config"):
+        return name
+    if name.startswith("model.language_model."):
+        return "model." + name.removeprefix("model.language_model.")
+    return name if name.startswith("lm_head.") else None
+
+
 def full_finetune_fixture(out_dir, name, cls, config, save_opts, seed):
     torch.manual_seed(seed)
     model = cls(config).float()
@@ -188,7 +215,8 @@ def full_finetune_fixture(out_dir, name, cls, config, save_opts, seed):
     ids, pos, labels = make_inputs(seed)
     ref = reference(model, ids, pos, labels)
     for pname, p in model.named_parameters():
-        ref["grad." + pname] = p.grad.detach().float().contiguous()
+        if our_param_name(model, pname) is not None:
+            ref["grad." + our_param_name(model, pname)] = p.grad.detach().float().contiguous()
     model.eval()
     ref.update(packed_case(model, seed))
     save_file({k: v.contiguous() for k, v in ref.items()}, os.path.join(out_dir, name + "_ref.safetensors"))
@@ -202,6 +230,7 @@ def our_lora_name(peft_name):
     #   ...mlp.experts.base_layer.lora_A.default.weight -> ...mlp.experts.gate_up_lora.lora_A.weight
     #   ...mlp.experts.lora_A.default.weight            -> ...mlp.experts.down_lora.lora_A.weight
     name = peft_name.removeprefix("base_model.model.").replace(".default.", ".")
+    name = name.replace("model.language_model.", "model.")  # a multimodal model's language model
     name = name.replace(".experts.base_layer.lora_", ".experts.gate_up_lora.lora_")
     return name.replace(".experts.lora_", ".experts.down_lora.lora_")
 
@@ -215,6 +244,9 @@ def lora_fixture(out_dir, name, model, seed):
         # rank_pattern and alpha_pattern); the dense layer's MLP is then left alone.
         targets, parameters = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                "down_proj"], None
+    elif hasattr(model.config, "text_config"):  # the language model's layers, not the vision tower's
+        targets, parameters = (r"model\.language_model\..*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj"
+                               r"|down_proj)"), None
     elif moe:  # PEFT's all-linear would adapt the router too; kubetune keeps it frozen
         targets, parameters = ["q_proj", "k_proj", "v_proj", "o_proj"], EXPERT_STACKS
     else:

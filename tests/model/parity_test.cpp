@@ -110,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(Families, FamilyParity,
                          ::testing::Values("llama32", "llama2", "llama_bias", "llama_dynamic",
                                            "qwen2", "mistral", "smollm", "llama_bf16", "qwen3",
                                            "gemma3", "phi3", "phi4", "qwen3_moe", "mixtral",
-                                           "gpt_oss"));
+                                           "gpt_oss", "gemma3_mm"));
 
 // OpenAI's gpt-oss checkpoints store the experts in MXFP4: read made whole, they give the logits
 // of the model whose experts are what transformers' convert_moe_packed_tensors makes of them.
@@ -271,7 +271,7 @@ TEST_P(LoraParity, MergedModelSavesShardedAndReloads) {
 
 INSTANTIATE_TEST_SUITE_P(Families, LoraParity,
                          ::testing::Values("llama32", "qwen2", "qwen3", "gemma3", "phi3",
-                                           "qwen3_moe", "mixtral", "gpt_oss"));
+                                           "qwen3_moe", "mixtral", "gpt_oss", "gemma3_mm"));
 
 TEST(HfCheckpoint, Bf16SaveRoundsEveryParameter) {
   CausalLM m = load_model(fixture("llama2"));

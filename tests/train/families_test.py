@@ -43,6 +43,16 @@ def tiny_checkpoint(family, dest):
         model = tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(
             **{**common, "num_hidden_layers": 3}, head_dim=32, query_pre_attn_scalar=32,
             sliding_window=16, layer_types=["sliding_attention", "sliding_attention", "full_attention"]))
+    elif family == "gemma3_mm":  # Gemma 3 4B-27B as published: the language model beside a vision tower
+        vocab = common["vocab_size"]
+        model = tf.Gemma3ForConditionalGeneration(tf.Gemma3Config(
+            text_config=tf.Gemma3TextConfig(
+                **{**common, "num_hidden_layers": 2}, head_dim=32, query_pre_attn_scalar=32,
+                sliding_window=16, layer_types=["sliding_attention", "full_attention"]).to_dict(),
+            vision_config=tf.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                num_attention_heads=2, image_size=28, patch_size=14).to_dict(),
+            mm_tokens_per_image=4, boi_token_index=vocab - 3, eoi_token_index=vocab - 2,
+            image_token_index=vocab - 1))
     elif family == "phi3":  # Phi-4's layout: fused qkv_proj and gate_up_proj
         model = tf.Phi3ForCausalLM(tf.Phi3Config(**common, rope_parameters={
             "rope_type": "default", "rope_theta": 250000.0}))

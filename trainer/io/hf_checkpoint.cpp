@@ -93,6 +93,12 @@ class CheckpointReader {
     if (!single_.empty()) return files_[single_]->contains(name);
     return weight_map_.count(name) > 0;
   }
+  std::vector<std::string> names() {
+    if (!single_.empty()) return files_[single_]->names();
+    std::vector<std::string> out;
+    for (const auto& [name, file] : weight_map_) out.push_back(name);
+    return out;
+  }
   std::string file_of(const std::string& name) const {
     if (!single_.empty()) return single_;
     auto it = weight_map_.find(name);
@@ -165,6 +171,8 @@ std::optional<kernels::Quant4State> read_bnb_4bit(CheckpointReader& r, const std
 at::Tensor read_stored(CheckpointReader& reader, const model::StoredSlice& slice,
                        at::ScalarType dtype) {
   const std::string& name = slice.name;
+  for (const auto& other : model::other_stored_names(name))
+    if (!reader.contains(name) && reader.contains(other)) return reader.get(other);
   if (reader.contains(name) || !reader.contains(name + "_blocks")) return reader.get(name);
   at::Tensor whole =
       dequantize_mxfp4(reader.get(name + "_blocks"), reader.get(name + "_scales"), dtype, name);
@@ -214,7 +222,7 @@ void HfWeights::load_into(torch::nn::Module& part, const std::string& prefix) {
     auto linear = std::dynamic_pointer_cast<model::LinearImpl>(item.value());
     if (!linear) continue;
     const std::string name = full_name(item.key().empty() ? "weight" : item.key() + ".weight");
-    if (auto state = read_bnb_4bit(reader, name)) {
+    if (auto state = read_bnb_4bit(reader, model::stored_slices(config_, name).front().name)) {
       if (state->shape != linear->weight.sizes().vec()) {
         throw std::runtime_error(reader.file_of(name) + ": tensor \"" + name + "\" has shape " +
                                  shape_text(state->shape) + " but the model expects " +
@@ -266,6 +274,25 @@ void append_deferred(model::CausalLM& model, const std::string& name, const at::
   }
 }
 
+// The tensors of a multimodal checkpoint that are not its language model's (the vision tower, the
+// projector), as `source_dir` stores them: written beside the trained language model unchanged.
+// None when the folder holds no weights (a model drawn at random from its config).
+std::vector<DeferredTensor> carried_tensors(const std::string& source_dir, int64_t& bytes) {
+  std::vector<DeferredTensor> out;
+  if (!fs::exists(source_dir + "/model.safetensors") &&
+      !fs::exists(source_dir + "/model.safetensors.index.json"))
+    return out;
+  auto reader = std::make_shared<CheckpointReader>(source_dir);
+  for (const auto& name : reader->names()) {
+    if (model::is_language_model_tensor(name)) continue;
+    const at::Tensor t = reader->get(name);  // a view of the mapped file: no copy yet
+    bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    out.push_back(
+        {name, t.scalar_type(), t.sizes().vec(), [reader, name] { return reader->get(name); }});
+  }
+  return out;
+}
+
 }  // namespace
 
 void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::ScalarType dtype,
@@ -285,6 +312,9 @@ void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::Scal
   config.erase("quantization_config");
   config["torch_dtype"] = hf_dtype_name(dtype);  // transformers 4 name
   config["dtype"] = hf_dtype_name(dtype);        // transformers 5 name
+  if (model->config().wrapped_in_multimodal())
+    for (const char* key : {"torch_dtype", "dtype"})
+      if (config["text_config"].contains(key)) config["text_config"][key] = hf_dtype_name(dtype);
 
   // Group parameters into shards of at most max_shard_bytes (a larger tensor gets its own).
   std::vector<std::vector<DeferredTensor>> shards(1);
@@ -298,6 +328,10 @@ void save_hf_model(model::CausalLM& model, const std::string& out_dir, c10::Scal
     append_deferred(model, item.key(), item.value(), dtype, value_of, shards.back());
     shard_bytes += bytes;
     total_bytes += bytes;
+  }
+  if (model->config().wrapped_in_multimodal()) {  // the vision tower and projector, a shard apart
+    auto carried = carried_tensors(model->config().source_dir, total_bytes);
+    if (!carried.empty()) shards.push_back(std::move(carried));
   }
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   const std::string index_path = out_dir + "/model.safetensors.index.json";

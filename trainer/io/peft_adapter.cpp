@@ -157,13 +157,21 @@ void save_peft_adapter(model::CausalLM& model, const model::LoraConfig& cfg,
                            : resolved.target_modules)
     if (names_linear_layer(model, t)) targets.push_back(t);
   std::sort(targets.begin(), targets.end());
+  // In a multimodal model the same names are also the vision tower's layers: PEFT matches a
+  // string against each whole module name, which keeps the adapter to the language model.
+  json target_modules = targets;
+  if (model->config().wrapped_in_multimodal()) {
+    std::string alternatives;
+    for (const auto& t : targets) alternatives += (alternatives.empty() ? "" : "|") + t;
+    target_modules = "model\\.language_model\\..*\\.(" + alternatives + ")";
+  }
   const std::vector<std::string> parameters = model::adapted_expert_stacks(model);
   json config = {{"peft_type", "LORA"},
                  {"task_type", "CAUSAL_LM"},
                  {"r", cfg.r},
                  {"lora_alpha", cfg.alpha},
                  {"lora_dropout", cfg.dropout},
-                 {"target_modules", targets},
+                 {"target_modules", target_modules},
                  {"target_parameters", parameters.empty() ? json(nullptr) : json(parameters)},
                  {"bias", "none"},
                  {"use_rslora", cfg.use_rslora},

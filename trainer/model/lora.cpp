@@ -281,7 +281,9 @@ bool has_lora(CausalLM& model) {
   return false;
 }
 
-std::string peft_tensor_name(CausalLM& model, const std::string& name) {
+namespace {
+
+std::string peft_tensor_name_in_language_model(CausalLM& model, const std::string& name) {
   // model.layers.0.mlp.experts.gate_up_lora.lora_A.weight: PEFT wraps the experts module once
   // per adapted stack, down_proj outermost, so with both adapted gate_up's factors sit under
   // base_layer (observed with peft 0.21; tests/model/make_fixtures.py checks it).
@@ -296,6 +298,16 @@ std::string peft_tensor_name(CausalLM& model, const std::string& name) {
     return module + (inner ? ".base_layer." : ".") + factor;
   }
   return name;
+}
+
+}  // namespace
+
+std::string peft_tensor_name(CausalLM& model, const std::string& name) {
+  const std::string peft = peft_tensor_name_in_language_model(model, name);
+  // A multimodal model's language model is model.language_model in transformers 5's modules.
+  if (model->config().wrapped_in_multimodal() && peft.rfind("model.", 0) == 0)
+    return "model.language_model." + peft.substr(6);
+  return peft;
 }
 
 std::vector<std::string> adapted_expert_stacks(CausalLM& model) {

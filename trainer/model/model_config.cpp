@@ -71,17 +71,9 @@ void read_family(ModelConfig& c, const json& j, const std::string& source) {
     for (const auto& a : j["architectures"]) {
       std::string name = a.is_string() ? a.get<std::string>() : a.dump();
       if (find_family_by_architecture(name)) continue;
-      // Gemma 3 from 4B up is published with its vision tower: its language model alone, saved
-      // as Gemma3ForCausalLM, is what kubetune reads.
-      const std::string hint =
-          name == "Gemma3ForConditionalGeneration"
-              ? "; the language model of a multimodal Gemma 3 trains once saved on its own: a "
-                "Gemma3ForCausalLM made from its text_config, with the weights "
-                "model.language_model.* as model.* and lm_head"
-              : "";
       fail(source, "architectures",
            "unsupported architecture \"" + name + "\" (supported: " + supported_architectures() +
-               ")" + hint);
+               ", and the language model of Gemma3ForConditionalGeneration)");
     }
   }
   c.model_type = optional_value<std::string>(j, "model_type", "", source);
@@ -375,10 +367,36 @@ void read_experts(ModelConfig& c, const json& j, const std::string& source) {
         (l + 1) % step == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
 }
 
+// Multimodal architectures whose language model kubetune trains (its vision tower and projector
+// carried along untouched), and the model_type of that language model's text_config.
+const char* multimodal_language_model(const json& j) {
+  static const std::pair<const char*, const char*> kWrappers[] = {
+      {"Gemma3ForConditionalGeneration", "gemma3_text"}};
+  if (!has_value(j, "architectures") || !j["architectures"].is_array()) return nullptr;
+  for (const auto& a : j["architectures"])
+    for (const auto& [architecture, model_type] : kWrappers)
+      if (a == architecture) return model_type;
+  return nullptr;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   if (!j.is_object()) throw std::runtime_error(source + ": expected a JSON object");
+  if (const char* model_type = multimodal_language_model(j)) {
+    if (!has_value(j, "text_config") || !j["text_config"].is_object())
+      fail(source, "text_config",
+           "missing: a multimodal checkpoint's language model is read from it");
+    json text = j["text_config"];
+    text["architectures"] = json::array();  // the wrapper's, checked above
+    if (!has_value(text, "model_type")) text["model_type"] = model_type;
+    // What transformers keeps at the top of a multimodal config applies to its language model.
+    for (const char* key : {"quantization_config", "torch_dtype", "dtype", "tie_word_embeddings"})
+      if (has_value(j, key) && !has_value(text, key)) text[key] = j[key];
+    ModelConfig c = from_json(text, source + ": text_config");
+    c.raw = j;
+    return c;
+  }
   ModelConfig c;
   c.raw = j;
   if (has_value(j, "quantization_config")) {
@@ -442,7 +460,9 @@ ModelConfig ModelConfig::from_dir(const std::string& dir) {
   std::string path = dir + "/config.json";
   if (!std::ifstream(path))
     throw std::runtime_error(path + ": cannot open (is this a Hugging Face model folder?)");
-  return from_json(read_json_file_strict(path), path);
+  ModelConfig c = from_json(read_json_file_strict(path), path);
+  c.source_dir = dir;
+  return c;
 }
 
 int64_t ModelConfig::window_for_layer(int64_t layer) const {

@@ -77,13 +77,20 @@ struct ModelConfig {
   // The clamped SwiGLU's gain and clamp (families with experts.clamped_swiglu: gpt-oss).
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;
   std::string torch_dtype = "float32";
-  nlohmann::json raw;  // the original config.json (written back on save)
+  // The original config.json (written back on save). For the language model of a multimodal
+  // checkpoint (Gemma3ForConditionalGeneration: wrapped_in_multimodal()) the whole of it, the
+  // fields above being read from its text_config.
+  nlohmann::json raw;
+  std::string source_dir;  // the folder from_dir read; empty for a config built otherwise
 
   // Throws std::runtime_error naming `source_name` and the field for unknown architectures,
   // missing fields and unsupported options.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source_name);
   static ModelConfig from_dir(const std::string& dir);
 
+  // This is the language model of a multimodal checkpoint, whose other parts (the vision tower,
+  // the projector) kubetune carries from the source folder without training them.
+  bool wrapped_in_multimodal() const { return raw.is_object() && raw.contains("text_config"); }
   bool o_proj_bias() const {
     return attention_bias && family->attention_bias != AttentionBias::kQkvOnly;
   }
