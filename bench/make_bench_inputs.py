@@ -4,13 +4,13 @@ Llama-3.2-1B configuration) saved as a Hugging Face folder, with the project's s
 tokenizer, and a JSONL of {"text"} records long enough to fill every sequence.
 
 Usage: make_bench_inputs.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|llama-3.1-70b|qwen3-8b|
-                             gemma-3-12b|phi-4|qwen3-30b-a3b|gpt-oss-20b] [--seq 2048] [--records 512]
+                             gemma-3-12b|phi-4|qwen3-30b-a3b|qwen3-235b-a22b|gpt-oss-20b] [--seq 2048] [--records 512]
                              [--config-only] [--layers N]
 
 The Qwen3, Gemma 3 and Phi-4 shapes are those of the published checkpoints' config.json (their
 vocabularies too, so the embedding and output layer cost what they cost there).
 
-Llama-3.1-70B's weights (140 GB in bf16) are not written: its folder has the config and the
+Llama-3.1-70B's and Qwen3-235B-A22B's weights (140 and 470 GB in bf16) are not written: its folder has the config and the
 tokenizer only, and our trainer draws the weights itself (model.init: random); the competitors,
 which need the weights on disk, are not run on it. --config-only does the same for any shape (the
 preflight test needs no weights).
@@ -38,7 +38,7 @@ SHAPES = {
                           num_attention_heads=64, num_key_value_heads=8, head_dim=128,
                           tie_word_embeddings=False),
 }
-CONFIG_ONLY = {"llama-3.1-70b"}
+CONFIG_ONLY = {"llama-3.1-70b", "qwen3-235b-a22b"}
 TOKENS = dict(bos_token_id=None, eos_token_id=258, pad_token_id=256)  # the project's tokenizer
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
@@ -69,6 +69,14 @@ FAMILY_SHAPES = {
     "qwen3-30b-a3b": (Qwen3MoeForCausalLM, lambda: Qwen3MoeConfig(
         vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
         num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], max_position_embeddings=40960, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, output_router_logits=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **TOKENS)),
+    # Qwen/Qwen3-235B-A22B: 128 experts of width 1536, 8 per token, 94 layers (config only: 470 GB).
+    "qwen3-235b-a22b": (Qwen3MoeForCausalLM, lambda: Qwen3MoeConfig(
+        vocab_size=151936, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536,
+        num_hidden_layers=94, num_attention_heads=64, num_key_value_heads=4, head_dim=128,
         num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
         mlp_only_layers=[], max_position_embeddings=40960, rms_norm_eps=1e-6,
         tie_word_embeddings=False, output_router_logits=False,

@@ -833,6 +833,52 @@ def plan_says_8b_full_needs_full_sharding():
     assert 22.0 < loading < 23.8, loading
 
 
+def plan_235b_a22b_qlora_across_gpus_with_full_sharding():
+    """Qwen3-235B-A22B QLoRA (its real config: 94 layers of 128 experts, 8 per token; gradient
+    checkpointing, 2048 tokens, micro-batch 1) on 80 GB GPUs (79.6 GiB), as issue 46 asks it
+    planned. Its 4-bit base (about 118 GiB) fits no single GPU; with the adapters on attention,
+    `preflight` says it fits with distributed.sharding full across >= 2 GPUs, each GPU's share
+    shrinks with their number, and 4 processes are OK. With every expert adapted as well (PEFT's
+    names, 3.9B adapter weights, which every process keeps whole with their gradients and Adam's
+    moments) no sharding fits, and the estimate says why: the trainable part alone is 72 GiB."""
+    w = h.workdir("plan-235b")
+    inputs = w / "qwen3-235b-a22b"
+    subprocess.run([sys.executable, str(h.REPO / "bench" / "make_bench_inputs.py"), str(inputs), "--shape",
+                    "qwen3-235b-a22b", "--seq", "2048", "--records", "8", "--config-only"],
+                   check=True, capture_output=True, timeout=300)
+
+    def preflight(targets, sharding, world):
+        cfg = subprocess.run(["bash", str(h.REPO / "bench" / "trainer_config.sh"), str(inputs), str(w / "out"),
+                              "qlora", "10", "1", "2048", json.dumps({"sharding": sharding}), "true"],
+                             check=True, capture_output=True, text=True,
+                             env={**os.environ, "LORA_TARGETS": targets}).stdout
+        path = w / f"{targets}-{sharding}.json"
+        path.write_text(cfg)
+        p = h.run(["preflight", "--config", str(path), "--world-size", str(world), "--gpu-memory-gib", "79.6"],
+                  check=False, timeout=300)
+        return p.returncode, json.loads(p.stdout)
+
+    code, report = preflight("attention", "none", 1)
+    assert code == 2 and report["verdict"] == "DoesNotFit", (code, report.get("message"))
+    assert report["memory"]["frozenWeightsGiB"] > 110, report["memory"]
+    assert "it fits with distributed.sharding full across >= 2 GPUs" in report["message"], report["message"]
+    table = {(e["sharding"], e["processes"]): e for e in report["memory"]["byShardingMode"]}
+    print({f"{k[0]}x{k[1]}": e["totalGiB"] for k, e in table.items()})
+    assert not any(e["fits"] for (mode, _), e in table.items() if mode != "full"), table
+    assert table[("full", 2)]["fits"] and table[("full", 4)]["fits"], table
+    assert table[("full", 8)]["totalGiB"] < table[("full", 4)]["totalGiB"] < table[("full", 2)]["totalGiB"], table
+    code, report = preflight("attention", "full", 4)
+    assert code == 0 and report["verdict"] == "OK", (code, report.get("message"))
+    share = report["memory"]["frozenWeightsGiB"]
+    assert 118 / 4 < share < 118 / 4 + 10, share  # a quarter of the base, and what is gathered at once
+
+    code, report = preflight("all-linear", "full", 4)
+    assert code == 2 and "no distributed.sharding up to 64 GPUs makes it fit" in report["message"], report
+    memory = report["memory"]
+    adapters = memory["trainableWeightsGiB"] + memory["gradientsGiB"] + memory["optimizerStatesGiB"]
+    assert adapters > 70, memory
+
+
 def kubetune_plan_picks_the_measured_micro_batch():
     """`kubetune plan` of a FineTuneJob with microBatchSize auto on the 1B and 8B shapes (LoRA r16
     all-linear, 2048 tokens, the benchmark's work) picks, for an H100's and an H200's memory
@@ -891,4 +937,5 @@ if __name__ == "__main__":
                                      preflight_memory_matches_measured_peaks,
                                      kubetune_plan_and_run_stop_at_a_bad_line,
                                      kubetune_plan_picks_the_measured_micro_batch,
-                                     plan_says_8b_full_needs_full_sharding]})
+                                     plan_says_8b_full_needs_full_sharding,
+                                     plan_235b_a22b_qlora_across_gpus_with_full_sharding]})

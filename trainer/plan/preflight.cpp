@@ -90,9 +90,6 @@ std::vector<api::ShardingEstimate> estimates_by_sharding(const model::ModelConfi
   }
   std::vector<api::ShardingEstimate> out;
   for (const auto& [sharding, n] : cases) {
-    if (sharding == api::DistributedSharding::kFull &&
-        configured.method.type == api::MethodType::kQlora)
-      continue;
     TrainConfig c = configured;
     c.distributed.sharding = sharding;
     const int64_t bytes = estimate_gpu_memory(m, c, n).total();
