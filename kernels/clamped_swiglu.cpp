@@ -4,6 +4,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "kernels/op_handle.h"
+
 namespace kubetune::kernels {
 namespace {
 
@@ -29,11 +31,6 @@ Tensor backward_cpu(const Tensor& grad, const Tensor& gate_up, double alpha, dou
       dy * (up.clamp(-limit, limit) + 1) * (s + g * alpha * s * (1 - s)) * (gate <= limit);
   // Back into gate_up's columns: gate at even, up at odd positions.
   return at::stack({d_gate, d_up}, -1).flatten(-2).to(gate_up.scalar_type());
-}
-
-template <typename Signature>
-c10::TypedOperatorHandle<Signature> op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
 }
 
 class ClampedSwigluFunction : public torch::autograd::Function<ClampedSwigluFunction> {

@@ -4,6 +4,8 @@
 #include <torch/library.h>
 #include <torch/torch.h>
 
+#include "kernels/op_handle.h"
+
 namespace kubetune::kernels {
 namespace {
 
@@ -53,11 +55,6 @@ torch::Tensor gated_packed_backward_cpu(const torch::Tensor& grad, const torch::
   auto [gate, up] = halves(gate_up);
   auto [d_gate, d_up] = gated_backward_cpu(grad, gate, up, act);
   return torch::cat({d_gate, d_up}, -1);
-}
-
-template <typename Signature>
-auto op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
 }
 
 using Forward = torch::Tensor(const torch::Tensor&, const torch::Tensor&, int64_t);

@@ -10,32 +10,6 @@ const std::string kLanguageModel = "language_model.";
 std::string in_language_model(const std::string& name) { return kLanguageModel + name; }
 
 std::vector<StoredSlice> stored_slices_of_language_model(const ModelConfig& c,
-                                                         const std::string& parameter);
-
-}  // namespace
-
-std::vector<StoredSlice> stored_slices(const ModelConfig& c, const std::string& parameter) {
-  std::vector<StoredSlice> slices = stored_slices_of_language_model(c, parameter);
-  if (c.wrapped_in_multimodal())
-    for (auto& slice : slices) slice.name = in_language_model(slice.name);
-  return slices;
-}
-
-std::vector<std::string> other_stored_names(const std::string& stored) {
-  if (stored.rfind(kLanguageModel, 0) != 0) return {};
-  const std::string rest = stored.substr(kLanguageModel.size());  // model.X or lm_head.X
-  if (rest.rfind("model.", 0) == 0) return {"model.language_model." + rest.substr(6)};
-  return {rest};
-}
-
-bool is_language_model_tensor(const std::string& stored) {
-  return stored.rfind(kLanguageModel, 0) == 0 || stored.rfind("model.language_model.", 0) == 0 ||
-         stored.rfind("lm_head.", 0) == 0;
-}
-
-namespace {
-
-std::vector<StoredSlice> stored_slices_of_language_model(const ModelConfig& c,
                                                          const std::string& parameter) {
   if (!c.family->has_experts()) return {{parameter}};
   const ExpertLayout& layout = c.family->experts;
@@ -64,6 +38,25 @@ std::vector<StoredSlice> stored_slices_of_language_model(const ModelConfig& c,
 }
 
 }  // namespace
+
+std::vector<StoredSlice> stored_slices(const ModelConfig& c, const std::string& parameter) {
+  std::vector<StoredSlice> slices = stored_slices_of_language_model(c, parameter);
+  if (c.wrapped_in_multimodal())
+    for (auto& slice : slices) slice.name = in_language_model(slice.name);
+  return slices;
+}
+
+std::vector<std::string> other_stored_names(const std::string& stored) {
+  if (stored.rfind(kLanguageModel, 0) != 0) return {};
+  const std::string rest = stored.substr(kLanguageModel.size());  // model.X or lm_head.X
+  if (rest.rfind("model.", 0) == 0) return {"model.language_model." + rest.substr(6)};
+  return {rest};
+}
+
+bool is_language_model_tensor(const std::string& stored) {
+  return stored.rfind(kLanguageModel, 0) == 0 || stored.rfind("model.language_model.", 0) == 0 ||
+         stored.rfind("lm_head.", 0) == 0;
+}
 
 at::Tensor slice_of(const at::Tensor& value, const StoredSlice& slice) {
   if (slice.transposed) return value.transpose(-2, -1);

@@ -12,8 +12,14 @@ namespace {
 // rounding is identical to transformers.
 at::Tensor rdiv(double scalar, const at::Tensor& t) { return t.reciprocal() * scalar; }
 
+// 0, 2/dim, 4/dim, ... in fp32: each rotated pair's exponent of the RoPE base, as transformers
+// computes it (torch.arange(0, dim, 2).float() / dim).
+at::Tensor rotation_exponents(int64_t dim) {
+  return at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+}
+
 at::Tensor default_inv_freq(double base, int64_t dim) {
-  at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  const at::Tensor exponents = rotation_exponents(dim);
   return rdiv(1.0, at::pow(base, exponents));
 }
 
@@ -41,7 +47,7 @@ at::Tensor dynamic_inv_freq(const ModelConfig& c, const Rope& rope, int64_t dim,
   at::Tensor len = at::scalar_tensor(std::max(seq_len, c.max_position_embeddings), at::kLong);
   at::Tensor ratio = (len * factor / static_cast<double>(c.max_position_embeddings)) - (factor - 1);
   at::Tensor base = rope.theta * ratio.pow(static_cast<double>(dim) / (dim - 2));
-  at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  const at::Tensor exponents = rotation_exponents(dim);
   return rdiv(1.0, at::pow(base, exponents));
 }
 
@@ -51,7 +57,7 @@ at::Tensor longrope_inv_freq(const Rope& rope, int64_t dim, int64_t seq_len) {
   const bool long_context = seq_len > rope.original_max_position_embeddings;
   const std::vector<double>& factors = long_context ? rope.long_factor : rope.short_factor;
   at::Tensor ext = at::tensor(factors, at::kDouble).to(at::kFloat);
-  at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  const at::Tensor exponents = rotation_exponents(dim);
   return rdiv(1.0, ext * at::pow(rope.theta, exponents));
 }
 
@@ -67,8 +73,7 @@ at::Tensor yarn_inv_freq(const Rope& rope, int64_t dim) {
   if (rope.truncate) low = std::floor(low), high = std::ceil(high);
   low = std::max(low, 0.0), high = std::min(high, static_cast<double>(dim - 1));
   if (low == high) high += 0.001;  // as transformers: no division by zero
-  at::Tensor pos_freqs = at::pow(
-      rope.theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim));
+  const at::Tensor pos_freqs = at::pow(rope.theta, rotation_exponents(dim));
   at::Tensor extrapolation = pos_freqs.reciprocal();
   at::Tensor interpolation = (pos_freqs * rope.factor).reciprocal();
   at::Tensor ramp = ((at::arange(dim / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);

@@ -40,6 +40,10 @@ Tensor sink_gradient(const Tensor& kept, const Tensor& row, at::ScalarType dtype
   return ((kept - 1) * row).sum(at::IntArrayRef{0, 2}).to(dtype);
 }
 
+// HF's window (query - key < window) as the flash kernel's left window of window - 1 keys; -1 is
+// none.
+int64_t flash_left_window(int64_t window) { return window > 0 ? window - 1 : -1; }
+
 // Unpacked rows on the flash kernel: q [B,H,T,D], k and v [B,Hkv,T,D], causal, keys within
 // `window` of the query (0: all earlier ones).
 class FlashSinkAttention : public torch::autograd::Function<FlashSinkAttention> {
@@ -47,13 +51,11 @@ class FlashSinkAttention : public torch::autograd::Function<FlashSinkAttention> 
   static Tensor forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& sinks, int64_t window, double scale) {
     const int64_t T = q.size(2);
-    // The kernel's layout is [B,T,heads,D]; HF's window (query - key < window) is its left
-    // window of window - 1 keys; -1 is none.
+    // The kernel's layout is [B,T,heads,D].
     const Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
-    const int64_t left = window > 0 ? window - 1 : -1;
     auto [out, lse, rng, unused, debug] = at::_flash_attention_forward(
         qt, kt, vt, std::nullopt, std::nullopt, T, T, /*dropout_p=*/0.0, /*is_causal=*/true,
-        /*return_debug_mask=*/false, scale, left, int64_t{0});
+        /*return_debug_mask=*/false, scale, flash_left_window(window), int64_t{0});
     auto [kept, with_sink] = sink_shares(lse.narrow(-1, 0, T), sinks);
     // out [B,T,H,D], kept [B,H,T]
     const Tensor scaled =
@@ -74,7 +76,7 @@ class FlashSinkAttention : public torch::autograd::Function<FlashSinkAttention> 
     auto [dq, dk, dv] = at::_flash_attention_backward(
         grad, qt, kt, vt, out, lse, Tensor(), Tensor(), T, T, /*dropout_p=*/0.0,
         /*is_causal=*/true, rng, unused, ctx->saved_data["scale"].toDouble(),
-        window > 0 ? window - 1 : -1, int64_t{0});
+        flash_left_window(window), int64_t{0});
     const Tensor row = (grad.to(at::kFloat) * out.to(at::kFloat)).sum(-1).transpose(1, 2);
     const Tensor dsink = sink_gradient(
         kept, row, static_cast<at::ScalarType>(ctx->saved_data["sinks_dtype"].toInt()));
