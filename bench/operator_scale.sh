@@ -79,20 +79,49 @@ t_converged=$(date +%s.%N)
 read -r requests p50 p99 reconciles <<<"$(summary)"
 cpu1=$(cpu_seconds)
 rss_running=$(rss_mib)
+elapsed() { awk "BEGIN {printf \"%.0f\", $2 - $1}"; }
+echo "(so far) created in $(elapsed "$t0" "$t_created") s; every job has its pod and a phase $(elapsed "$t_created" "$t_converged") s later; operator ${rss_running} MiB"
 
 # Every worker ends well: the jobs are Succeeded, and what the operator keeps of them is what a
 # cluster with thousands of finished jobs costs it.
-kubectl get pods -n "$ns" -o name | xargs -P 8 -n 50 sh -c 'for p; do kubectl patch -n '"$ns"' "$p" --subresource=status --type=merge -p "{\"status\":{\"phase\":\"Succeeded\",\"containerStatuses\":[{\"name\":\"trainer\",\"ready\":false,\"restartCount\":0,\"image\":\"x\",\"imageID\":\"\",\"state\":{\"terminated\":{\"exitCode\":0,\"reason\":\"Completed\"}}}]}}" >/dev/null; done' sh
+# (through kubectl proxy, 16 requests at once: one kubectl process a pod would time kubectl)
+proxy_port=$((port + 1))
+kubectl proxy --port "$proxy_port" >/dev/null 2>&1 &
+proxy_pid=$!
+until curl -sf "http://127.0.0.1:$proxy_port/version" >/dev/null; do sleep 0.2; done
+"$python" - "$proxy_port" "$ns" <<'PY'
+import json, sys, urllib.request
+from concurrent.futures import ThreadPoolExecutor
+base = f"http://127.0.0.1:{sys.argv[1]}/api/v1/namespaces/{sys.argv[2]}/pods"
+pods = [p["metadata"]["name"] for p in json.load(urllib.request.urlopen(base))["items"]]
+body = json.dumps({"status": {"phase": "Succeeded", "containerStatuses": [{
+    "name": "trainer", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+    "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}).encode()
+def succeed(name):
+    req = urllib.request.Request(f"{base}/{name}/status", data=body, method="PATCH",
+                                 headers={"Content-Type": "application/merge-patch+json"})
+    urllib.request.urlopen(req).read()
+with ThreadPoolExecutor(16) as pool:
+    list(pool.map(succeed, pods))
+PY
+kill "$proxy_pid"
 until [[ "$(kubectl get ftj -n "$ns" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c Succeeded || true)" -ge "$n" ]]; do sleep 1; done
 t_succeeded=$(date +%s.%N)
 rss_finished=$(rss_mib)
+echo "(so far) every job Succeeded $(elapsed "$t_converged" "$t_succeeded") s later; operator ${rss_finished} MiB"
 
+# KUBETUNE_SCALE_GC_ALONE=1: the operator is stopped first, so the delete measures the garbage
+# collector's own pace (the baseline the delete with the operator running is held to).
+if [[ "${KUBETUNE_SCALE_GC_ALONE:-0}" == 1 ]]; then
+  kill "$op_pid"
+  wait "$op_pid" 2>/dev/null || true
+fi
 t_delete=$(date +%s.%N)
 kubectl delete ftj -n "$ns" --all --wait=false >/dev/null
 until [[ "$(count pods) $(count configmaps) $(count services) $(kubectl get ftj -n "$ns" -o name | wc -l)" == "0 0 0 0" ]]; do sleep 2; done
 t_gone=$(date +%s.%N)
-rss_deleted=$(rss_mib)
-cpu2=$(cpu_seconds)
+rss_deleted=$(rss_mib 2>/dev/null || echo "(stopped)")
+cpu2=$(cpu_seconds 2>/dev/null || echo "$cpu1")
 
 "$python" - <<PY
 n = $n
@@ -105,6 +134,6 @@ print(f"API requests until then            {$requests:.0f} ({$requests / ($t_con
 print(f"reconciles, p50 / p99              {$reconciles:.0f}, {float('$p50') * 1000:.0f} ms / {float('$p99') * 1000:.0f} ms (histogram bucket bounds)")
 print(f"operator memory, jobs running      {$rss_running} MiB")
 print(f"every job Succeeded after          {$t_succeeded - $t_converged:.0f} s; memory {$rss_finished} MiB")
-print(f"deleted at once: nothing left after {$t_gone - $t_delete:.0f} s; memory {$rss_deleted} MiB")
+print(f"deleted at once: nothing left after {$t_gone - $t_delete:.0f} s; memory {'$rss_deleted'} MiB")
 print(f"operator CPU in all                {$cpu2 - $cpu0:.0f} s")
 PY

@@ -67,8 +67,8 @@ int cmd_render(const std::string& file) {
   const kubetune::k8s::ObjectMeta metadata =
       kubetune::op::kube::metadata_of(kubetune::load_yaml_or_json_file(file));
   const auto objects = kubetune::op::desired_objects(job, 0);
-  std::cout << kubetune::op::json_to_yaml(objects.config_map) << "---\n"
-            << kubetune::op::json_to_yaml(objects.service);
+  std::cout << kubetune::op::json_to_yaml(objects.config_map);
+  if (objects.service) std::cout << "---\n" << kubetune::op::json_to_yaml(*objects.service);
   for (const auto& pod : objects.pods) std::cout << "---\n" << kubetune::op::json_to_yaml(pod);
   // Kueue's Workload, for a job labelled with a LocalQueue (instead of the pods, until admitted).
   namespace kueue = kubetune::op::kueue;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <optional>
 
 #include "operator/kube/kube_types.h"
 #include "operator/kube/objects.h"
@@ -28,6 +29,25 @@ k8s::ObjectReference reference_to(const k8s::PartialObjectMetadata& object, cons
 
 }  // namespace
 
+EventRecorder::EventRecorder(std::unique_ptr<kube::KubeClient> client, std::string component)
+    : client_(std::move(client)), component_(std::move(component)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+EventRecorder::~EventRecorder() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+size_t EventRecorder::dropped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return dropped_;
+}
+
 void EventRecorder::record(const json& involved, const std::string& type, const std::string& reason,
                            const std::string& message) {
   const auto object = involved.get<k8s::PartialObjectMetadata>();
@@ -49,10 +69,42 @@ void EventRecorder::record(const json& involved, const std::string& type, const 
   event.last_timestamp = now;
   event.count = 1;
   spdlog::info("event {}/{} {} {}: {}", ns, name, type, reason, message);
-  try {
-    client_.create(kube::resources::kEvents.collection(ns), event);
-  } catch (const std::exception& e) {
-    spdlog::warn("cannot record event {}: {}", reason, e.what());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pending_.size() >= kMaxPending) {
+      if (dropped_++ % kMaxPending == 0) {
+        spdlog::warn("{} events wait for the API server; dropping new ones ({} so far)",
+                     pending_.size(), dropped_);
+      }
+      return;
+    }
+    pending_.push_back(std::move(event));
+  }
+  wake_.notify_one();
+}
+
+void EventRecorder::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::optional<std::chrono::steady_clock::time_point> give_up;
+  for (;;) {
+    wake_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+    if (pending_.empty()) return;  // stopping, everything posted
+    // Stopping: what the next few seconds can post, not a shutdown held by a server that is gone.
+    if (stopping_ && !give_up) give_up = std::chrono::steady_clock::now() + kDrainTime;
+    if (give_up && std::chrono::steady_clock::now() > *give_up) {
+      spdlog::warn("stopping: {} events not recorded", pending_.size());
+      return;
+    }
+    k8s::Event event = std::move(pending_.front());
+    pending_.pop_front();
+    lock.unlock();
+    try {
+      client_->create(kube::resources::kEvents.collection(event.metadata.namespace_.value_or("")),
+                      event);
+    } catch (const std::exception& e) {
+      spdlog::warn("cannot record event {}: {}", event.reason.value_or(""), e.what());
+    }
+    lock.lock();
   }
 }
 

@@ -76,8 +76,7 @@ bool JobReconciler::read(Pass& p, const std::string& key) {
   auto cached = jobs_.get(p.ns, p.name);
   if (!cached) {  // deleted: its objects go with it (ownerReferences); forget its series
     if (metrics_) metrics_->forget_job(p.ns, p.name);
-    std::lock_guard<std::mutex> lock(scrape_mutex_);
-    scrapes_.erase(key);
+    forget_scrapes(key);
     return false;
   }
   p.obj = *cached;
@@ -213,7 +212,7 @@ void JobReconciler::create_gang(Pass& p, const std::vector<int>& missing) {
   }
   create_children(p, [&] {
     ensure_config_map(p, want.config_map);
-    ensure_child(p, kube::resources::kServices, want.service);
+    if (want.service) ensure_child(p, kube::resources::kServices, *want.service);
     for (int rank : missing) ensure_child(p, kube::resources::kPods, want.pods[rank]);
   });
   p.status.workers.created = p.job.spec.workers.replicas;
@@ -357,6 +356,7 @@ PassDecision JobReconciler::invalid_spec(Pass& p, const std::vector<std::string>
 
 PassDecision JobReconciler::finished(Pass& p) {
   delete_pods(p, false);  // level-triggered clean-up after Failed
+  forget_scrapes(p.key);  // nothing of a finished job is kept but what the caches hold
   // The status is stored only when something (e.g. the spec reset) changed; then Kueue's
   // Workload is marked Finished, which gives the quota back.
   p.after_store.push_back([this, &p] { sync_workload(p); });
@@ -457,6 +457,11 @@ void JobReconciler::write_status(Pass& p) {
                              static_cast<int>(scheduling.unscheduled_workers.value_or(0)),
                              static_cast<int>(scheduling.held_gpus.value_or(0)));
   }
+}
+
+void JobReconciler::forget_scrapes(const std::string& key) {
+  std::lock_guard<std::mutex> lock(scrape_mutex_);
+  scrapes_.erase(key);
 }
 
 std::vector<k8s::Pod> JobReconciler::job_pods(const Pass& p) const {

@@ -169,6 +169,7 @@ class JobReconciler {
   int delete_pods(Pass& p, bool all);
   // delete_pods, once the status is stored (Pass::after_store).
   void delete_pods_after_store(Pass& p, bool all);
+  void forget_scrapes(const std::string& key);
   std::vector<k8s::Pod> job_pods(const Pass& p) const;   // all pods the job owns
   std::vector<k8s::Pod> gang_pods(const Pass& p) const;  // its workers
   // When a finished job's runPolicy.ttlSecondsAfterFinished expires; once it has, the job is

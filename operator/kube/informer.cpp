@@ -28,9 +28,10 @@ bool has_labels(const k8s::ObjectMeta& meta, const std::map<std::string, std::st
 // What the cache keeps of an object: all of it but metadata.managedFields, the server's record of
 // who set which field, which the operator never reads and which is close to half of a pod's or a
 // job's bytes. (An update that omits them leaves them as they are on the server.)
-json cached_form(json obj) {
+json cached_form(json obj, const std::function<void(json&)>& trim) {
   json& meta = obj.at("metadata");  // json: every object the API serves has metadata
   if (meta.is_object()) meta.erase("managedFields");  // json: the server's bookkeeping, not read
+  if (trim) trim(obj);
   return obj;
 }
 
@@ -112,7 +113,7 @@ void Informer::relist() {
   std::map<std::string, Cached> fresh;
   // An item converted back to JSON is the object as listed: its unknown_fields keep the rest.
   for (const auto& item : list.items) {
-    json object = cached_form(item);
+    json object = cached_form(item, options_.trim);
     k8s::ObjectMeta meta = metadata_of(object);
     const std::string key = key_of(meta);  // before the move below (assignment's right side first)
     fresh[key] = {std::move(object), std::move(meta)};
@@ -132,7 +133,11 @@ void Informer::relist() {
         changes.emplace_back("MODIFIED", cached.object);
       }
     }
-    cache_ = std::move(fresh);
+    cache_.clear();
+    index_.clear();
+    for (auto& [key, cached] : fresh) {
+      put_locked(key, std::move(cached.object), std::move(cached.metadata));
+    }
     resource_version_ = list.metadata.resource_version.value_or("");
   }
   synced_ = true;
@@ -166,14 +171,14 @@ void Informer::watch_until_closed() {
 }
 
 void Informer::apply(const std::string& type, const json& watched) {
-  const json obj = cached_form(watched);
+  const json obj = cached_form(watched, options_.trim);
   const k8s::ObjectMeta meta = metadata_of(obj);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (type == "DELETED") {
-      cache_.erase(key_of(meta));
+      erase_locked(key_of(meta));
     } else {
-      cache_[key_of(meta)] = {obj, meta};
+      put_locked(key_of(meta), obj, meta);
     }
     resource_version_ = meta.resource_version.value_or(resource_version_);
   }
@@ -182,6 +187,30 @@ void Informer::apply(const std::string& type, const json& watched) {
 
 void Informer::notify(const std::string& type, const json& obj) {
   for (const auto& h : handlers_) h(type, obj);
+}
+
+std::string Informer::index_key(const k8s::ObjectMeta& meta) const {
+  if (options_.index_label.empty()) return "";
+  const std::string value = label(meta, options_.index_label);
+  return value.empty() ? "" : meta.namespace_.value_or("") + "/" + value;
+}
+
+void Informer::put_locked(const std::string& key, json object, k8s::ObjectMeta meta) {
+  erase_locked(key);  // its labels may have changed
+  const std::string indexed = index_key(meta);
+  if (!indexed.empty()) index_[indexed].insert(key);
+  cache_[key] = {std::move(object), std::move(meta)};
+}
+
+void Informer::erase_locked(const std::string& key) {
+  auto it = cache_.find(key);
+  if (it == cache_.end()) return;
+  const std::string indexed = index_key(it->second.metadata);
+  if (auto entry = index_.find(indexed); entry != index_.end()) {
+    entry->second.erase(key);
+    if (entry->second.empty()) index_.erase(entry);
+  }
+  cache_.erase(it);
 }
 
 std::optional<json> Informer::get(const std::string& ns, const std::string& name) const {
@@ -195,6 +224,17 @@ std::vector<json> Informer::list(const std::string& ns,
                                  const std::map<std::string, std::string>& labels) const {
   std::vector<json> out;
   std::lock_guard<std::mutex> lock(mutex_);
+  const auto by_index =
+      options_.index_label.empty() || ns.empty() ? labels.end() : labels.find(options_.index_label);
+  if (by_index != labels.end()) {
+    const auto entry = index_.find(ns + "/" + by_index->second);
+    if (entry == index_.end()) return out;
+    for (const std::string& key : entry->second) {
+      const Cached& cached = cache_.at(key);  // the index holds only keys of cache_
+      if (has_labels(cached.metadata, labels)) out.push_back(cached.object);
+    }
+    return out;
+  }
   for (const auto& [key, cached] : cache_) {
     if (!ns.empty() && cached.metadata.namespace_.value_or("") != ns) continue;
     if (has_labels(cached.metadata, labels)) out.push_back(cached.object);

@@ -134,6 +134,17 @@ bool trainer_succeeded(const k8s::Pod& pod) {
   return term && term->exit_code == 0;
 }
 
+void keep_what_is_read(nlohmann::json& pod) {
+  auto full = pod.get<k8s::Pod>();
+  k8s::Pod kept;
+  kept.api_version = std::move(full.api_version);
+  kept.kind = std::move(full.kind);
+  kept.metadata = std::move(full.metadata);
+  kept.status = std::move(full.status);
+  kept.spec.node_name = std::move(full.spec.node_name);  // bound or not (Placement)
+  pod = kept;
+}
+
 GangState assess_gang(const std::vector<k8s::Pod>& pods, int replicas) {
   GangState g;
   g.replicas = replicas;

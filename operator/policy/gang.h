@@ -42,6 +42,11 @@ struct GangState {
   int active() const { return pending + running; }
 };
 
+// Keeps of a pod what the operator reads (its metadata, status and spec.nodeName) and drops the
+// rest of its spec: the pod cache holds every pod of every job, finished ones too (kept for their
+// logs), and the spec is most of a pod's bytes. Nothing may write a pod back from the cache.
+void keep_what_is_read(nlohmann::json& pod);
+
 // `pods`: the pods of one gang (one attempt); ranks come from their kubetune.io/rank label.
 GangState assess_gang(const std::vector<k8s::Pod>& pods, int replicas);
 

@@ -13,6 +13,9 @@
 namespace kubetune::op {
 namespace {
 
+// Pods of a gang find rank 0 through a headless Service; the processes of one pod need none.
+bool has_service(const FineTuneJob& job) { return job.spec.workers.replicas > 1; }
+
 using nlohmann::json;
 
 std::map<std::string, std::string> labels(const FineTuneJob& job) {
@@ -232,7 +235,7 @@ k8s::Pod make_pod(const FineTuneJob& job, int rank, int attempt) {
   k8s::Pod pod =
       job_pod(job, pod_name(job.name, rank), kRoleWorker, container, job.fetched_sources);
   pod.spec.hostname = pod_name(job.name, rank);
-  pod.spec.subdomain = service_name(job.name);
+  if (has_service(job)) pod.spec.subdomain = service_name(job.name);
   // Time to finish the step and write a checkpoint after SIGTERM (a drain).
   pod.spec.termination_grace_period_seconds = job.spec.run_policy.termination_grace_period_seconds;
   pod.metadata.labels[kLabelRank] = std::to_string(rank);
@@ -269,6 +272,7 @@ std::string config_map_name(const std::string& job) { return job + "-config"; }
 std::string service_name(const std::string& job) { return job; }
 
 std::string master_address(const FineTuneJob& job) {
+  if (!has_service(job)) return "127.0.0.1";
   return pod_name(job.name, 0) + "." + service_name(job.name) + "." + job.ns + ".svc";
 }
 
@@ -350,7 +354,7 @@ k8s::ConfigMap config_map(const FineTuneJob& job) {
 DesiredObjects desired_objects(const FineTuneJob& job, int attempt) {
   DesiredObjects out;
   out.config_map = config_map(job);
-  out.service = service(job);
+  if (has_service(job)) out.service = service(job);
   for (int rank = 0; rank < job.spec.workers.replicas; ++rank) {
     out.pods.push_back(make_pod(job, rank, attempt));
   }

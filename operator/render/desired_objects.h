@@ -14,8 +14,10 @@
 namespace kubetune::op {
 
 struct DesiredObjects {
-  k8s::ConfigMap config_map;   // <job>-config: config.json for `train --config`
-  k8s::Service service;        // <job>: headless, gives pod 0 a stable DNS name
+  k8s::ConfigMap config_map;  // <job>-config: config.json for `train --config`
+  // <job>: headless, gives pod 0 a stable DNS name for the other pods' rendezvous. A gang of one
+  // pod has none (its processes meet on 127.0.0.1): a third of the objects of the commonest job.
+  std::optional<k8s::Service> service;
   std::vector<k8s::Pod> pods;  // <job>-worker-<rank>, rank = index
 };
 
@@ -39,7 +41,8 @@ std::string pod_name(const std::string& job, int rank);
 std::string preflight_pod_name(const std::string& job);
 std::string config_map_name(const std::string& job);
 std::string service_name(const std::string& job);
-// Pod 0's DNS name through the headless Service: MASTER_ADDR of every rank.
+// Pod 0's DNS name through the headless Service (127.0.0.1 in a gang of one pod): MASTER_ADDR of
+// every rank.
 std::string master_address(const FineTuneJob& job);
 
 // The ownerReference that makes the API server delete an object with its job.

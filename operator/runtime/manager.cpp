@@ -5,6 +5,7 @@
 #include "common/contracts.h"
 #include "common/metrics/http_endpoint.h"
 #include "operator/kube/objects.h"
+#include "operator/policy/gang.h"
 #include "operator/render/workload.h"
 
 namespace kubetune::op {
@@ -13,12 +14,16 @@ using nlohmann::json;
 
 Manager::Manager(kube::ClientConfig config, ManagerOptions options)
     : options_(std::move(options)),
-      client_(std::make_unique<kube::KubeClient>(std::move(config))),
+      client_(std::make_unique<kube::KubeClient>(config)),
       metrics_(std::make_unique<OperatorMetrics>()),
-      events_(std::make_unique<EventRecorder>(*client_)) {
-  client_->set_request_observer([m = metrics_.get()](const std::string& verb, int code, double) {
-    m->requested(verb, code);
-  });
+      // A client of its own: events never wait behind the reconciles' requests, nor they behind
+      // events.
+      events_(std::make_unique<EventRecorder>(std::make_unique<kube::KubeClient>(config))) {
+  for (kube::KubeClient* c : {client_.get(), &events_->client()}) {
+    c->set_request_observer([m = metrics_.get()](const std::string& verb, int code, double) {
+      m->requested(verb, code);
+    });
+  }
   if (options_.http_port >= 0) {
     http_ = std::make_unique<metrics::HttpEndpoint>(options_.http_address, options_.http_port);
     http_->add_registry(metrics_->registry());
@@ -83,7 +88,10 @@ void Manager::start_controllers() {
   jobs_ = std::make_unique<kube::Informer>(*client_, kube::resources::kFineTuneJobs, job_opts);
   kube::InformerOptions pod_opts = job_opts;
   pod_opts.label_selector = std::string(kLabelManagedBy) + "=" + kManagerName;
-  pods_ = std::make_unique<kube::Informer>(*client_, kube::resources::kPods, pod_opts);
+  pod_opts.index_label = kLabelJob;  // the reconciler lists a job's pods and Workloads by it
+  kube::InformerOptions cached_pods = pod_opts;
+  cached_pods.trim = keep_what_is_read;
+  pods_ = std::make_unique<kube::Informer>(*client_, kube::resources::kPods, cached_pods);
   if (kueue_served()) {
     workloads_ = std::make_unique<kube::Informer>(*client_, kube::resources::kWorkloads, pod_opts);
   }

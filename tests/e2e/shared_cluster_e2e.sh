@@ -13,6 +13,10 @@
 #      trainer: its workers stop through SIGTERM with a checkpoint, the quota is given back, and
 #      re-admitted it resumes at the very step it stopped at (zero lost steps). The Workloads are
 #      marked Finished when their jobs end.
+#   3. kill -9 of the operator around a gang's release (CHAOS_RELEASE_KILLS, default 5) and during
+#      a preemption (CHAOS_PREEMPT_KILLS, default 5): the state converges with each release and
+#      eviction counted once, no restart counted, no pod or Workload twice (issue 50, part 4;
+#      restarts_e2e.sh kills it through creates, gang restarts and deletes).
 # Exits 77 (ctest: skipped) when no cluster with a scheduler is reachable; the Kueue part reports
 # itself skipped when the cluster serves no Kueue.
 #
@@ -111,12 +115,23 @@ token=$(kubectl create token kubetune-operator -n "$opns" --duration=2h)
 KUBECONFIG="$work/operator.kubeconfig" kubectl config set-credentials kubetune-operator --token="$token" >/dev/null
 KUBECONFIG="$work/operator.kubeconfig" kubectl config set-context --current --user=kubetune-operator >/dev/null
 metrics_port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-POD_NAMESPACE=$opns "$operator_bin" --kubeconfig "$work/operator.kubeconfig" --namespace "$ns" \
-  --leader-elect=false --http-port "$metrics_port" --progress-seconds 2 >"$work/operator.log" 2>&1 &
-pids+=($!)
+op_pid=""
+start_operator() {
+  POD_NAMESPACE=$opns "$operator_bin" --kubeconfig "$work/operator.kubeconfig" --namespace "$ns" \
+    --leader-elect=false --http-port "$metrics_port" --progress-seconds 2 >>"$work/operator.log" 2>&1 &
+  op_pid=$!
+  pids+=("$op_pid")
+  eventually 30 curl -sf "http://127.0.0.1:$metrics_port/readyz" || fail "operator not ready: $(tail -5 "$work/operator.log")"
+}
+# kill -9 at a moment of the caller's choosing, and a new operator (no leader election: one at a time).
+kill_and_restart_operator() {
+  kill -9 "$op_pid" 2>/dev/null || true
+  wait "$op_pid" 2>/dev/null || true
+  start_operator
+}
 "$python" "$root/tests/e2e/fake_kubelet.py" "$ns" "$trainer" "$work" >"$work/kubelet.log" 2>&1 &
 pids+=($!)
-eventually 30 curl -sf "http://127.0.0.1:$metrics_port/readyz" || fail "operator not ready: $(tail -5 "$work/operator.log")"
+start_operator
 ok "nodes Ready with 8 GPUs each; operator (its ServiceAccount) ready; the kubelet stand-in runs"
 
 echo "== a gang bigger than the cluster is named at once and never holds GPUs in silence"
@@ -150,6 +165,34 @@ eventually 50 bound_are $big 2 || fail "the gang was not created again after the
 ok "after the back-off (30 s) the gang was created again: $(kubectl get ftj -n "$ns" $big --no-headers | tr -s ' ')"
 kubectl delete ftj -n "$ns" $big --wait=true --timeout=60s >/dev/null
 eventually 30 metric_is kubetune_operator_job_idle_held_gpus $big "" || fail "metric left after delete"
+
+echo "== kill -9 of the operator around the release, ${CHAOS_RELEASE_KILLS:=5} times"
+# Each time a gang too big for the cluster is partly scheduled, with schedulingTimeoutSeconds=6,
+# and the operator is killed between 3 and 9 s later: before, during or after the release. The
+# new operator must release the gang once: no GPU held, status.scheduling.releases 1 (not 0, not
+# 2), no restart counted (a release is not a failure), one pod per rank at most on the way.
+RANDOM=7  # the same moments each run
+released_once() {
+  condition_reason_is "$1" Scheduled SchedulingTimeout && bound_are "$1" 0 &&
+    [[ "$(jp ftj "$1" '{.status.scheduling.releases}')" == 1 && "$(jp ftj "$1" '{.status.restarts}')" == 0 ]]
+}
+at_most_one_pod_per_rank() {
+  [[ -z "$(kubectl get pods -n "$ns" -l "kubetune.io/job-name=$1" -o jsonpath='{range .items[*]}{.metadata.labels.kubetune\.io/rank}{"\n"}{end}' | sort | uniq -d)" ]]
+}
+for k in $(seq 1 "$CHAOS_RELEASE_KILLS"); do
+  job=chaos-release-$k
+  example "$root/examples/jobs/full-multinode.yaml" "$job" \
+    '{"spec":{"workers":{"replicas":3},"metrics":{"port":0},"runPolicy":{"preflight":false,"schedulingTimeoutSeconds":6}}}' |
+    kubectl apply -n "$ns" -f - >/dev/null
+  eventually 30 condition_reason_is "$job" Scheduled PartiallyScheduled || fail "kill $k: $job not partly scheduled: $(jp ftj "$job" '{.status}')"
+  sleep "$((3 + RANDOM % 7)).$((RANDOM % 10))"
+  kill_and_restart_operator
+  at_most_one_pod_per_rank "$job" || fail "kill $k: two pods of one rank"
+  eventually 40 released_once "$job" || fail "kill $k: not released exactly once: $(jp ftj "$job" '{.status}')"
+  kubectl delete ftj -n "$ns" "$job" --wait=true --timeout=60s >/dev/null
+  eventually 30 workers_are "$job" 0 || fail "kill $k: pods of $job left after its delete"
+done
+ok "$CHAOS_RELEASE_KILLS kills around the release: each gang released once (releases 1, restarts 0), no GPU held, no pod twice"
 
 if ! kubectl get --raw /apis/kueue.x-k8s.io/v1beta2 >/dev/null 2>&1 ||
   ! grep -q "Kueue's Workloads are served" "$work/operator.log"; then
@@ -286,5 +329,34 @@ ok "reactivated by the administrator, q-second is admitted again and its gang pl
 kubectl delete ftj -n "$ns" q-first q-second q-urgent --wait=true --timeout=60s >/dev/null
 [[ -z "$(kubectl get workloads -n "$ns" -o name)" ]] || fail "Workloads left: $(kubectl get workloads -n "$ns" -o name)"
 ok "deleting the jobs deleted their Workloads"
+
+echo "== kill -9 of the operator during a preemption, ${CHAOS_PREEMPT_KILLS:=5} times"
+# Each time a low-priority gang holds the whole quota and runs; a high-priority job arrives and
+# Kueue evicts the low one; the operator is killed 0-3 s later: while it stops the evicted gang,
+# gives the quota back, or creates the new one. Converged: the high job runs its gang, the low
+# one is Queued with no pod, evicted once (evictions 1: the eviction neither lost nor counted
+# twice), neither counted as restarted, one Workload each.
+RANDOM=11
+one_workload() { [[ "$(kubectl get workloads -n "$ns" -l "kubetune.io/job-name=$1" -o name | wc -l)" -eq 1 ]]; }
+preempted_once() {  # preempted_once LOW HIGH
+  bound_are "$2" 2 && phase_is "$2" Running && workers_are "$1" 0 && phase_is "$1" Queued &&
+    [[ "$(jp ftj "$1" '{.status.queue.evictions}')" == 1 && "$(jp ftj "$1" '{.status.restarts}')" == 0 ]] &&
+    [[ "$(jp ftj "$2" '{.status.queue.evictions}')" == "" && "$(jp ftj "$2" '{.status.restarts}')" == 0 ]] &&
+    one_workload "$1" && one_workload "$2"
+}
+for k in $(seq 1 "$CHAOS_PREEMPT_KILLS"); do
+  low=chaos-low-$k high=chaos-high-$k
+  queued "$low" e2e-low 2
+  eventually 30 phase_is "$low" Running || fail "kill $k: $low not running: $(jp ftj "$low" '{.status}')"
+  queued "$high" e2e-high 2
+  sleep "$((RANDOM % 3)).$((RANDOM % 10))"
+  kill_and_restart_operator
+  at_most_one_pod_per_rank "$low" && at_most_one_pod_per_rank "$high" || fail "kill $k: two pods of one rank"
+  eventually 60 preempted_once "$low" "$high" ||
+    fail "kill $k: no convergence: $low $(jp ftj "$low" '{.status}') $high $(jp ftj "$high" '{.status}')"
+  kubectl delete ftj -n "$ns" "$low" "$high" --wait=true --timeout=60s >/dev/null
+  eventually 30 workers_are "$low" 0 && eventually 30 workers_are "$high" 0 || fail "kill $k: pods left after the delete"
+done
+ok "$CHAOS_PREEMPT_KILLS kills during a preemption: each time the high job ran its gang, the low one was Queued with no pod, evicted once, no restart counted, one Workload each"
 
 echo "PASS: $passed checks"

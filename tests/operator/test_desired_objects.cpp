@@ -71,9 +71,10 @@ TEST(DesiredObjects, OnePodPerNodeWithTheTorchrunEnvironment) {
 }
 
 TEST(DesiredObjects, OwnedByTheJobSoDeletionCascades) {
-  const FineTuneJob job = example("lora-single-gpu.yaml", "abc-123");
+  const FineTuneJob job = example("full-multinode.yaml", "abc-123");
   const DesiredObjects d = desired_objects(job, 0);
-  const std::vector<json> objects = {d.config_map, d.service, d.pods[0]};
+  ASSERT_TRUE(d.service);
+  const std::vector<json> objects = {d.config_map, *d.service, d.pods[0], d.pods[1]};
   for (const json& obj : objects) {
     const json& ref = obj["metadata"]["ownerReferences"][0];
     EXPECT_EQ(ref["uid"], "abc-123");
@@ -152,12 +153,25 @@ TEST(DesiredObjects, ConfigMapHoldsTheValidatedTrainerConfig) {
 }
 
 TEST(DesiredObjects, HeadlessServiceForRendezvous) {
-  const FineTuneJob job = example("lora-single-gpu.yaml");
-  const json svc = desired_objects(job, 0).service;
-  EXPECT_EQ(svc["metadata"]["name"], "llama-lora-chat");
+  const FineTuneJob job = example("full-multinode.yaml");
+  const auto service = desired_objects(job, 0).service;
+  ASSERT_TRUE(service);
+  const json svc = *service;
+  EXPECT_EQ(svc["metadata"]["name"], "llama-full-sft");
   EXPECT_EQ(svc["spec"]["clusterIP"], "None");
   EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
-  EXPECT_EQ(svc["spec"]["selector"][kLabelJob], "llama-lora-chat");
+  EXPECT_EQ(svc["spec"]["selector"][kLabelJob], "llama-full-sft");
+}
+
+// One pod's processes meet on 127.0.0.1: no Service to create, watch or collect.
+TEST(DesiredObjects, AGangOfOnePodHasNoService) {
+  const FineTuneJob job = example("lora-single-gpu.yaml");
+  const DesiredObjects d = desired_objects(job, 0);
+  EXPECT_FALSE(d.service);
+  ASSERT_EQ(d.pods.size(), 1u);
+  const k8s::Pod pod = d.pods[0];
+  EXPECT_FALSE(pod.spec.subdomain);
+  EXPECT_EQ(env_value(pod.spec.containers.at(0), "MASTER_ADDR"), "127.0.0.1");
 }
 
 TEST(DesiredObjects, CpuWorkersHaveNoGpuLimitAndOneProcess) {

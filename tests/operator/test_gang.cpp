@@ -42,6 +42,33 @@ json ended(int code, const std::string& message = "") {
   return {{"terminated", {{"exitCode", code}, {"message", message}}}};
 }
 
+// The pod cache keeps a pod's metadata, status and node; a gang reads the same from it.
+TEST(Gang, TheCachedFormOfAPodReadsAsThePod) {
+  const json spec = {{"nodeName", "gpu-3"},
+                     {"containers", {{{"name", "trainer"}, {"image", "kubetune/trainer"}}}},
+                     {"volumes", {{{"name", "work"}, {"emptyDir", json::object()}}}}};
+  std::vector<json> full = {pod_json(0, "Running"), terminated_json(1, 137, "OOMKilled")};
+  for (auto& p : full) p["spec"] = spec;
+  full[0]["status"]["podIP"] = "10.0.0.7";
+  std::vector<k8s::Pod> as_served, as_cached;
+  for (const auto& p : full) {
+    json cached = p;
+    keep_what_is_read(cached);
+    EXPECT_EQ(cached["spec"], (json{{"nodeName", "gpu-3"}, {"containers", json::array()}}));
+    EXPECT_EQ(cached["metadata"], p["metadata"]);
+    EXPECT_EQ(cached["status"], p["status"]);
+    as_served.push_back(p.get<k8s::Pod>());
+    as_cached.push_back(cached.get<k8s::Pod>());
+  }
+  const GangState a = assess_gang(as_served, 2), b = assess_gang(as_cached, 2);
+  EXPECT_EQ(a.placement.bound, 1);
+  EXPECT_EQ(b.placement.bound, a.placement.bound);
+  EXPECT_EQ(b.running, a.running);
+  ASSERT_TRUE(a.failure && b.failure);
+  EXPECT_EQ(b.failure->message, a.failure->message);
+  EXPECT_EQ(b.failure->permanent, a.failure->permanent);
+}
+
 TEST(Gang, ATrainerThatFailsBesideAWaitingPublisherHasFailed) {
   const json waiting = {{"running", json::object()}};
   auto f = pod_failure(with_publish("Running", ended(3), waiting), 0);

@@ -1,6 +1,8 @@
 // The informer's list + watch against the fake API server: dropped streams, 410 Gone, errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "kubetune/kubefake/fake_api_server.h"
 #include "operator/kube/informer.h"
 #include "test_support.h"
@@ -21,11 +23,19 @@ class InformerTest : public ::testing::Test {
     config.server = server.url();
     client = std::make_unique<KubeClient>(config);
   }
-  void create(const std::string& name) {
+  void create(const std::string& name, const json& labels = json::object()) {
     ASSERT_EQ(
-        server.call("POST", kCollection, {{"metadata", {{"name", name}}}, {"data", json::object()}})
+        server
+            .call("POST", kCollection,
+                  {{"metadata", {{"name", name}, {"labels", labels}}}, {"data", json::object()}})
             .code,
         201);
+  }
+  std::vector<std::string> names(const std::vector<json>& objects) {
+    std::vector<std::string> out;
+    for (const auto& o : objects) out.push_back(o["metadata"]["name"]);
+    std::sort(out.begin(), out.end());
+    return out;
   }
   std::unique_ptr<Informer> start(InformerOptions o = {}) {
     o.ns = "default";
@@ -91,6 +101,43 @@ TEST_F(InformerTest, GoneMeansListAgainAndReportTheDifferences) {
   // And it keeps watching.
   create("later");
   ASSERT_TRUE(eventually([&] { return saw("ADDED later"); }));
+}
+
+// list() through the index answers as a scan would, through relabels, deletes and a relist.
+TEST_F(InformerTest, IndexedListEqualsAScan) {
+  create("a0", {{"job", "a"}});
+  create("a1", {{"job", "a"}, {"role", "worker"}});
+  create("b0", {{"job", "b"}});
+  create("none");
+  InformerOptions o;
+  o.index_label = "job";
+  auto inf = start(o);
+  using V = std::vector<std::string>;
+  EXPECT_EQ(names(inf->list("default", {{"job", "a"}})), (V{"a0", "a1"}));
+  EXPECT_EQ(names(inf->list("default", {{"job", "a"}, {"role", "worker"}})), V{"a1"});
+  EXPECT_EQ(names(inf->list("other", {{"job", "a"}})), V{});
+  EXPECT_EQ(names(inf->list("default", {{"role", "worker"}})), V{"a1"});  // a scan
+  EXPECT_EQ(names(inf->list("default")), (V{"a0", "a1", "b0", "none"}));
+
+  // a0 moves from job a to job b; a1 goes; "none" joins a.
+  server.call("PATCH", std::string(kCollection) + "/a0",
+              {{"metadata", {{"labels", {{"job", "b"}}}}}}, "application/merge-patch+json");
+  server.call("DELETE", std::string(kCollection) + "/a1");
+  server.call("PATCH", std::string(kCollection) + "/none",
+              {{"metadata", {{"labels", {{"job", "a"}}}}}}, "application/merge-patch+json");
+  ASSERT_TRUE(eventually([&] { return names(inf->list("default", {{"job", "a"}})) == V{"none"}; }));
+  EXPECT_EQ(names(inf->list("default", {{"job", "b"}})), (V{"a0", "b0"}));
+
+  // A relist after 410 rebuilds the index from the fresh list.
+  server.drop_watches();
+  server.call("DELETE", std::string(kCollection) + "/b0");
+  create("a2", {{"job", "a"}});
+  server.compact_now();
+  ASSERT_TRUE(eventually([&] { return inf->list_count() >= 2; }));
+  ASSERT_TRUE(eventually([&] {
+    return names(inf->list("default", {{"job", "a"}})) == V{"a2", "none"};
+  }));
+  EXPECT_EQ(names(inf->list("default", {{"job", "b"}})), V{"a0"});
 }
 
 TEST_F(InformerTest, ReconnectsWithBackOffWhileTheServerFails) {
