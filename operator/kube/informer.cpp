@@ -18,9 +18,13 @@ std::string key_of(const k8s::ObjectMeta& meta) {
 // "" when absent.
 std::string version_of(const k8s::ObjectMeta& meta) { return meta.resource_version.value_or(""); }
 
-bool has_labels(const k8s::ObjectMeta& meta, const std::map<std::string, std::string>& labels) {
-  for (const auto& [key, value] : labels) {
-    if (label(meta, key) != value) return false;
+using Labels = std::map<std::string, std::string>;
+
+// Whether `have` includes every label of `want`.
+bool has_labels(const Labels& have, const Labels& want) {
+  for (const auto& [key, value] : want) {
+    const auto it = have.find(key);
+    if (it == have.end() || it->second != value) return false;
   }
   return true;
 }
@@ -106,11 +110,17 @@ void Informer::run() {
   }
 }
 
+Informer::Cached::Cached(const json& object, const k8s::ObjectMeta& meta)
+    : cbor(json::to_cbor(object)),
+      ns(meta.namespace_.value_or("")),
+      resource_version(version_of(meta)),
+      labels(meta.labels) {}
+
 void Informer::relist() {
   const auto list = client_.list(resource_.collection(options_.ns), options_.label_selector)
                         .get<k8s::PartialObjectMetadataList>();
   ++lists_;
-  std::map<std::string, Cached> fresh;
+  std::map<std::string, std::pair<json, k8s::ObjectMeta>> fresh;
   // An item converted back to JSON is the object as listed: its unknown_fields keep the rest.
   for (const auto& item : list.items) {
     json object = cached_form(item, options_.trim);
@@ -123,21 +133,19 @@ void Informer::relist() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [key, cached] : cache_) {
-      if (!fresh.count(key)) changes.emplace_back("DELETED", cached.object);
+      if (!fresh.count(key)) changes.emplace_back("DELETED", cached.object());
     }
-    for (const auto& [key, cached] : fresh) {
+    for (const auto& [key, listed] : fresh) {
       auto it = cache_.find(key);
       if (it == cache_.end()) {
-        changes.emplace_back("ADDED", cached.object);
-      } else if (version_of(it->second.metadata) != version_of(cached.metadata)) {
-        changes.emplace_back("MODIFIED", cached.object);
+        changes.emplace_back("ADDED", listed.first);
+      } else if (it->second.resource_version != version_of(listed.second)) {
+        changes.emplace_back("MODIFIED", listed.first);
       }
     }
     cache_.clear();
     index_.clear();
-    for (auto& [key, cached] : fresh) {
-      put_locked(key, std::move(cached.object), std::move(cached.metadata));
-    }
+    for (const auto& [key, listed] : fresh) put_locked(key, Cached(listed.first, listed.second));
     resource_version_ = list.metadata.resource_version.value_or("");
   }
   synced_ = true;
@@ -178,7 +186,7 @@ void Informer::apply(const std::string& type, const json& watched) {
     if (type == "DELETED") {
       erase_locked(key_of(meta));
     } else {
-      put_locked(key_of(meta), obj, meta);
+      put_locked(key_of(meta), Cached(obj, meta));
     }
     resource_version_ = meta.resource_version.value_or(resource_version_);
   }
@@ -189,23 +197,23 @@ void Informer::notify(const std::string& type, const json& obj) {
   for (const auto& h : handlers_) h(type, obj);
 }
 
-std::string Informer::index_key(const k8s::ObjectMeta& meta) const {
+std::string Informer::index_key(const std::string& ns, const Labels& labels) const {
   if (options_.index_label.empty()) return "";
-  const std::string value = label(meta, options_.index_label);
-  return value.empty() ? "" : meta.namespace_.value_or("") + "/" + value;
+  const auto it = labels.find(options_.index_label);
+  return it == labels.end() || it->second.empty() ? "" : ns + "/" + it->second;
 }
 
-void Informer::put_locked(const std::string& key, json object, k8s::ObjectMeta meta) {
+void Informer::put_locked(const std::string& key, Cached cached) {
   erase_locked(key);  // its labels may have changed
-  const std::string indexed = index_key(meta);
+  const std::string indexed = index_key(cached.ns, cached.labels);
   if (!indexed.empty()) index_[indexed].insert(key);
-  cache_[key] = {std::move(object), std::move(meta)};
+  cache_.insert_or_assign(key, std::move(cached));
 }
 
 void Informer::erase_locked(const std::string& key) {
   auto it = cache_.find(key);
   if (it == cache_.end()) return;
-  const std::string indexed = index_key(it->second.metadata);
+  const std::string indexed = index_key(it->second.ns, it->second.labels);
   if (auto entry = index_.find(indexed); entry != index_.end()) {
     entry->second.erase(key);
     if (entry->second.empty()) index_.erase(entry);
@@ -217,7 +225,7 @@ std::optional<json> Informer::get(const std::string& ns, const std::string& name
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = cache_.find(ns + "/" + name);
   if (it == cache_.end()) return std::nullopt;
-  return it->second.object;
+  return it->second.object();
 }
 
 std::vector<json> Informer::list(const std::string& ns,
@@ -231,13 +239,13 @@ std::vector<json> Informer::list(const std::string& ns,
     if (entry == index_.end()) return out;
     for (const std::string& key : entry->second) {
       const Cached& cached = cache_.at(key);  // the index holds only keys of cache_
-      if (has_labels(cached.metadata, labels)) out.push_back(cached.object);
+      if (has_labels(cached.labels, labels)) out.push_back(cached.object());
     }
     return out;
   }
   for (const auto& [key, cached] : cache_) {
-    if (!ns.empty() && cached.metadata.namespace_.value_or("") != ns) continue;
-    if (has_labels(cached.metadata, labels)) out.push_back(cached.object);
+    if (!ns.empty() && cached.ns != ns) continue;
+    if (has_labels(cached.labels, labels)) out.push_back(cached.object());
   }
   return out;
 }
