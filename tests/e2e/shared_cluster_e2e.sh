@@ -13,8 +13,8 @@
 #      trainer: its workers stop through SIGTERM with a checkpoint, the quota is given back, and
 #      re-admitted it resumes at the very step it stopped at (zero lost steps). The Workloads are
 #      marked Finished when their jobs end.
-#   3. kill -9 of the operator around a gang's release (CHAOS_RELEASE_KILLS, default 5) and during
-#      a preemption (CHAOS_PREEMPT_KILLS, default 5): the state converges with each release and
+#   3. kill -9 of the operator around a gang's release (CHAOS_RELEASE_KILLS, default 10) and during
+#      a preemption (CHAOS_PREEMPT_KILLS, default 10): the state converges with each release and
 #      eviction counted once, no restart counted, no pod or Workload twice (issue 50, part 4;
 #      restarts_e2e.sh kills it through creates, gang restarts and deletes).
 # Exits 77 (ctest: skipped) when no cluster with a scheduler is reachable; the Kueue part reports
@@ -166,7 +166,7 @@ ok "after the back-off (30 s) the gang was created again: $(kubectl get ftj -n "
 kubectl delete ftj -n "$ns" $big --wait=true --timeout=60s >/dev/null
 eventually 30 metric_is kubetune_operator_job_idle_held_gpus $big "" || fail "metric left after delete"
 
-echo "== kill -9 of the operator around the release, ${CHAOS_RELEASE_KILLS:=5} times"
+echo "== kill -9 of the operator around the release, ${CHAOS_RELEASE_KILLS:=10} times"
 # Each time a gang too big for the cluster is partly scheduled, with schedulingTimeoutSeconds=6,
 # and the operator is killed between 3 and 9 s later: before, during or after the release. The
 # new operator must release the gang once: no GPU held, status.scheduling.releases 1 (not 0, not
@@ -179,6 +179,7 @@ released_once() {
 at_most_one_pod_per_rank() {
   [[ -z "$(kubectl get pods -n "$ns" -l "kubetune.io/job-name=$1" -o jsonpath='{range .items[*]}{.metadata.labels.kubetune\.io/rank}{"\n"}{end}' | sort | uniq -d)" ]]
 }
+before=0 after=0
 for k in $(seq 1 "$CHAOS_RELEASE_KILLS"); do
   job=chaos-release-$k
   example "$root/examples/jobs/full-multinode.yaml" "$job" \
@@ -186,13 +187,15 @@ for k in $(seq 1 "$CHAOS_RELEASE_KILLS"); do
     kubectl apply -n "$ns" -f - >/dev/null
   eventually 30 condition_reason_is "$job" Scheduled PartiallyScheduled || fail "kill $k: $job not partly scheduled: $(jp ftj "$job" '{.status}')"
   sleep "$((3 + RANDOM % 7)).$((RANDOM % 10))"
+  # Where the kill fell: before the release was stored, or after.
+  [[ "$(jp ftj "$job" '{.status.scheduling.releases}')" == 1 ]] && after=$((after + 1)) || before=$((before + 1))
   kill_and_restart_operator
   at_most_one_pod_per_rank "$job" || fail "kill $k: two pods of one rank"
   eventually 40 released_once "$job" || fail "kill $k: not released exactly once: $(jp ftj "$job" '{.status}')"
   kubectl delete ftj -n "$ns" "$job" --wait=true --timeout=60s >/dev/null
   eventually 30 workers_are "$job" 0 || fail "kill $k: pods of $job left after its delete"
 done
-ok "$CHAOS_RELEASE_KILLS kills around the release: each gang released once (releases 1, restarts 0), no GPU held, no pod twice"
+ok "$CHAOS_RELEASE_KILLS kills around the release ($before before it was stored, $after after): each gang released once (releases 1, restarts 0), no GPU held, no pod twice"
 
 if ! kubectl get --raw /apis/kueue.x-k8s.io/v1beta2 >/dev/null 2>&1 ||
   ! grep -q "Kueue's Workloads are served" "$work/operator.log"; then
@@ -330,13 +333,23 @@ kubectl delete ftj -n "$ns" q-first q-second q-urgent --wait=true --timeout=60s 
 [[ -z "$(kubectl get workloads -n "$ns" -o name)" ]] || fail "Workloads left: $(kubectl get workloads -n "$ns" -o name)"
 ok "deleting the jobs deleted their Workloads"
 
-echo "== kill -9 of the operator during a preemption, ${CHAOS_PREEMPT_KILLS:=5} times"
+echo "== kill -9 of the operator during a preemption, ${CHAOS_PREEMPT_KILLS:=10} times"
 # Each time a low-priority gang holds the whole quota and runs; a high-priority job arrives and
-# Kueue evicts the low one; the operator is killed 0-3 s later: while it stops the evicted gang,
-# gives the quota back, or creates the new one. Converged: the high job runs its gang, the low
+# Kueue evicts the low one; the operator is killed as Kueue evicts, as the operator stops the
+# evicted gang, or as Kueue admits the new one. Converged: the high job runs its gang, the low
 # one is Queued with no pod, evicted once (evictions 1: the eviction neither lost nor counted
 # twice), neither counted as restarted, one Workload each.
 RANDOM=11
+# soon COMMAND...: as eventually, polling every 50 ms, for 30 s.
+soon() {
+  local deadline=$((SECONDS + 30))
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.05
+  done
+}
+jp_is() { [[ "$(jp "$1" "$2" "$3")" == "$4" ]]; }
+workload_condition_is() { [[ "$(workload_condition "$1" "$2" status)" == "$3" ]]; }
 one_workload() { [[ "$(kubectl get workloads -n "$ns" -l "kubetune.io/job-name=$1" -o name | wc -l)" -eq 1 ]]; }
 preempted_once() {  # preempted_once LOW HIGH
   bound_are "$2" 2 && phase_is "$2" Running && workers_are "$1" 0 && phase_is "$1" Queued &&
@@ -344,12 +357,23 @@ preempted_once() {  # preempted_once LOW HIGH
     [[ "$(jp ftj "$2" '{.status.queue.evictions}')" == "" && "$(jp ftj "$2" '{.status.restarts}')" == 0 ]] &&
     one_workload "$1" && one_workload "$2"
 }
+before=0 during=0 after=0
 for k in $(seq 1 "$CHAOS_PREEMPT_KILLS"); do
   low=chaos-low-$k high=chaos-high-$k
   queued "$low" e2e-low 2
   eventually 30 phase_is "$low" Running || fail "kill $k: $low not running: $(jp ftj "$low" '{.status}')"
   queued "$high" e2e-high 2
-  sleep "$((RANDOM % 3)).$((RANDOM % 10))"
+  # Kills aimed in turn at three moments (the whole preemption takes about a second here): Kueue
+  # has evicted the low Workload, the operator has stored the eviction, Kueue has admitted the
+  # high one.
+  case $((k % 3)) in
+    1) soon workload_condition_is "$low" Evicted True ;;
+    2) soon jp_is ftj "$low" '{.status.queue.evictions}' 1 ;;
+    0) soon workload_condition_is "$high" QuotaReserved True ;;
+  esac
+  # Where the kill fell: before the eviction was stored, while the gang stopped, or after.
+  if [[ "$(jp ftj "$low" '{.status.queue.evictions}')" != 1 ]]; then before=$((before + 1))
+  elif [[ "$(worker_count "$low")" -gt 0 ]]; then during=$((during + 1)); else after=$((after + 1)); fi
   kill_and_restart_operator
   at_most_one_pod_per_rank "$low" && at_most_one_pod_per_rank "$high" || fail "kill $k: two pods of one rank"
   eventually 60 preempted_once "$low" "$high" ||
@@ -357,6 +381,6 @@ for k in $(seq 1 "$CHAOS_PREEMPT_KILLS"); do
   kubectl delete ftj -n "$ns" "$low" "$high" --wait=true --timeout=60s >/dev/null
   eventually 30 workers_are "$low" 0 && eventually 30 workers_are "$high" 0 || fail "kill $k: pods left after the delete"
 done
-ok "$CHAOS_PREEMPT_KILLS kills during a preemption: each time the high job ran its gang, the low one was Queued with no pod, evicted once, no restart counted, one Workload each"
+ok "$CHAOS_PREEMPT_KILLS kills during a preemption ($before before the eviction was stored, $during while the gang stopped, $after after the gang was gone): each time the high job ran its gang, the low one was Queued with no pod, evicted once, no restart counted, one Workload each"
 
 echo "PASS: $passed checks"
