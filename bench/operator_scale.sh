@@ -18,9 +18,9 @@ ns=kubetune-scale-$$
 port=$((20000 + RANDOM % 20000))
 work=$(mktemp -d)
 python=${KUBETUNE_PYTHON:-python3}
-op_pid=""
+op_pid="" proxy_pid=""
 cleanup() {
-  [[ -n "$op_pid" ]] && kill "$op_pid" 2>/dev/null
+  for pid in $op_pid $proxy_pid; do kill "$pid" 2>/dev/null || true; done
   kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
   echo "operator log: $work/operator.log"
 }
@@ -109,6 +109,7 @@ with ThreadPoolExecutor(16) as pool:
     list(pool.map(succeed, pods))
 PY
 kill "$proxy_pid"
+proxy_pid=""
 until [[ "$(kubectl get ftj -n "$ns" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c Succeeded || true)" -ge "$n" ]]; do sleep 1; done
 t_succeeded=$(date +%s.%N)
 rss_finished=$(rss_mib)
@@ -119,6 +120,7 @@ echo "(so far) every job Succeeded $(elapsed "$t_converged" "$t_succeeded") s la
 if [[ "${KUBETUNE_SCALE_GC_ALONE:-0}" == 1 ]]; then
   kill "$op_pid"
   wait "$op_pid" 2>/dev/null || true
+  op_pid=""
 fi
 t_delete=$(date +%s.%N)
 kubectl delete ftj -n "$ns" --all --wait=false >/dev/null

@@ -43,6 +43,11 @@ EventRecorder::~EventRecorder() {
   thread_.join();
 }
 
+kube::ClientConfig EventRecorder::client_config(kube::ClientConfig operator_config) {
+  operator_config.request_timeout = kRequestTimeout;
+  return operator_config;
+}
+
 size_t EventRecorder::dropped() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return dropped_;

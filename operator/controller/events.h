@@ -25,14 +25,19 @@ class EventRecorder {
   // client-go's broadcaster drops beyond 1000 queued events too.
   static constexpr size_t kMaxPending = 1000;
   static constexpr std::chrono::seconds kDrainTime{3};  // posting what is left when stopping
+  static constexpr std::chrono::seconds kRequestTimeout{5};
 
   explicit EventRecorder(std::unique_ptr<kube::KubeClient> client,
                          std::string component = "kubetune-operator");
-  ~EventRecorder();  // posts what is queued, then stops
+  ~EventRecorder();  // posts what is queued (for kDrainTime at most, plus one request), then stops
 
   // type: "Normal" or "Warning"; `involved` is the object the event is about.
   void record(const nlohmann::json& involved, const std::string& type, const std::string& reason,
               const std::string& message);
+
+  // The operator's client settings for the recorder's own client: requests bounded by
+  // kRequestTimeout, so that stopping waits at most kDrainTime + kRequestTimeout.
+  static kube::ClientConfig client_config(kube::ClientConfig operator_config);
 
   kube::KubeClient& client() { return *client_; }
   size_t dropped() const;

@@ -93,7 +93,7 @@ struct WatchStream::Impl {
 
 KubeClient::KubeClient(ClientConfig config)
     : config_(std::move(config)), impl_(std::make_unique<Impl>()) {
-  impl_->client = make_client(config_, std::chrono::seconds(30));
+  impl_->client = make_client(config_, config_.request_timeout);
   impl_->limiter = std::make_unique<RateLimiter>(config_.qps, config_.burst);
 }
 

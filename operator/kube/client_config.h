@@ -3,6 +3,7 @@
 // (service-account token and CA, KUBERNETES_SERVICE_HOST/PORT).
 #pragma once
 
+#include <chrono>
 #include <string>
 
 namespace kubetune::op::kube {
@@ -20,6 +21,8 @@ struct ClientConfig {
   double qps = 0;
   int burst = 0;
   std::string default_namespace = "default";
+  // How long one request (not a watch) may take before it fails.
+  std::chrono::seconds request_timeout{30};
 
   // The bearer token to send now ("" when none).
   std::string bearer_token() const;

@@ -135,7 +135,12 @@ bool trainer_succeeded(const k8s::Pod& pod) {
 }
 
 void keep_what_is_read(nlohmann::json& pod) {
-  auto full = pod.get<k8s::Pod>();
+  k8s::Pod full;
+  try {
+    full = pod.get<k8s::Pod>();
+  } catch (const std::exception&) {
+    return;  // kept whole: the reconcile that reads it reports what is wrong, as before the trim
+  }
   k8s::Pod kept;
   kept.api_version = std::move(full.api_version);
   kept.kind = std::move(full.kind);

@@ -18,7 +18,8 @@ Manager::Manager(kube::ClientConfig config, ManagerOptions options)
       metrics_(std::make_unique<OperatorMetrics>()),
       // A client of its own: events never wait behind the reconciles' requests, nor they behind
       // events.
-      events_(std::make_unique<EventRecorder>(std::make_unique<kube::KubeClient>(config))) {
+      events_(std::make_unique<EventRecorder>(
+          std::make_unique<kube::KubeClient>(EventRecorder::client_config(config)))) {
   for (kube::KubeClient* c : {client_.get(), &events_->client()}) {
     c->set_request_observer([m = metrics_.get()](const std::string& verb, int code, double) {
       m->requested(verb, code);

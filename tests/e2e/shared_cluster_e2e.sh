@@ -339,7 +339,6 @@ echo "== kill -9 of the operator during a preemption, ${CHAOS_PREEMPT_KILLS:=10}
 # evicted gang, or as Kueue admits the new one. Converged: the high job runs its gang, the low
 # one is Queued with no pod, evicted once (evictions 1: the eviction neither lost nor counted
 # twice), neither counted as restarted, one Workload each.
-RANDOM=11
 # soon COMMAND...: as eventually, polling every 50 ms, for 30 s.
 soon() {
   local deadline=$((SECONDS + 30))
@@ -367,9 +366,9 @@ for k in $(seq 1 "$CHAOS_PREEMPT_KILLS"); do
   # has evicted the low Workload, the operator has stored the eviction, Kueue has admitted the
   # high one.
   case $((k % 3)) in
-    1) soon workload_condition_is "$low" Evicted True ;;
-    2) soon jp_is ftj "$low" '{.status.queue.evictions}' 1 ;;
-    0) soon workload_condition_is "$high" QuotaReserved True ;;
+    1) soon workload_condition_is "$low" Evicted True || fail "kill $k: Kueue did not evict $low" ;;
+    2) soon jp_is ftj "$low" '{.status.queue.evictions}' 1 || fail "kill $k: no eviction of $low stored" ;;
+    0) soon workload_condition_is "$high" QuotaReserved True || fail "kill $k: $high not admitted" ;;
   esac
   # Where the kill fell: before the eviction was stored, while the gang stopped, or after.
   if [[ "$(jp ftj "$low" '{.status.queue.evictions}')" != 1 ]]; then before=$((before + 1))
