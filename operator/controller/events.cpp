@@ -48,11 +48,6 @@ kube::ClientConfig EventRecorder::client_config(kube::ClientConfig operator_conf
   return operator_config;
 }
 
-size_t EventRecorder::dropped() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return dropped_;
-}
-
 void EventRecorder::record(const json& involved, const std::string& type, const std::string& reason,
                            const std::string& message) {
   const auto object = involved.get<k8s::PartialObjectMetadata>();

@@ -40,7 +40,6 @@ class EventRecorder {
   static kube::ClientConfig client_config(kube::ClientConfig operator_config);
 
   kube::KubeClient& client() { return *client_; }
-  size_t dropped() const;
 
  private:
   void run();

@@ -232,10 +232,9 @@ std::vector<json> Informer::list(const std::string& ns,
                                  const std::map<std::string, std::string>& labels) const {
   std::vector<json> out;
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto by_index =
-      options_.index_label.empty() || ns.empty() ? labels.end() : labels.find(options_.index_label);
-  if (by_index != labels.end()) {
-    const auto entry = index_.find(ns + "/" + by_index->second);
+  const std::string indexed = ns.empty() ? "" : index_key(ns, labels);
+  if (!indexed.empty()) {
+    const auto entry = index_.find(indexed);
     if (entry == index_.end()) return out;
     for (const std::string& key : entry->second) {
       const Cached& cached = cache_.at(key);  // the index holds only keys of cache_

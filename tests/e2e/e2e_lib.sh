@@ -9,13 +9,13 @@ ok() {
   passed=$((passed + 1))
   echo "  ok: $*"
 }
-# eventually SECONDS COMMAND...: retries COMMAND every 0.5 s.
+# eventually SECONDS COMMAND...: retries COMMAND every 0.5 s (every $EVENTUALLY_POLL s when set).
 eventually() {
   local deadline=$((SECONDS + $1))
   shift
   until "$@" >/dev/null 2>&1; do
     ((SECONDS < deadline)) || return 1
-    sleep 0.5
+    sleep "${EVENTUALLY_POLL:-0.5}"
   done
 }
 jp() { kubectl get -n "$ns" "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }

@@ -339,14 +339,8 @@ echo "== kill -9 of the operator during a preemption, ${CHAOS_PREEMPT_KILLS:=10}
 # evicted gang, or as Kueue admits the new one. Converged: the high job runs its gang, the low
 # one is Queued with no pod, evicted once (evictions 1: the eviction neither lost nor counted
 # twice), neither counted as restarted, one Workload each.
-# soon COMMAND...: as eventually, polling every 50 ms, for 30 s.
-soon() {
-  local deadline=$((SECONDS + 30))
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.05
-  done
-}
+# soon COMMAND...: eventually, polling every 50 ms, for 30 s.
+soon() { EVENTUALLY_POLL=0.05 eventually 30 "$@"; }
 jp_is() { [[ "$(jp "$1" "$2" "$3")" == "$4" ]]; }
 workload_condition_is() { [[ "$(workload_condition "$1" "$2" status)" == "$3" ]]; }
 one_workload() { [[ "$(kubectl get workloads -n "$ns" -l "kubetune.io/job-name=$1" -o name | wc -l)" -eq 1 ]]; }
