@@ -57,6 +57,12 @@ torch::Tensor gated_packed_backward_cpu(const torch::Tensor& grad, const torch::
   return torch::cat({d_gate, d_up}, -1);
 }
 
+std::tuple<torch::Tensor, torch::Tensor> gated_packed_backward_with_output_cpu(
+    const torch::Tensor& grad, const torch::Tensor& gate_up, int64_t act) {
+  auto [gate, up] = halves(gate_up);
+  return {gated_packed_backward_cpu(grad, gate_up, act), gated_forward_cpu(gate, up, act)};
+}
+
 using Forward = torch::Tensor(const torch::Tensor&, const torch::Tensor&, int64_t);
 using Backward = std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor&,
                                                           const torch::Tensor&,
@@ -65,6 +71,9 @@ using BackwardWithOutput = std::tuple<torch::Tensor, torch::Tensor, torch::Tenso
     const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, int64_t);
 using PackedForward = torch::Tensor(const torch::Tensor&, int64_t);
 using PackedBackward = torch::Tensor(const torch::Tensor&, const torch::Tensor&, int64_t);
+using PackedBackwardWithOutput = std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor&,
+                                                                          const torch::Tensor&,
+                                                                          int64_t);
 
 class GatedFunction : public torch::autograd::Function<GatedFunction> {
  public:
@@ -134,6 +143,18 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> swiglu_backward_with_out
                           static_cast<int64_t>(act));
 }
 
+torch::Tensor gated_packed_forward_op(const torch::Tensor& gate_up, GateActivation act) {
+  static auto forward_op = op<PackedForward>("kubetune::gated_packed_forward");
+  return forward_op.call(gate_up.contiguous(), static_cast<int64_t>(act));
+}
+
+std::tuple<torch::Tensor, torch::Tensor> gated_packed_backward_with_output(
+    const torch::Tensor& grad, const torch::Tensor& gate_up, GateActivation act) {
+  static auto backward_op =
+      op<PackedBackwardWithOutput>("kubetune::gated_packed_backward_with_output");
+  return backward_op.call(grad.contiguous(), gate_up.contiguous(), static_cast<int64_t>(act));
+}
+
 torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& up) {
   return torch::silu(gate) * up;
 }
@@ -152,6 +173,9 @@ TORCH_LIBRARY(kubetune, m) {
       "(Tensor, Tensor, Tensor)");
   m.def("gated_packed_forward(Tensor gate_up, int activation) -> Tensor");
   m.def("gated_packed_backward(Tensor grad, Tensor gate_up, int activation) -> Tensor");
+  m.def(
+      "gated_packed_backward_with_output(Tensor grad, Tensor gate_up, int activation) -> "
+      "(Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(kubetune, CPU, m) {
@@ -160,6 +184,7 @@ TORCH_LIBRARY_IMPL(kubetune, CPU, m) {
   m.impl("gated_backward_with_output", gated_backward_with_output_cpu);
   m.impl("gated_packed_forward", gated_packed_forward_cpu);
   m.impl("gated_packed_backward", gated_packed_backward_cpu);
+  m.impl("gated_packed_backward_with_output", gated_packed_backward_with_output_cpu);
 }
 
 }  // namespace kubetune::kernels

@@ -37,6 +37,14 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> swiglu_backward_with_out
     const torch::Tensor& grad, const torch::Tensor& gate, const torch::Tensor& up,
     GateActivation act = GateActivation::kSilu);
 
+// The same on gate and up packed side by side ([.., 2 * width], gate first): act(gate) * up, and
+// (the packed gradient, act(gate) * up).
+torch::Tensor gated_packed_forward_op(const torch::Tensor& gate_up,
+                                      GateActivation act = GateActivation::kSilu);
+std::tuple<torch::Tensor, torch::Tensor> gated_packed_backward_with_output(
+    const torch::Tensor& grad, const torch::Tensor& gate_up,
+    GateActivation act = GateActivation::kSilu);
+
 // The plain-LibTorch formulas (transformers' own): what the kernels are checked against, and the
 // model's CPU path.
 torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& up);

@@ -221,6 +221,21 @@ at::Tensor gated_packed_backward_cuda(const at::Tensor& grad, const at::Tensor& 
   return d_gu;
 }
 
+// As gated_packed_backward_cuda, and the output act(gate) * up recomputed beside.
+std::tuple<at::Tensor, at::Tensor> gated_packed_backward_with_output_cuda(const at::Tensor& grad,
+                                                                          const at::Tensor& gate_up,
+                                                                          int64_t act) {
+  c10::cuda::CUDAGuard guard(gate_up.device());
+  auto dy = grad.contiguous(), gu = gate_up.contiguous();
+  const int64_t width = gu.size(-1) / 2;
+  auto d_gu = at::empty_like(gu), out = at::empty_like(dy);
+  const auto* base = static_cast<const char*>(gu.data_ptr());
+  auto* d_base = static_cast<char*>(d_gu.data_ptr());
+  const int64_t half = width * gu.element_size();
+  gated_backward_into(dy, base, base + half, d_base, d_base + half, &out, width, 2 * width, act);
+  return {d_gu, out};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(kubetune, CUDA, m) {
@@ -229,6 +244,7 @@ TORCH_LIBRARY_IMPL(kubetune, CUDA, m) {
   m.impl("gated_backward_with_output", gated_backward_with_output_cuda);
   m.impl("gated_packed_forward", gated_packed_forward_cuda);
   m.impl("gated_packed_backward", gated_packed_backward_cuda);
+  m.impl("gated_packed_backward_with_output", gated_packed_backward_with_output_cuda);
 }
 
 }  // namespace kubetune::kernels

@@ -73,8 +73,7 @@ std::vector<torch::Tensor> run(std::vector<Linear>& layers, bool mlp, bool group
   at::autocast::set_autocast_dtype(device, torch::kBFloat16);
   std::vector<torch::Tensor> outs;
   if (mlp && grouped) {
-    outs = {frozen_gated_mlp(x, *ptrs[0], *ptrs[1], *ptrs[2], kernels::GateActivation::kSilu,
-                             chunk_rows)};
+    outs = {frozen_gated_mlp(x, ptrs, kernels::GateActivation::kSilu, chunk_rows)};
   } else if (mlp) {
     outs = {ptrs[2]->forward(kernels::swiglu(ptrs[0]->forward(x), ptrs[1]->forward(x)))};
   } else if (grouped) {

@@ -71,7 +71,13 @@ Grads run(bool grouped, bool mlp, std::vector<Linear>& layers, const torch::Tens
   if (mlp) {
     if (grouped) {
       EXPECT_TRUE(can_group(x, ptrs, /*require_cuda=*/false));
-      outs = {frozen_gated_mlp(x, *ptrs[0], *ptrs[1], *ptrs[2], act, chunk_rows)};
+      outs = {frozen_gated_mlp(x, ptrs, act, chunk_rows)};
+    } else if (ptrs.size() == 2) {  // a fused gate_up_proj (Phi-3): gate's rows first
+      const auto gate_up = peft_formula(x, *ptrs[0]);
+      const int64_t i = gate_up.size(-1) / 2;
+      outs = {peft_formula(
+          kernels::gated_reference(gate_up.narrow(-1, 0, i), gate_up.narrow(-1, i, i), act),
+          *ptrs[1])};
     } else {
       auto gate = peft_formula(x, *ptrs[0]), up = peft_formula(x, *ptrs[1]);
       outs = {peft_formula(kernels::gated_reference(gate, up, act), *ptrs[2])};
@@ -136,37 +142,50 @@ void check(torch::Device device, bool autocast, double tol, bool qlora = false) 
   expect_close(run(true, false, qkv, x, dys, autocast, /*input_grad=*/false),
                run(false, false, qkv, x, dys, autocast, false), tol,
                "q/k/v group, no input gradient");
-  // The MLP with SwiGLU (Llama) and GeGLU (Gemma) between.
+  // The MLP with SwiGLU (Llama) and GeGLU (Gemma) between, with separate gate and up layers and
+  // with one fused gate_up_proj (Phi-3).
   const std::vector<torch::Tensor> dy{torch::randn({2, 5, H}).to(device)};
-  for (const auto act : {kernels::GateActivation::kSilu, kernels::GateActivation::kGeluTanh}) {
-    const std::string name = act == kernels::GateActivation::kSilu ? "SwiGLU MLP" : "GeGLU MLP";
-    auto mlp_run = [&](bool grouped, std::vector<Linear>& layers, bool input_grad = true,
-                       int64_t chunk_rows = 0, bool output_read = true) {
-      return run(grouped, true, layers, x, dy, autocast, input_grad, chunk_rows, output_read, act);
-    };
-    std::vector<Linear> mlp{make_linear(H, I, true, device), make_linear(H, I, true, device),
-                            make_linear(I, H, true, device)};
-    if (qlora) quantize(mlp, autocast);
-    const Grads reference = mlp_run(false, mlp);
-    expect_close(mlp_run(true, mlp), reference, tol, name);
-    // Long sequences run over chunks of tokens (10 tokens here: chunks of 3, 3, 3 and 1).
-    expect_close(mlp_run(true, mlp, true, /*chunk_rows=*/3), reference, tol, name + " in chunks");
-    expect_close(mlp_run(true, mlp, /*input_grad=*/false, 3), mlp_run(false, mlp, false), tol,
-                 name + " in chunks, no input gradient");
-    // In a checkpointed layer's recompute the output is not read: the same gradients, whole and
-    // in chunks.
-    const Grads grads_only = mlp_run(false, mlp, true, 0, /*output_read=*/false);
-    expect_close(mlp_run(true, mlp, true, 0, false), grads_only, tol, name + ", output not read");
-    expect_close(mlp_run(true, mlp, true, 3, false), grads_only, tol,
-                 name + " in chunks, output not read");
-    // Down without an adapter (a target list that leaves it out), chunked.
-    std::vector<Linear> mlp_no_down{make_linear(H, I, true, device),
-                                    make_linear(H, I, true, device),
-                                    make_linear(I, H, false, device)};
-    if (qlora) quantize(mlp_no_down, autocast);
-    expect_close(mlp_run(true, mlp_no_down, true, 4), mlp_run(false, mlp_no_down), tol,
-                 name + " in chunks, down without an adapter");
-  }
+  for (const auto act : {kernels::GateActivation::kSilu, kernels::GateActivation::kGeluTanh})
+    for (const bool fused : {false, true}) {
+      const std::string name =
+          std::string(act == kernels::GateActivation::kSilu ? "SwiGLU MLP" : "GeGLU MLP") +
+          (fused ? " (fused gate_up)" : "");
+      auto mlp_run = [&](bool grouped, std::vector<Linear>& layers, bool input_grad = true,
+                         int64_t chunk_rows = 0, bool output_read = true) {
+        return run(grouped, true, layers, x, dy, autocast, input_grad, chunk_rows, output_read,
+                   act);
+      };
+      // Gate and up (or gate_up), then down with or without an adapter (a target list that
+      // leaves it out).
+      auto layers = [&](bool down_adapted) {
+        std::vector<Linear> out;
+        if (fused) {
+          out.push_back(make_linear(H, 2 * I, true, device));
+        } else {
+          out.push_back(make_linear(H, I, true, device));
+          out.push_back(make_linear(H, I, true, device));
+        }
+        out.push_back(make_linear(I, H, down_adapted, device));
+        if (qlora) quantize(out, autocast);
+        return out;
+      };
+      std::vector<Linear> mlp = layers(true);
+      const Grads reference = mlp_run(false, mlp);
+      expect_close(mlp_run(true, mlp), reference, tol, name);
+      // Long sequences run over chunks of tokens (10 tokens here: chunks of 3, 3, 3 and 1).
+      expect_close(mlp_run(true, mlp, true, /*chunk_rows=*/3), reference, tol, name + " in chunks");
+      expect_close(mlp_run(true, mlp, /*input_grad=*/false, 3), mlp_run(false, mlp, false), tol,
+                   name + " in chunks, no input gradient");
+      // In a checkpointed layer's recompute the output is not read: the same gradients, whole and
+      // in chunks.
+      const Grads grads_only = mlp_run(false, mlp, true, 0, /*output_read=*/false);
+      expect_close(mlp_run(true, mlp, true, 0, false), grads_only, tol, name + ", output not read");
+      expect_close(mlp_run(true, mlp, true, 3, false), grads_only, tol,
+                   name + " in chunks, output not read");
+      std::vector<Linear> mlp_no_down = layers(false);
+      expect_close(mlp_run(true, mlp_no_down, true, 4), mlp_run(false, mlp_no_down), tol,
+                   name + " in chunks, down without an adapter");
+    }
 }
 
 TEST(FrozenLinearGroup, MlpChunksOnlyLongSequences) {

@@ -104,9 +104,9 @@ Tensor base_product(const Tensor& x2, const Member& m, const kernels::Fp8Rows* x
 
 // The group's input in FP8 once for all its members, when any of them takes it.
 std::optional<kernels::Fp8Rows> shared_fp8_input(const Tensor& x2,
-                                                 const std::vector<Member>& members) {
-  for (const auto& m : members)
-    if (m.fp8) return kernels::quantize_rows_fp8(x2);
+                                                 const std::vector<Member*>& members) {
+  for (const auto* m : members)
+    if (m->fp8) return kernels::quantize_rows_fp8(x2);
   return std::nullopt;
 }
 
@@ -330,7 +330,7 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
     const auto dtype = product_dtype(x);
     const Tensor x2 = x.reshape({-1, x.size(-1)}).to(dtype);
     auto members = members_of(linears, adapters, dtype);
-    const auto x2_fp8 = shared_fp8_input(x2, members);
+    const auto x2_fp8 = shared_fp8_input(x2, pointers_to(members));
     set_adapter_inputs(x2, pointers_to(members));
     variable_list out;
     for (auto& m : members)
@@ -373,39 +373,72 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
   }
 };
 
-// gate(x) and up(x) of the MLP's members (gate, up, down), the input quantized once when FP8
-// products take it. Sets gate's and up's x A^T.
-std::pair<Tensor, Tensor> gate_and_up(const Tensor& x2, std::vector<Member>& members) {
-  const auto x2_fp8 = shared_fp8_input(x2, {members[0], members[1]});
-  const kernels::Fp8Rows* shared = x2_fp8 ? &*x2_fp8 : nullptr;
-  set_adapter_inputs(x2, {&members[0], &members[1]});
-  return {member_forward(x2, members[0], shared), member_forward(x2, members[1], shared)};
+// The MLP node's members are gate, up and down, or (Phi-3) a fused gate_up_proj and down. The
+// products before the activation are gate's and up's, or gate_up's alone: one [tokens, 2 x
+// intermediate] tensor, gate's columns first, that the activation's kernels read and write in
+// place.
+std::vector<Member*> before_activation(std::vector<Member>& members) {
+  std::vector<Member*> out;
+  for (size_t i = 0; i + 1 < members.size(); ++i) out.push_back(&members[i]);
+  return out;
 }
 
-// down(act(gate(x)) * up(x)) over all of x2's rows at once; returns y and keeps gate and up in
-// `gate_up` for backward (down's x A^T is set on members[2]).
+// The products before the activation, the input quantized once when FP8 products take it. Sets
+// their x A^T.
+std::vector<Tensor> gate_and_up(const Tensor& x2, std::vector<Member>& members) {
+  const auto before = before_activation(members);
+  const auto x2_fp8 = shared_fp8_input(x2, before);
+  set_adapter_inputs(x2, before);
+  std::vector<Tensor> out;
+  for (const auto* m : before) out.push_back(member_forward(x2, *m, x2_fp8 ? &*x2_fp8 : nullptr));
+  return out;
+}
+
+// act(gate) * up from gate_and_up's products.
+Tensor activation_forward(const std::vector<Tensor>& gate_up, kernels::GateActivation act) {
+  return gate_up.size() == 1 ? kernels::gated_packed_forward_op(gate_up[0], act)
+                             : kernels::swiglu_forward_op(gate_up[0], gate_up[1], act);
+}
+
+// The gradients of gate_and_up's products (laid out as they are) and act(gate) * up, recomputed.
+std::pair<std::vector<Tensor>, Tensor> activation_backward(const Tensor& d_hidden,
+                                                           const std::vector<Tensor>& gate_up,
+                                                           kernels::GateActivation act) {
+  if (gate_up.size() == 1) {
+    auto [d_gate_up, hidden] =
+        kernels::gated_packed_backward_with_output(d_hidden, gate_up[0], act);
+    return {{d_gate_up}, hidden};
+  }
+  auto [d_gate, d_up, hidden] =
+      kernels::swiglu_backward_with_output(d_hidden, gate_up[0], gate_up[1], act);
+  return {{d_gate, d_up}, hidden};
+}
+
+// down(act(gate(x)) * up(x)) over all of x2's rows at once; returns y and keeps gate_and_up's
+// products in `gate_up` for backward (down's x A^T is set on members.back()).
 Tensor mlp_forward(const Tensor& x2, std::vector<Member>& members, std::vector<Tensor>& gate_up,
                    kernels::GateActivation act) {
-  auto [gate, up] = gate_and_up(x2, members);
-  gate_up = {gate, up};
-  if (!members[2].fp8) {
-    const Tensor hidden = kernels::swiglu_forward_op(gate, up, act);
-    set_adapter_inputs(hidden, {&members[2]});
-    return member_forward(hidden, members[2]);
+  gate_up = gate_and_up(x2, members);
+  Member& down = members.back();
+  if (!down.fp8) {
+    const Tensor hidden = activation_forward(gate_up, act);
+    set_adapter_inputs(hidden, {&down});
+    return member_forward(hidden, down);
   }
-  // Down's FP8 input written by the SwiGLU kernel itself (there is no GeGLU one: MLPImpl keeps
-  // GeGLU under FP8 out of the group).
-  TORCH_CHECK(act == kernels::GateActivation::kSilu, "the FP8 MLP node computes SwiGLU only");
-  const auto [hidden, hidden_fp8] = kernels::swiglu_forward_fp8(gate, up);
-  set_adapter_inputs(hidden, {&members[2]});
-  return member_forward(hidden, members[2], &hidden_fp8);
+  // Down's FP8 input written by the SwiGLU kernel itself (there is no GeGLU one, nor one for a
+  // fused gate_up: MLPImpl keeps those under FP8 out of the group).
+  TORCH_CHECK(act == kernels::GateActivation::kSilu && gate_up.size() == 2,
+              "the FP8 MLP node computes SwiGLU of separate gate and up layers only");
+  const auto [hidden, hidden_fp8] = kernels::swiglu_forward_fp8(gate_up[0], gate_up[1]);
+  set_adapter_inputs(hidden, {&down});
+  return member_forward(hidden, down, &hidden_fp8);
 }
 
 // The same `rows` tokens at a time, keeping nothing: backward recomputes gate and up chunk by
 // chunk. The x A^T products of the last chunk are dropped (backward makes each chunk's again).
 Tensor chunked_mlp_forward(const Tensor& x2, std::vector<Member>& members, int64_t rows,
                            kernels::GateActivation act) {
-  Tensor y = at::empty({x2.size(0), members[2].out_features()}, x2.options());
+  Tensor y = at::empty({x2.size(0), members.back().out_features()}, x2.options());
   std::vector<Tensor> unused;
   for (int64_t start = 0; start < x2.size(0); start += rows) {
     const int64_t n = std::min(rows, x2.size(0) - start);
@@ -415,48 +448,50 @@ Tensor chunked_mlp_forward(const Tensor& x2, std::vector<Member>& members, int64
   return y;
 }
 
-// The gradients of x (when `need_x`) and of the adapters (gate's A and B, up's, down's, those that
-// exist) from dy, given the forward's gate and up products.
+// The gradients of x (when `need_x`) and of the adapters (in the members' order, those that
+// exist) from dy, given the forward's gate_and_up products.
 struct MlpGradients {
   Tensor dx;
   variable_list adapters;
 };
-MlpGradients mlp_backward(const Tensor& x2, const Tensor& gate_out, const Tensor& up_out,
-                          const Tensor& dy, std::vector<Member>& members, bool need_x,
-                          at::ScalarType adapter_dtype, kernels::GateActivation act) {
-  Member &gate = members[0], &up = members[1], &down = members[2];
+MlpGradients mlp_backward(const Tensor& x2, const std::vector<Tensor>& gate_up, const Tensor& dy,
+                          std::vector<Member>& members, bool need_x, at::ScalarType adapter_dtype,
+                          kernels::GateActivation act) {
+  Member& down = members.back();
+  const auto before = before_activation(members);
   AdapterInputGradients down_dx;
   const Tensor t_down = adapter_input_gradient(dy, down, /*need_x=*/true, down_dx);
   Tensor d_hidden = input_gradient({dy}, {&down}, down_dx);
   // SwiGLU's output is recomputed here instead of kept from forward.
-  MlpGradients g;
-  Tensor d_gate, d_up, hidden;
+  std::vector<Tensor> d_before;  // the gradients of gate_up's products
+  Tensor hidden;
   // Gate's and up's FP8 output gradients, quantized by the SwiGLU kernel itself.
   std::optional<kernels::Fp8Rows> fp8_gradients;
-  const std::vector<const LinearImpl*> fp8_bases{gate.fp8, up.fp8};
-  if (need_x && gate.fp8 && up.fp8) {
+  if (need_x && before.size() == 2 && before[0]->fp8 && before[1]->fp8) {
     TORCH_CHECK(act == kernels::GateActivation::kSilu, "the FP8 MLP node computes SwiGLU only");
-    auto s =
-        kernels::swiglu_backward_fp8(d_hidden, gate_out, up_out, fp8_group_row_scales(fp8_bases));
-    std::tie(d_gate, d_up, hidden) = std::tie(s.d_gate, s.d_up, s.output);
+    auto s = kernels::swiglu_backward_fp8(d_hidden, gate_up[0], gate_up[1],
+                                          fp8_group_row_scales({before[0]->fp8, before[1]->fp8}));
+    d_before = {s.d_gate, s.d_up};
+    hidden = s.output;
     fp8_gradients = std::move(s.d_gate_up);
   } else {
-    std::tie(d_gate, d_up, hidden) =
-        kernels::swiglu_backward_with_output(d_hidden, gate_out, up_out, act);
+    std::tie(d_before, hidden) = activation_backward(d_hidden, gate_up, act);
   }
   d_hidden = Tensor();
   if (!down.xa.defined()) set_adapter_inputs(hidden, {&down});
   AdapterInputGradients adapters_dx;
-  const Tensor t_gate = adapter_input_gradient(d_gate, gate, need_x, adapters_dx);
-  const Tensor t_up = adapter_input_gradient(d_up, up, need_x, adapters_dx);
+  std::vector<Tensor> ts;
+  for (size_t i = 0; i < before.size(); ++i)
+    ts.push_back(adapter_input_gradient(d_before[i], *before[i], need_x, adapters_dx));
+  MlpGradients g;
   if (need_x)
-    g.dx = input_gradient({d_gate, d_up}, {&gate, &up}, adapters_dx,
+    g.dx = input_gradient(d_before, {before.begin(), before.end()}, adapters_dx,
                           fp8_gradients ? &*fp8_gradients : nullptr);
-  const auto d_as = adapter_a_gradients({t_gate, t_up}, x2, adapter_dtype);
-  if (gate.has_lora())
-    g.adapters.insert(g.adapters.end(), {d_as[0], adapter_b_gradient(d_gate, gate, adapter_dtype)});
-  if (up.has_lora())
-    g.adapters.insert(g.adapters.end(), {d_as[1], adapter_b_gradient(d_up, up, adapter_dtype)});
+  const auto d_as = adapter_a_gradients(ts, x2, adapter_dtype);
+  for (size_t i = 0; i < before.size(); ++i)
+    if (before[i]->has_lora())
+      g.adapters.insert(g.adapters.end(),
+                        {d_as[i], adapter_b_gradient(d_before[i], *before[i], adapter_dtype)});
   if (down.has_lora())
     g.adapters.insert(g.adapters.end(), {adapter_a_gradients({t_down}, hidden, adapter_dtype)[0],
                                          adapter_b_gradient(dy, down, adapter_dtype)});
@@ -473,10 +508,10 @@ MlpGradients chunked_mlp_backward(const Tensor& x2, const Tensor& dy, std::vecto
   for (int64_t start = 0; start < x2.size(0); start += rows) {
     const int64_t n = std::min(rows, x2.size(0) - start);
     const Tensor xc = x2.narrow(0, start, n);
-    auto [gate, up] = gate_and_up(xc, members);
-    members[2].xa = Tensor();  // down's, made again from this chunk's SwiGLU output
+    const auto gate_up = gate_and_up(xc, members);
+    members.back().xa = Tensor();  // down's, made again from this chunk's SwiGLU output
     MlpGradients part =
-        mlp_backward(xc, gate, up, dy.narrow(0, start, n), members, need_x, at::kFloat, act);
+        mlp_backward(xc, gate_up, dy.narrow(0, start, n), members, need_x, at::kFloat, act);
     if (need_x) total.dx.narrow(0, start, n).copy_(part.dx);
     for (size_t i = 0; i < part.adapters.size(); ++i) {
       if (i < total.adapters.size())
@@ -491,7 +526,7 @@ MlpGradients chunked_mlp_backward(const Tensor& x2, const Tensor& dy, std::vecto
 
 struct GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, torch::TensorList adapters,
-                        const std::vector<LinearImpl*>& linears,  // gate, up, down
+                        const std::vector<LinearImpl*>& linears,  // gate, up, down or gate_up, down
                         int64_t chunk_rows, int64_t activation) {
     const auto act = static_cast<kernels::GateActivation>(activation);
     const auto dtype = product_dtype(x);
@@ -502,11 +537,8 @@ struct GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
     Tensor y;
     if (MlpOutputNotRead::active()) {
       // Only what backward reads: gate and up, unless chunked (backward makes each chunk's then).
-      if (!chunked) {
-        auto [gate, up] = gate_and_up(x2, members);
-        gate_up = {gate, up};
-      }
-      y = at::empty({x2.size(0), members[2].out_features()}, x2.options());
+      if (!chunked) gate_up = gate_and_up(x2, members);
+      y = at::empty({x2.size(0), members.back().out_features()}, x2.options());
     } else {
       y = chunked ? chunked_mlp_forward(x2, members, chunk_rows, act)
                   : mlp_forward(x2, members, gate_up, act);
@@ -520,13 +552,14 @@ struct GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Saved s = restore(ctx);
     const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
-    const Tensor dy = grads[0].reshape({-1, s.members[2].out_features()}).to(s.x2.scalar_type());
+    const Tensor dy =
+        grads[0].reshape({-1, s.members.back().out_features()}).to(s.x2.scalar_type());
     const bool need_x = ctx->needs_input_grad(0);
     const auto act = static_cast<kernels::GateActivation>(ctx->saved_data["activation"].toInt());
-    MlpGradients g = chunk_rows > 0 ? chunked_mlp_backward(s.x2, dy, s.members, need_x,
-                                                           s.adapter_dtype, chunk_rows, act)
-                                    : mlp_backward(s.x2, s.extra[0], s.extra[1], dy, s.members,
-                                                   need_x, s.adapter_dtype, act);
+    MlpGradients g =
+        chunk_rows > 0
+            ? chunked_mlp_backward(s.x2, dy, s.members, need_x, s.adapter_dtype, chunk_rows, act)
+            : mlp_backward(s.x2, s.extra, dy, s.members, need_x, s.adapter_dtype, act);
     variable_list out{g.dx.defined() ? g.dx.view(s.x_sizes) : Tensor()};
     out.insert(out.end(), g.adapters.begin(), g.adapters.end());
     out.push_back(Tensor());  // linears
@@ -576,21 +609,23 @@ int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate) {
   return tokens > 2 * rows ? rows : 0;
 }
 
-bool mlp_node_computes(kernels::GateActivation act, bool fp8_products) {
-  return act == kernels::GateActivation::kSilu || !fp8_products;
+bool mlp_node_computes(kernels::GateActivation act, bool fp8_products, bool fused_gate_up) {
+  return !fp8_products || (act == kernels::GateActivation::kSilu && !fused_gate_up);
 }
 
-Tensor frozen_gated_mlp(const Tensor& x, LinearImpl& gate, LinearImpl& up, LinearImpl& down,
+Tensor frozen_gated_mlp(const Tensor& x, const std::vector<LinearImpl*>& linears,
                         kernels::GateActivation act, int64_t chunk_rows) {
-  const std::vector<LinearImpl*> linears{&gate, &up, &down};
+  TORCH_CHECK(linears.size() == 2 || linears.size() == 3,
+              "the MLP node takes gate, up and down, or gate_up and down");
   const auto adapters = adapters_of(linears);
   // Chunks only where they cost nothing: a forward that keeps nothing for backward (a checkpointed
   // layer's first pass, evaluation) and the recompute. A plain forward keeping its activations
   // would pay gate and up twice.
   if (chunk_rows < 0) {
     const bool free_to_chunk = !torch::GradMode::is_enabled() || MlpOutputNotRead::active();
-    chunk_rows =
-        free_to_chunk ? swiglu_mlp_chunk_rows(x.numel() / x.size(-1), gate.out_features()) : 0;
+    chunk_rows = free_to_chunk
+                     ? swiglu_mlp_chunk_rows(x.numel() / x.size(-1), linears.back()->in_features())
+                     : 0;
   }
   return GatedMlpFunction::apply(x, torch::TensorList(adapters), linears, chunk_rows,
                                  static_cast<int64_t>(act));

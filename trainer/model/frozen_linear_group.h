@@ -10,6 +10,8 @@
 // The MLP node keeps only its input and the gate and up products for backward, and recomputes
 // SwiGLU's output there (one [tokens, intermediate] activation less per layer).
 //
+// A fused gate_up_proj (Phi-3) is one member whose product holds gate and up side by side.
+//
 // Used on CUDA when every layer of the group is frozen and without LoRA dropout, and a 4-bit
 // (QLoRA) layer's compute dtype is the products' (`can_group`); the CPU keeps the plain layers,
 // which the parity tests hold against PEFT. The group computes what the plain layers compute:
@@ -64,16 +66,17 @@ class MlpOutputNotRead {
 // nothing, as the forward products are skipped there. Chunks are 512 MiB of the intermediate width.
 int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate);
 
-// Whether the MLP node computes `act` under these products: SwiGLU always, GeGLU only without FP8
-// products (there is no GeGLU kernel that writes FP8). The node takes separate gate and up layers,
-// so an MLP with a fused gate_up_proj (Phi-3) keeps its plain layers too.
-bool mlp_node_computes(kernels::GateActivation act, bool fp8_products);
+// Whether the MLP node computes `act` under these products, for separate gate and up layers or a
+// fused gate_up_proj (Phi-3): everything without FP8 products; under FP8 only SwiGLU of separate
+// layers (the FP8 SwiGLU kernel, which writes down's FP8 input and gate's and up's FP8 gradients,
+// takes them apart; there is no GeGLU one).
+bool mlp_node_computes(kernels::GateActivation act, bool fp8_products, bool fused_gate_up);
 
-// down(act(gate(x)) * up(x)) as one node, act SiLU (SwiGLU) or tanh GELU (GeGLU; not with FP8
-// products); over chunks of `chunk_rows` tokens when positive (-1: swiglu_mlp_chunk_rows's choice
-// under no grad mode or MlpOutputNotRead, else none).
-torch::Tensor frozen_gated_mlp(const torch::Tensor& x, LinearImpl& gate, LinearImpl& up,
-                               LinearImpl& down,
+// down(act(gate(x)) * up(x)) as one node, act SiLU (SwiGLU) or tanh GELU (GeGLU), for `linears`
+// gate, up and down, or a fused gate_up (gate's rows first) and down; over chunks of `chunk_rows`
+// tokens when positive (-1: swiglu_mlp_chunk_rows's choice under no grad mode or
+// MlpOutputNotRead, else none).
+torch::Tensor frozen_gated_mlp(const torch::Tensor& x, const std::vector<LinearImpl*>& linears,
                                kernels::GateActivation act = kernels::GateActivation::kSilu,
                                int64_t chunk_rows = -1);
 

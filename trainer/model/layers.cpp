@@ -4,6 +4,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/fp8_from_4bit.h"
@@ -324,7 +325,11 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(
   if (qkv_proj) {  // one product; q, k and v are views of its columns
     const torch::Tensor qkv = qkv_proj->forward(x);
     const int64_t q = heads_ * head_dim_, kv = kv_heads_ * head_dim_;
-    return {qkv.narrow(-1, 0, q), qkv.narrow(-1, q, kv), qkv.narrow(-1, q + kv, kv)};
+    // One split, not three narrows: its backward is one cat of the three gradients, where each
+    // narrow's wrote a zero-filled [tokens, q + 2 kv] tensor and autograd added the three (on
+    // Phi-4, 3 fills, 3 copies and 2 additions of 63 MB a layer).
+    const auto parts = qkv.split_with_sizes({q, kv, kv}, -1);
+    return {parts[0], parts[1], parts[2]};
   }
   const std::vector<LinearImpl*> qkv = input_gradient_groups().front();
   if (can_group(x, qkv)) {
@@ -395,11 +400,12 @@ std::vector<std::vector<LinearImpl*>> MLPImpl::input_gradient_groups() {
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   const auto act = gelu_tanh_ ? kernels::GateActivation::kGeluTanh : kernels::GateActivation::kSilu;
-  if (gate_proj &&
-      mlp_node_computes(act,
-                        gate_proj->uses_fp8() || up_proj->uses_fp8() || down_proj->uses_fp8()) &&
-      can_group(x, {gate_proj.get(), up_proj.get(), down_proj.get()}))
-    return frozen_gated_mlp(x, *gate_proj, *up_proj, *down_proj, act);
+  std::vector<LinearImpl*> linears = input_gradient_groups().front();
+  linears.push_back(down_proj.get());
+  const bool fp8 = std::any_of(linears.begin(), linears.end(),
+                               [](const LinearImpl* l) { return l->uses_fp8(); });
+  if (mlp_node_computes(act, fp8, !gate_up_proj.is_empty()) && can_group(x, linears))
+    return frozen_gated_mlp(x, linears, act);
   // On GPUs the fused kernels save a pass over memory and one saved activation (and read a fused
   // gate_up_proj's halves in place); the CPU keeps transformers' formulas, which the parity tests
   // hold against transformers.
