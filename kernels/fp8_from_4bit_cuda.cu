@@ -35,12 +35,12 @@ __global__ void fp8_from_4bit_rows_kernel(const uint2* __restrict__ packed, Bloc
                                           const float* __restrict__ row_amax,
                                           uint4* __restrict__ out, int64_t groups, int64_t cols,
                                           CodeBook book) {
-  __shared__ float code[16];
-  load_code_book(book, code);
+  __shared__ float code[16], map[256];
+  load_tables<kNested>(book, code, map);
   for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
        g += int64_t(blockDim.x) * gridDim.x) {
     const uint2 bits = packed[g];
-    const float scale = scales.template of<kNested>(g * 16);
+    const float scale = scales.template of<kNested>(g * 16, map);
     const float inv = kFp8Max / row_amax[g * 16 / cols];
     __align__(16) uint8_t v[16];
 #pragma unroll
@@ -99,9 +99,9 @@ __global__ void __launch_bounds__(kTileThreads)
     fp8_from_4bit_transposed_kernel(const uint2* __restrict__ packed, BlockScales scales,
                                     const float* __restrict__ row_amax, uint8_t* __restrict__ out,
                                     int64_t ld, int64_t rows, int64_t cols, CodeBook book) {
-  __shared__ float code[16];
+  __shared__ float code[16], map[256];
   __shared__ uint32_t shared_tile[kTile][kTileWords];
-  load_code_book(book, code);
+  load_tables<kNested>(book, code, map);
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
   const int part = threadIdx.x % kThreadsPerTileRow, first_row = threadIdx.x / kThreadsPerTileRow;
   const int64_t c = c0 + part * kValuesPerThread;  // cols is a multiple of 16: all 16 or none
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kTileThreads)
     if (r < rows && c < cols) {
       const int64_t first = r * cols + c;  // a multiple of 16: within one block's scale
       bits[p] = packed[first / kValuesPerThread];
-      scale[p] = scales.template of<kNested>(first);
+      scale[p] = scales.template of<kNested>(first, map);
       inv[p] = kFp8Max / row_amax[r];
     }
   }

@@ -32,16 +32,16 @@ struct BlockScales {
   const uint8_t* absmax_codes;
   const float* nested;
   float offset;
-  int64_t blocksize;
+  int blocksize_log2;  // block sizes are powers of two: a shift, not a 64-bit division
 
   // The scale of the block holding value `value_index` of the flattened weight: stored, or
-  // decoded as code * nested absmax + offset (two roundings, like the CPU).
+  // decoded as code * nested absmax + offset (two roundings, like the CPU), the code's value read
+  // from `map` (load_tables).
   template <bool kNested>
-  __device__ float of(int64_t value_index) const {
-    const int64_t blk = value_index / blocksize;
+  __device__ float of(int64_t value_index, const float* map) const {
+    const int64_t blk = value_index >> blocksize_log2;
     if constexpr (kNested) {
-      const float code = __uint_as_float(kDeviceDynamicMap[absmax_codes[blk]]);
-      return __fadd_rn(__fmul_rn(code, nested[blk / kNestedBlocksize]), offset);
+      return __fadd_rn(__fmul_rn(map[absmax_codes[blk]], nested[blk / kNestedBlocksize]), offset);
     } else {
       return absmax[blk];
     }
@@ -57,10 +57,13 @@ struct BlockScaleTensors {
     const bool double_quant = nested_in.has_value() && nested_in->defined();
     absmax = double_quant ? absmax_in.contiguous() : absmax_in.to(at::kFloat).contiguous();
     if (double_quant) nested = nested_in->to(at::kFloat).contiguous();
+    TORCH_CHECK(blocksize > 0 && (blocksize & (blocksize - 1)) == 0,
+                "4-bit blocksize must be a power of two, got ", blocksize);
+    int log2 = 0;
+    while ((int64_t{1} << log2) < blocksize) ++log2;
     view = {double_quant ? nullptr : absmax.data_ptr<float>(),
             double_quant ? absmax.data_ptr<uint8_t>() : nullptr,
-            double_quant ? nested.data_ptr<float>() : nullptr, static_cast<float>(offset),
-            blocksize};
+            double_quant ? nested.data_ptr<float>() : nullptr, static_cast<float>(offset), log2};
   }
   bool double_quant() const { return view.absmax_codes != nullptr; }
 };
@@ -81,6 +84,17 @@ void with_nested(bool double_quant, Launch&& launch) {
 __device__ void load_code_book(const CodeBook& book, float* code) {
   if (threadIdx.x < 16) code[threadIdx.x] = book.values[threadIdx.x];
   __syncthreads();
+}
+
+// The code book and, with double quantization, the dynamic map of the absmax codes in shared
+// memory (`map` [256]). The map stays out of constant memory because a warp reads up to 8
+// different codes at once, which the constant cache serves one after another.
+template <bool kNested>
+__device__ void load_tables(const CodeBook& book, float* code, float* map) {
+  if constexpr (kNested)
+    for (int i = threadIdx.x; i < 256; i += blockDim.x)
+      map[i] = __uint_as_float(kDeviceDynamicMap[i]);
+  load_code_book(book, code);
 }
 
 }  // namespace
