@@ -134,7 +134,7 @@ at::Tensor dequantize_4bit_cuda(const at::Tensor& packed, const at::Tensor& absm
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "dequantize_4bit", [&] {
     scalar_t* o = out.data_ptr<scalar_t>();
-    const bool x8 = n % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 4 == 0 &&
+    const bool x8 = n % 8 == 0 && blocksize % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 4 == 0 &&
                     reinterpret_cast<uintptr_t>(o) % 16 == 0;
     auto launch = [&](auto nested_tag) {
       constexpr bool kNested = decltype(nested_tag)::value;

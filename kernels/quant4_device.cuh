@@ -87,7 +87,7 @@ __device__ void load_code_book(const CodeBook& book, float* code) {
 }
 
 // The code book and, with double quantization, the dynamic map of the absmax codes in shared
-// memory (`map` [256]). The map stays out of constant memory because a warp reads up to 8
+// memory (`map` [256]). The map stays out of constant memory because a warp reads several
 // different codes at once, which the constant cache serves one after another.
 template <bool kNested>
 __device__ void load_tables(const CodeBook& book, float* code, float* map) {

@@ -148,6 +148,10 @@ std::optional<kernels::Quant4State> read_bnb_4bit(CheckpointReader& r, const std
   kernels::Quant4State s;
   s.type = q.value("quant_type", type);
   s.blocksize = q["blocksize"].get<int64_t>();
+  if (s.blocksize < 32 || s.blocksize > 4096 || (s.blocksize & (s.blocksize - 1)) != 0) {
+    throw bad("blocksize " + std::to_string(s.blocksize) +
+              " is not one bitsandbytes writes (a power of two from 32 to 4096)");
+  }
   s.shape = q["shape"].get<std::vector<int64_t>>();
   s.packed = r.get(name).contiguous().view(at::kByte).reshape({-1, 1});  // any quant_storage
   s.absmax = r.get(name + ".absmax");

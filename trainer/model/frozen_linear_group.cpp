@@ -375,8 +375,8 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
 
 // The MLP node's members are gate, up and down, or (Phi-3) a fused gate_up_proj and down. The
 // products before the activation are gate's and up's, or gate_up's alone: one [tokens, 2 x
-// intermediate] tensor, gate's columns first, that the activation's kernels read and write in
-// place.
+// intermediate] tensor, gate's columns first, that the activation's kernels read in place (its
+// gradient is written packed the same way).
 std::vector<Member*> before_activation(std::vector<Member>& members) {
   std::vector<Member*> out;
   for (size_t i = 0; i + 1 < members.size(); ++i) out.push_back(&members[i]);
@@ -597,8 +597,8 @@ namespace {
 thread_local bool mlp_output_not_read = false;
 }  // namespace
 
-MlpOutputNotRead::MlpOutputNotRead() : previous_(mlp_output_not_read) {
-  mlp_output_not_read = true;
+MlpOutputNotRead::MlpOutputNotRead(bool not_read) : previous_(mlp_output_not_read) {
+  mlp_output_not_read = not_read;
 }
 MlpOutputNotRead::~MlpOutputNotRead() { mlp_output_not_read = previous_; }
 bool MlpOutputNotRead::active() { return mlp_output_not_read; }
@@ -617,6 +617,11 @@ Tensor frozen_gated_mlp(const Tensor& x, const std::vector<LinearImpl*>& linears
                         kernels::GateActivation act, int64_t chunk_rows) {
   TORCH_CHECK(linears.size() == 2 || linears.size() == 3,
               "the MLP node takes gate, up and down, or gate_up and down");
+  const int64_t width = linears.back()->in_features();
+  TORCH_CHECK(linears.size() == 2
+                  ? linears[0]->out_features() == 2 * width
+                  : linears[0]->out_features() == width && linears[1]->out_features() == width,
+              "the MLP node's gate and up products must be down's input width each");
   const auto adapters = adapters_of(linears);
   // Chunks only where they cost nothing: a forward that keeps nothing for backward (a checkpointed
   // layer's first pass, evaluation) and the recompute. A plain forward keeping its activations

@@ -48,14 +48,25 @@ std::vector<torch::Tensor> frozen_linear_group(const torch::Tensor& x,
 // of them), and a node over chunks computes nothing until backward.
 class MlpOutputNotRead {
  public:
-  MlpOutputNotRead();
+  MlpOutputNotRead() : MlpOutputNotRead(true) {}
   ~MlpOutputNotRead();
   MlpOutputNotRead(const MlpOutputNotRead&) = delete;
   MlpOutputNotRead& operator=(const MlpOutputNotRead&) = delete;
   static bool active();
 
+ protected:
+  explicit MlpOutputNotRead(bool not_read);
+
  private:
   bool previous_;
+};
+
+// Inside a MlpOutputNotRead, while one of these is alive the MLP nodes compute their output after
+// all: for a layer that reads it before the residual sum (Gemma's post-feed-forward norm, whose
+// backward reads its input; left uninitialised, the recompute's gradients were garbage).
+class MlpOutputRead : public MlpOutputNotRead {
+ public:
+  MlpOutputRead() : MlpOutputNotRead(false) {}
 };
 
 // Tokens per chunk when the MLP node runs over chunks of its input, for `tokens` tokens and an

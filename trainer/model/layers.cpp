@@ -449,11 +449,16 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionI
     torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), in);
     return h + feed_forward(post_attention_layernorm->forward(h));
   }
-  // Gemma's: a norm before and after each half, the residual sums outside them.
+  // Gemma's: a norm before and after each half, the residual sums outside them. The norm after
+  // the MLP reads its output, in a checkpointed layer's recompute too.
   torch::Tensor h =
       x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), in));
-  return h +
-         post_feedforward_layernorm->forward(feed_forward(pre_feedforward_layernorm->forward(h)));
+  torch::Tensor mlp_out;
+  {
+    MlpOutputRead read;
+    mlp_out = feed_forward(pre_feedforward_layernorm->forward(h));
+  }
+  return h + post_feedforward_layernorm->forward(mlp_out);
 }
 
 }  // namespace kubetune::model

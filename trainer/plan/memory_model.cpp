@@ -48,9 +48,10 @@ constexpr double kMlpChunkBytesPerIntermediate = 3.77;
 // What the families beyond Llama's layout keep besides, per token and decoder layer (bf16; the
 // fitted constants above are Llama's): q/k norms keep q and k before the norm (Qwen3, Gemma 3),
 // sandwich norms keep the inputs of the two norms Llama lacks (Gemma 3). Checked against the peaks
-// of Qwen3-8B LoRA and QLoRA, Gemma-3-12B LoRA and Phi-4 QLoRA on an H100 (bench/README.md,
-// "Model families"): estimated -1.4%, -2.0%, -3.4% and -2.8% with this term and the plain MLP of a
-// fused gate_up_proj counted, -5.7% to -17% without.
+// of Qwen3-8B LoRA and QLoRA, Gemma-3-12B LoRA on an H100 (bench/README.md, "Model families"):
+// estimated -1.4%, -2.0% and -3.4% with this term, -5.7% to -17% without. Phi-4 QLoRA, its MLP one
+// node since session 35 (H200): -3.3% on all 40 layers and -5.7% on 20, the same 1.1 GiB short in
+// both (outside the decoder layers: their slope is right).
 double family_activation_bytes(const model::ModelConfig& m) {
   const double q = static_cast<double>(m.num_attention_heads * m.head_dim),
                kv = static_cast<double>(m.num_key_value_heads * m.head_dim);
@@ -240,9 +241,11 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
       trains_adapters(c) && c.method.lora.dropout == 0 && mlp_grouped;
   // Under recompute that MLP node runs over chunks of a long sequence's tokens, keeping only its
   // input: its intermediate-width tensors are then one chunk's, in the layer whose backward runs.
-  const int64_t mlp_chunk = mlp_output_recomputed && recomputes_layers(c)
-                                ? model::swiglu_mlp_chunk_rows(tokens, mlp_width(m))
-                                : 0;
+  // Not in Gemma's layers, whose recompute computes the MLP's output for the norm after it.
+  const int64_t mlp_chunk =
+      mlp_output_recomputed && recomputes_layers(c) && !m.family->sandwich_norms
+          ? model::swiglu_mlp_chunk_rows(tokens, mlp_width(m))
+          : 0;
   const double scale = bf16 ? 1.0 : 2.0;  // fp32 activations take twice the bytes
   const auto n = static_cast<double>(tokens);
   if (mlp_chunk > 0) {
