@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include "kernels/fp8_from_4bit.h"
-#include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "trainer/model/device_copy.h"
@@ -243,12 +242,8 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // backward. It rounds once where transformers rounds twice (before and after the weight), and
   // Gemma's 1 + w is rounded to the input's dtype first: a bf16 ulp at most. The CPU path keeps
   // transformers' exact formulas for the parity tests.
-  if (x.is_cuda() && weight.scalar_type() == x.scalar_type()) {
-    const torch::Tensor w = one_plus ? weight + 1 : weight;
-    // A frozen weight (LoRA's base model): our kernel, a warp a row (kernels/rms_norm.h).
-    if (kernels::rms_norm_frozen_supported(x, w)) return kernels::rms_norm_frozen(x, w, eps_);
-    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, w, eps_));
-  }
+  if (x.is_cuda() && weight.scalar_type() == x.scalar_type())
+    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, one_plus ? weight + 1 : weight, eps_));
   torch::Tensor h = x.to(at::kFloat);
   torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * at::rsqrt(variance + eps_);
