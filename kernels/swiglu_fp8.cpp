@@ -3,6 +3,9 @@
 #include <torch/library.h>
 #include <torch/torch.h>
 
+#include <utility>
+
+#include "kernels/op_handle.h"
 #include "kernels/swiglu.h"
 
 namespace kubetune::kernels {
@@ -36,38 +39,80 @@ void check_swiglu_fp8_inputs(const char* op, const torch::Tensor& gate, const to
         " on ", t->device());
 }
 
-}  // namespace
+using ForwardOp = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(const torch::Tensor&,
+                                                                          const torch::Tensor&);
+using BackwardOp =
+    std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>(
+        const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+        const c10::optional<torch::Tensor>&);
 
-std::tuple<torch::Tensor, Fp8Rows> swiglu_forward_fp8(const torch::Tensor& gate,
-                                                      const torch::Tensor& up) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("kubetune::swiglu_forward_fp8", "")
-                       .typed<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(
-                           const torch::Tensor&, const torch::Tensor&)>();
+// gate and up as given: contiguous, or the halves of one packed tensor (the CUDA kernels read
+// those in place).
+std::tuple<torch::Tensor, Fp8Rows> forward_fp8(const torch::Tensor& gate, const torch::Tensor& up) {
+  static auto forward_op = op<ForwardOp>("kubetune::swiglu_forward_fp8");
   check_swiglu_fp8_inputs("swiglu_forward_fp8", gate, up);
-  auto [out, values, scales] = op.call(gate.contiguous(), up.contiguous());
+  auto [out, values, scales] = forward_op.call(gate, up);
   return {out, Fp8Rows{values, scales}};
 }
 
-SwigluGradientsFp8 swiglu_backward_fp8(const torch::Tensor& grad, const torch::Tensor& gate,
-                                       const torch::Tensor& up, const torch::Tensor& column_scale) {
-  static auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("kubetune::swiglu_backward_fp8", "")
-          .typed<
-              std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>(
-                  const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                  const c10::optional<torch::Tensor>&)>();
+SwigluGradientsFp8 backward_fp8(const torch::Tensor& grad, const torch::Tensor& gate,
+                                const torch::Tensor& up, const torch::Tensor& column_scale) {
+  static auto backward_op = op<BackwardOp>("kubetune::swiglu_backward_fp8");
   check_swiglu_fp8_inputs("swiglu_backward_fp8", gate, up, grad);
   TORCH_CHECK(!column_scale.defined() || column_scale.numel() == 2 * gate.size(-1),
               "swiglu_backward_fp8: column_scale has ", column_scale.numel(), " values for ",
               2 * gate.size(-1), " columns");
-  auto [d_gate, d_up, out, values, scales] =
-      op.call(grad.contiguous(), gate.contiguous(), up.contiguous(),
-              column_scale.defined()
-                  ? c10::optional<torch::Tensor>(column_scale.to(torch::kFloat32).contiguous())
-                  : c10::nullopt);
-  return {d_gate, d_up, out, Fp8Rows{values, scales}};
+  auto [d_gate, d_up, out, values, scales] = backward_op.call(
+      grad.contiguous(), gate, up,
+      column_scale.defined()
+          ? c10::optional<torch::Tensor>(column_scale.to(torch::kFloat32).contiguous())
+          : c10::nullopt);
+  return {d_gate, d_up, out, Fp8Rows{values, scales}, {}};
+}
+
+std::pair<torch::Tensor, torch::Tensor> halves(const torch::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0,
+              "swiglu fp8: gate_up must be [rows, 2 * width], got ", gate_up.sizes());
+  const auto packed = gate_up.contiguous();
+  const int64_t width = packed.size(1) / 2;
+  return {packed.narrow(1, 0, width), packed.narrow(1, width, width)};
+}
+
+// a and b side by side: the packed tensor they are the halves of (what the CUDA kernel writes), or
+// their concatenation (the CPU composition writes them apart).
+torch::Tensor side_by_side(const torch::Tensor& a, const torch::Tensor& b) {
+  const int64_t cols = a.size(1);
+  const bool halves_of_one = a.stride(1) == 1 && b.stride(1) == 1 && a.stride(0) == 2 * cols &&
+                             b.stride(0) == 2 * cols &&
+                             static_cast<const char*>(b.data_ptr()) ==
+                                 static_cast<const char*>(a.data_ptr()) + cols * a.element_size();
+  return halves_of_one ? a.as_strided({a.size(0), 2 * cols}, {2 * cols, 1}) : torch::cat({a, b}, 1);
+}
+
+}  // namespace
+
+std::tuple<torch::Tensor, Fp8Rows> swiglu_forward_fp8(const torch::Tensor& gate,
+                                                      const torch::Tensor& up) {
+  return forward_fp8(gate.contiguous(), up.contiguous());
+}
+
+SwigluGradientsFp8 swiglu_backward_fp8(const torch::Tensor& grad, const torch::Tensor& gate,
+                                       const torch::Tensor& up, const torch::Tensor& column_scale) {
+  return backward_fp8(grad, gate.contiguous(), up.contiguous(), column_scale);
+}
+
+std::tuple<torch::Tensor, Fp8Rows> swiglu_forward_fp8_packed(const torch::Tensor& gate_up) {
+  auto [gate, up] = halves(gate_up);
+  return forward_fp8(gate, up);
+}
+
+SwigluGradientsFp8 swiglu_backward_fp8_packed(const torch::Tensor& grad,
+                                              const torch::Tensor& gate_up,
+                                              const torch::Tensor& column_scale) {
+  auto [gate, up] = halves(gate_up);
+  SwigluGradientsFp8 g = backward_fp8(grad, gate, up, column_scale);
+  g.d_packed = side_by_side(g.d_gate, g.d_up);
+  return g;
 }
 
 TORCH_LIBRARY_FRAGMENT(kubetune, m) {

@@ -28,6 +28,7 @@ struct SwigluGradientsFp8 {
   torch::Tensor d_gate, d_up;  // as swiglu_backward_with_output makes them
   torch::Tensor output;        // silu(gate) * up, recomputed
   Fp8Rows d_gate_up;           // [d_gate d_up] * column_scale, quantized per row as one matrix
+  torch::Tensor d_packed;      // [d_gate d_up] as one tensor (the packed form only)
 };
 
 // swiglu_backward_with_output, and [d_gate d_up] times `column_scale` ([2 * intermediate] float32,
@@ -35,5 +36,13 @@ struct SwigluGradientsFp8 {
 SwigluGradientsFp8 swiglu_backward_fp8(const torch::Tensor& grad, const torch::Tensor& gate,
                                        const torch::Tensor& up,
                                        const torch::Tensor& column_scale = {});
+
+// The same on gate and up packed side by side in one [rows, 2 * cols] tensor, gate first (a fused
+// gate_up_proj), read in place; the gradients come packed the same way too, as d_packed (d_gate
+// and d_up are its halves).
+std::tuple<torch::Tensor, Fp8Rows> swiglu_forward_fp8_packed(const torch::Tensor& gate_up);
+SwigluGradientsFp8 swiglu_backward_fp8_packed(const torch::Tensor& grad,
+                                              const torch::Tensor& gate_up,
+                                              const torch::Tensor& column_scale = {});
 
 }  // namespace kubetune::kernels

@@ -35,14 +35,14 @@ template <typename T, bool kCached>
 __global__ void __launch_bounds__(kForwardThreads)
     swiglu_forward_fp8_kernel(const T* __restrict__ gate, const T* __restrict__ up,
                               T* __restrict__ out, __nv_fp8_storage_t* __restrict__ values,
-                              float* __restrict__ scales, int64_t cols) {
+                              float* __restrict__ scales, int64_t cols, int64_t stride) {
   constexpr int W = Vec<T>::kWidth;
   using Pack = typename Vec<T>::Pack;
   using Row = RowPack<T, W>;
-  const int64_t row = blockIdx.x, packs = cols / W, first = row * cols;
+  const int64_t row = blockIdx.x, packs = cols / W, first = row * cols, in = row * stride;
   // Pack i of the output row: computed, stored and returned.
   auto output = [&](int64_t i) {
-    const Pack g = Vec<T>::load(gate + first + i * W), u = Vec<T>::load(up + first + i * W);
+    const Pack g = Vec<T>::load(gate + in + i * W), u = Vec<T>::load(up + in + i * W);
     Pack o;
 #pragma unroll
     for (int j = 0; j < W; ++j)
@@ -86,7 +86,8 @@ struct GradientPacks {
   typename Vec<T>::Pack gate, up;
 };
 
-// column_scale: [2 cols] or null; the quantized row is [d_gate d_up], 2 cols wide.
+// column_scale: [2 cols] or null; the quantized row is [d_gate d_up], 2 cols wide. gate, up, d_gate
+// and d_up rows are `stride` apart (see StridedInputs), grad's and out's `cols`.
 template <typename T, bool kCached>
 __global__ void __launch_bounds__(kBackwardThreads)
     swiglu_backward_fp8_kernel(const T* __restrict__ grad, const T* __restrict__ gate,
@@ -94,16 +95,17 @@ __global__ void __launch_bounds__(kBackwardThreads)
                                T* __restrict__ d_up, T* __restrict__ out,
                                const float* __restrict__ column_scale,
                                __nv_fp8_storage_t* __restrict__ values, float* __restrict__ scales,
-                               int64_t cols) {
+                               int64_t cols, int64_t stride) {
   constexpr int W = Vec<T>::kWidth;
   using Pack = typename Vec<T>::Pack;
   using Row = RowPack<T, W>;
-  const int64_t row = blockIdx.x, packs = cols / W, first = row * cols;
+  const int64_t row = blockIdx.x, packs = cols / W, first = row * cols, in = row * stride;
   const float* up_scale = column_scale ? column_scale + cols : nullptr;
   // Pack i's gradients (and the recomputed output): computed, stored and returned.
   auto gradients = [&](int64_t i) {
-    const int64_t at = first + i * W;
-    const Pack dy = Vec<T>::load(grad + at), g = Vec<T>::load(gate + at), u = Vec<T>::load(up + at);
+    const int64_t at = first + i * W, in_at = in + i * W;
+    const Pack dy = Vec<T>::load(grad + at), g = Vec<T>::load(gate + in_at),
+               u = Vec<T>::load(up + in_at);
     GradientPacks<T> d;
     Pack y;
 #pragma unroll
@@ -115,8 +117,8 @@ __global__ void __launch_bounds__(kBackwardThreads)
       d.up.v[j] = static_cast<T>(du);
       y.v[j] = static_cast<T>(silu_times(gf, uf));
     }
-    Vec<T>::store(d_gate + at, d.gate);
-    Vec<T>::store(d_up + at, d.up);
+    Vec<T>::store(d_gate + in_at, d.gate);
+    Vec<T>::store(d_up + in_at, d.up);
     Vec<T>::store(out + at, y);
     return d;
   };
@@ -152,7 +154,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
     }
   } else {
     for (int64_t i = threadIdx.x; i < packs; i += kBackwardThreads)
-      store({Vec<T>::load(d_gate + first + i * W), Vec<T>::load(d_up + first + i * W)}, i);
+      store({Vec<T>::load(d_gate + in + i * W), Vec<T>::load(d_up + in + i * W)}, i);
   }
   if (threadIdx.x == 0) scales[row] = scale.scale();
 }
@@ -166,17 +168,35 @@ bool rows_take_packs(int64_t cols, std::initializer_list<const at::Tensor*> tens
   return true;
 }
 
+// gate and up as the kernels read them: the two halves of one packed [rows, 2 cols] tensor (a
+// fused gate_up_proj) in place, rows `stride` = 2 cols apart, or each made contiguous.
+struct StridedInputs {
+  at::Tensor gate, up;
+  int64_t stride;
+  bool packed() const { return stride != gate.size(1); }
+};
+StridedInputs strided_inputs(const at::Tensor& gate, const at::Tensor& up) {
+  const int64_t cols = gate.size(1);
+  const bool packed = cols > 0 && gate.stride(1) == 1 && up.stride(1) == 1 &&
+                      gate.stride(0) == 2 * cols && up.stride(0) == 2 * cols &&
+                      static_cast<const char*>(up.data_ptr()) ==
+                          static_cast<const char*>(gate.data_ptr()) + cols * gate.element_size();
+  if (packed) return {gate, up, 2 * cols};
+  return {gate.contiguous(), up.contiguous(), cols};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const at::Tensor& gate,
                                                             const at::Tensor& up) {
   c10::cuda::CUDAGuard guard(gate.device());
-  const auto g = gate.contiguous(), u = up.contiguous();
+  const StridedInputs in = strided_inputs(gate, up);
+  const auto &g = in.gate, &u = in.up;
   const int64_t rows = g.size(0), cols = g.size(1);
   if (rows == 0 || cols == 0 || !rows_take_packs(cols, {&g, &u})) {
     const auto out = swiglu_forward_op(g, u);
     const Fp8Rows q = quantize_rows_fp8(out);
     return {out, q.values, q.scales};
   }
-  auto out = at::empty_like(g);
+  auto out = at::empty({rows, cols}, g.options());
   auto values = at::empty({rows, cols}, g.options().dtype(at::kFloat8_e4m3fn));
   auto scales = at::empty({rows, 1}, g.options().dtype(at::kFloat));
   const auto stream = at::cuda::getCurrentCUDAStream();
@@ -188,7 +208,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_cuda(const at::Tensor& ga
                              : swiglu_forward_fp8_kernel<scalar_t, false>;
         kernel<<<rows, kForwardThreads, 0, stream>>>(
             g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-            static_cast<__nv_fp8_storage_t*>(values.data_ptr()), scales.data_ptr<float>(), cols);
+            static_cast<__nv_fp8_storage_t*>(values.data_ptr()), scales.data_ptr<float>(), cols,
+            in.stride);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {out, values, scales};
@@ -198,7 +219,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_
     const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up,
     const c10::optional<at::Tensor>& column_scale) {
   c10::cuda::CUDAGuard guard(gate.device());
-  const auto dy = grad.contiguous(), g = gate.contiguous(), u = up.contiguous();
+  const auto dy = grad.contiguous();
+  const StridedInputs in = strided_inputs(gate, up);
+  const auto &g = in.gate, &u = in.up;
   at::Tensor cs;
   if (column_scale) cs = column_scale->to(g.device(), at::kFloat).contiguous();
   const int64_t rows = g.size(0), cols = g.size(1);
@@ -210,7 +233,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_
     const Fp8Rows q = quantize_rows_fp8({d_gate, d_up}, cs);
     return {d_gate, d_up, out, q.values, q.scales};
   }
-  auto d_gate = at::empty_like(g), d_up = at::empty_like(g), out = at::empty_like(g);
+  // The gradients laid out as the inputs: packed side by side when they are.
+  at::Tensor d_gate, d_up, out = at::empty({rows, cols}, g.options());
+  if (in.packed()) {
+    const auto d = at::empty({rows, 2 * cols}, g.options());
+    d_gate = d.narrow(1, 0, cols), d_up = d.narrow(1, cols, cols);
+  } else {
+    d_gate = at::empty_like(g), d_up = at::empty_like(g);
+  }
   auto values = at::empty({rows, 2 * cols}, g.options().dtype(at::kFloat8_e4m3fn));
   auto scales = at::empty({rows, 1}, g.options().dtype(at::kFloat));
   const auto stream = at::cuda::getCurrentCUDAStream();
@@ -224,7 +254,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward_
             dy.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(), u.data_ptr<scalar_t>(),
             d_gate.data_ptr<scalar_t>(), d_up.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
             cs.defined() ? cs.data_ptr<float>() : nullptr,
-            static_cast<__nv_fp8_storage_t*>(values.data_ptr()), scales.data_ptr<float>(), cols);
+            static_cast<__nv_fp8_storage_t*>(values.data_ptr()), scales.data_ptr<float>(), cols,
+            in.stride);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {d_gate, d_up, out, values, scales};

@@ -46,6 +46,13 @@ TEST(SwigluFp8, CpuValuesAreLibTorchsWithinE4m3Rounding) {
   // The quantized matrix is [d_gate d_up] with the column scales applied.
   expect_within_e4m3(s.d_gate_up, torch::cat({gate.grad(), up_leaf.grad()}, 1) * cs.view({1, -1}),
                      "gradients");
+  // Packed in one tensor (a fused gate_up_proj): the same values, the gradients side by side.
+  const auto packed = torch::cat({gate.detach(), up}, 1);
+  EXPECT_TRUE(torch::equal(std::get<0>(swiglu_forward_fp8_packed(packed)), out));
+  const auto ps = swiglu_backward_fp8_packed(dy, packed, cs);
+  EXPECT_TRUE(torch::equal(ps.d_packed, torch::cat({s.d_gate, s.d_up}, 1)));
+  EXPECT_TRUE(torch::equal(ps.d_gate_up.values.view(torch::kUInt8),
+                           s.d_gate_up.values.view(torch::kUInt8)));
   EXPECT_THROW(swiglu_backward_fp8(dy, gate.detach(), up, torch::ones({79})), c10::Error);
   EXPECT_THROW(swiglu_forward_fp8(torch::zeros({6, 40}), torch::zeros({6, 41})), c10::Error);
 }
@@ -82,6 +89,21 @@ TEST(SwigluFp8, CudaKernelsWriteTheSeparateOpsBytes) {
         EXPECT_TRUE(same_bytes(s.d_gate_up.values, gq.values)) << where << " scales " << with_cs;
         EXPECT_TRUE(torch::equal(s.d_gate_up.scales, gq.scales)) << where;
       }
+
+      // Gate and up packed in one tensor (a fused gate_up_proj), read in place: the same bytes,
+      // and the gradients packed the same way.
+      const auto packed = torch::cat({gate, up}, 1);
+      const auto [packed_out, packed_q] = swiglu_forward_fp8_packed(packed);
+      EXPECT_TRUE(torch::equal(packed_out, plain)) << where << " packed";
+      EXPECT_TRUE(same_bytes(packed_q.values, plain_q.values)) << where << " packed";
+      const auto ps = swiglu_backward_fp8_packed(dy, packed, cs);
+      const auto [d_gate, d_up, output] = swiglu_backward_with_output(dy, gate, up);
+      const auto gq = quantize_rows_fp8(std::vector<torch::Tensor>{d_gate, d_up}, cs);
+      EXPECT_TRUE(torch::equal(ps.d_packed, torch::cat({d_gate, d_up}, 1)) &&
+                  torch::equal(ps.output, output))
+          << where << " packed";
+      EXPECT_TRUE(same_bytes(ps.d_gate_up.values, gq.values)) << where << " packed";
+      EXPECT_TRUE(torch::equal(ps.d_gate_up.scales, gq.scales)) << where << " packed";
     }
 }
 

@@ -43,10 +43,16 @@ std::vector<Linear> attention_layers(bool fp8, bool qlora = false) {
   return out;
 }
 
-std::vector<Linear> mlp_layers(bool fp8) {
-  std::vector<Linear> out{make_linear(kHidden, kInter, true, 4),
-                          make_linear(kHidden, kInter, true, 5),
-                          make_linear(kInter, kHidden, true, 6)};
+// gate, up and down, or (fused) Phi-3's gate_up and down.
+std::vector<Linear> mlp_layers(bool fp8, bool fused = false) {
+  std::vector<Linear> out;
+  if (fused) {
+    out.push_back(make_linear(kHidden, 2 * kInter, true, 4));
+  } else {
+    out.push_back(make_linear(kHidden, kInter, true, 4));
+    out.push_back(make_linear(kHidden, kInter, true, 5));
+  }
+  out.push_back(make_linear(kInter, kHidden, true, 6));
   if (fp8) {
     for (auto& l : out) EXPECT_TRUE(l->use_fp8());
   }
@@ -74,6 +80,9 @@ std::vector<torch::Tensor> run(std::vector<Linear>& layers, bool mlp, bool group
   std::vector<torch::Tensor> outs;
   if (mlp && grouped) {
     outs = {frozen_gated_mlp(x, ptrs, kernels::GateActivation::kSilu, chunk_rows)};
+  } else if (mlp && ptrs.size() == 2) {
+    outs = {ptrs[1]->forward(
+        kernels::gated_activation_packed(ptrs[0]->forward(x), kernels::GateActivation::kSilu))};
   } else if (mlp) {
     outs = {ptrs[2]->forward(kernels::swiglu(ptrs[0]->forward(x), ptrs[1]->forward(x)))};
   } else if (grouped) {
@@ -153,6 +162,13 @@ TEST(Fp8Linear, CpuGroupEqualsPlainLayers) {
   // Over chunks of tokens (long sequences): the input is quantized per token, chunk by chunk.
   expect_group_close(run(mlp, true, true, input(), false, /*chunk_rows=*/4),
                      run(mlp, true, false, input(), false), 1, "SwiGLU MLP in chunks");
+  // Phi-3's fused gate_up: SwiGLU's FP8 kernel reads the product's halves in place.
+  auto fused = mlp_layers(true, /*fused=*/true);
+  expect_group_close(run(fused, true, true, input(), false),
+                     run(fused, true, false, input(), false), 1, "SwiGLU MLP, fused gate_up");
+  expect_group_close(run(fused, true, true, input(), false, /*chunk_rows=*/4),
+                     run(fused, true, false, input(), false), 1,
+                     "SwiGLU MLP, fused gate_up, in chunks");
   auto q4 = attention_layers(true, /*qlora=*/true);
   expect_group_close(run(q4, false, true, input(), false), run(q4, false, false, input(), false), 3,
                      "q/k/v on 4-bit weights");
@@ -392,17 +408,18 @@ TEST(Fp8Linear, FourBitBaseIsItsDequantizedWeightQuantized) {
 TEST(Fp8Linear, CudaUnderAutocastMatchesCpuEmulation) {
   if (!torch::cuda::is_available() || !kernels::fp8_supported_on(torch::Device(torch::kCUDA, 0)))
     GTEST_SKIP() << "no CUDA device of compute capability 9.0+ on this machine";
-  for (bool mlp : {false, true}) {
-    auto cpu = mlp ? mlp_layers(true) : attention_layers(true);
+  for (const std::string what : {"q/k/v", "MLP", "MLP with a fused gate_up"}) {
+    const bool mlp = what != "q/k/v", fused = what == "MLP with a fused gate_up";
+    auto cpu = mlp ? mlp_layers(true, fused) : attention_layers(true);
     auto ref = run(cpu, mlp, false, input(), false);
     // Quantized on the GPU (the FP8 form is not a registered tensor that to() would move).
-    auto gpu = mlp ? mlp_layers(false) : attention_layers(false);
+    auto gpu = mlp ? mlp_layers(false, fused) : attention_layers(false);
     for (auto& l : gpu) {
       l->to(torch::kCUDA);
       ASSERT_TRUE(l->use_fp8());
     }
     // bf16 activations around the FP8 products: bf16's rounding on top of the same FP8 values.
-    expect_close(run(gpu, mlp, true, input().cuda(), true), ref, 0.05, mlp ? "MLP" : "q/k/v");
+    expect_close(run(gpu, mlp, true, input().cuda(), true), ref, 0.05, what);
   }
 }
 

@@ -425,11 +425,12 @@ Tensor mlp_forward(const Tensor& x2, std::vector<Member>& members, std::vector<T
     set_adapter_inputs(hidden, {&down});
     return member_forward(hidden, down);
   }
-  // Down's FP8 input written by the SwiGLU kernel itself (there is no GeGLU one, nor one for a
-  // fused gate_up: MLPImpl keeps those under FP8 out of the group).
-  TORCH_CHECK(act == kernels::GateActivation::kSilu && gate_up.size() == 2,
-              "the FP8 MLP node computes SwiGLU of separate gate and up layers only");
-  const auto [hidden, hidden_fp8] = kernels::swiglu_forward_fp8(gate_up[0], gate_up[1]);
+  // Down's FP8 input written by the SwiGLU kernel itself (there is no GeGLU one: MLPImpl keeps
+  // GeGLU under FP8 out of the group).
+  TORCH_CHECK(act == kernels::GateActivation::kSilu, "the FP8 MLP node computes SwiGLU only");
+  const auto [hidden, hidden_fp8] = gate_up.size() == 1
+                                        ? kernels::swiglu_forward_fp8_packed(gate_up[0])
+                                        : kernels::swiglu_forward_fp8(gate_up[0], gate_up[1]);
   set_adapter_inputs(hidden, {&down});
   return member_forward(hidden, down, &hidden_fp8);
 }
@@ -467,11 +468,17 @@ MlpGradients mlp_backward(const Tensor& x2, const std::vector<Tensor>& gate_up, 
   Tensor hidden;
   // Gate's and up's FP8 output gradients, quantized by the SwiGLU kernel itself.
   std::optional<kernels::Fp8Rows> fp8_gradients;
-  if (need_x && before.size() == 2 && before[0]->fp8 && before[1]->fp8) {
+  std::vector<const LinearImpl*> fp8_bases;
+  for (const auto* m : before)
+    if (m->fp8) fp8_bases.push_back(m->fp8);
+  if (need_x && fp8_bases.size() == before.size()) {
     TORCH_CHECK(act == kernels::GateActivation::kSilu, "the FP8 MLP node computes SwiGLU only");
-    auto s = kernels::swiglu_backward_fp8(d_hidden, gate_up[0], gate_up[1],
-                                          fp8_group_row_scales({before[0]->fp8, before[1]->fp8}));
-    d_before = {s.d_gate, s.d_up};
+    const Tensor scales = fp8_group_row_scales(fp8_bases);
+    auto s = before.size() == 1
+                 ? kernels::swiglu_backward_fp8_packed(d_hidden, gate_up[0], scales)
+                 : kernels::swiglu_backward_fp8(d_hidden, gate_up[0], gate_up[1], scales);
+    d_before = before.size() == 1 ? std::vector<Tensor>{s.d_packed}
+                                  : std::vector<Tensor>{s.d_gate, s.d_up};
     hidden = s.output;
     fp8_gradients = std::move(s.d_gate_up);
   } else {
@@ -609,8 +616,8 @@ int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate) {
   return tokens > 2 * rows ? rows : 0;
 }
 
-bool mlp_node_computes(kernels::GateActivation act, bool fp8_products, bool fused_gate_up) {
-  return !fp8_products || (act == kernels::GateActivation::kSilu && !fused_gate_up);
+bool mlp_node_computes(kernels::GateActivation act, bool fp8_products) {
+  return act == kernels::GateActivation::kSilu || !fp8_products;
 }
 
 Tensor frozen_gated_mlp(const Tensor& x, const std::vector<LinearImpl*>& linears,

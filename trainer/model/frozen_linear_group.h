@@ -77,11 +77,9 @@ class MlpOutputRead : public MlpOutputNotRead {
 // nothing, as the forward products are skipped there. Chunks are 512 MiB of the intermediate width.
 int64_t swiglu_mlp_chunk_rows(int64_t tokens, int64_t intermediate);
 
-// Whether the MLP node computes `act` under these products, for separate gate and up layers or a
-// fused gate_up_proj (Phi-3): everything without FP8 products; under FP8 only SwiGLU of separate
-// layers (the FP8 SwiGLU kernel, which writes down's FP8 input and gate's and up's FP8 gradients,
-// takes them apart; there is no GeGLU one).
-bool mlp_node_computes(kernels::GateActivation act, bool fp8_products, bool fused_gate_up);
+// Whether the MLP node computes `act` under these products: SwiGLU always, GeGLU only without FP8
+// products (there is no GeGLU kernel that writes FP8).
+bool mlp_node_computes(kernels::GateActivation act, bool fp8_products);
 
 // down(act(gate(x)) * up(x)) as one node, act SiLU (SwiGLU) or tanh GELU (GeGLU), for `linears`
 // gate, up and down, or a fused gate_up (gate's rows first) and down; over chunks of `chunk_rows`

@@ -404,7 +404,7 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   linears.push_back(down_proj.get());
   const bool fp8 = std::any_of(linears.begin(), linears.end(),
                                [](const LinearImpl* l) { return l->uses_fp8(); });
-  if (mlp_node_computes(act, fp8, !gate_up_proj.is_empty()) && can_group(x, linears))
+  if (mlp_node_computes(act, fp8) && can_group(x, linears))
     return frozen_gated_mlp(x, linears, act);
   // On GPUs the fused kernels save a pass over memory and one saved activation (and read a fused
   // gate_up_proj's halves in place); the CPU keeps transformers' formulas, which the parity tests

@@ -233,10 +233,10 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   if (fp8 && full && e.autocast_copies > 0) e.autocast_copies = (trainable - linear) * 2 + linear;
   const int64_t tokens = micro_batch_size(c) * sequences_per_example(c) * c.data.max_length;
   // Whether the MLP runs as one node (frozen_linear_group.h).
-  const bool mlp_grouped = !m.family->has_experts() &&
-                           model::mlp_node_computes(m.gelu_tanh ? kernels::GateActivation::kGeluTanh
-                                                                : kernels::GateActivation::kSilu,
-                                                    fp8, m.family->fused_gate_up);
+  const bool mlp_grouped =
+      !m.family->has_experts() &&
+      model::mlp_node_computes(
+          m.gelu_tanh ? kernels::GateActivation::kGeluTanh : kernels::GateActivation::kSilu, fp8);
   const bool mlp_output_recomputed =
       trains_adapters(c) && c.method.lora.dropout == 0 && mlp_grouped;
   // Under recompute that MLP node runs over chunks of a long sequence's tokens, keeping only its
