@@ -759,8 +759,9 @@ def preflight_memory_matches_measured_peaks():
     # Session 26: Qwen3-30B-A3B (24 of its 48 layers) LoRA and QLoRA.
     rows += [r for r in bench_rows("h100-session26-moe-vs-unsloth.jsonl") if not r.get("superseded")]
     # Session 35: Phi-4 QLoRA with its fused gate_up_proj in the frozen MLP node (all 40 layers, and
-    # 20 of them), on an H200.
-    rows += [r for r in bench_rows("h200-session35-phi4-qlora.jsonl") if r["call"].startswith("session35-C")]
+    # 20 of them; bf16, and FP8 at 20), on an H200.
+    rows += [r for r in bench_rows("h200-session35-phi4-qlora.jsonl")
+             if r["call"].startswith(("session35-C", "session35-H"))]
     rows = [r for r in rows if r.get("impl") == "ours" and r.get("gpus") == 1 and "shape" in r
             and not (r.get("before_chunking") and r["seq"] * r["micro_batch"] > 32768)
             and not (r.get("one_fp8_layout") and r.get("precision") == "fp8" and r["method"] == "lora")]

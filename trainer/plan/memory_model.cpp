@@ -50,8 +50,8 @@ constexpr double kMlpChunkBytesPerIntermediate = 3.77;
 // sandwich norms keep the inputs of the two norms Llama lacks (Gemma 3). Checked against the peaks
 // of Qwen3-8B LoRA and QLoRA, Gemma-3-12B LoRA on an H100 (bench/README.md, "Model families"):
 // estimated -1.4%, -2.0% and -3.4% with this term, -5.7% to -17% without. Phi-4 QLoRA, its MLP one
-// node since session 35 (H200): -3.3% on all 40 layers and -5.7% on 20, the same 1.1 GiB short in
-// both (outside the decoder layers: their slope is right).
+// node since session 35 (H200): -3.3% on all 40 layers and -5.7% on 20 (-5.8% under FP8), the same
+// 1.1 GiB short in each (outside the decoder layers: their slope is right).
 double family_activation_bytes(const model::ModelConfig& m) {
   const double q = static_cast<double>(m.num_attention_heads * m.head_dim),
                kv = static_cast<double>(m.num_key_value_heads * m.head_dim);
