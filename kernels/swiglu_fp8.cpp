@@ -82,8 +82,8 @@ std::pair<torch::Tensor, torch::Tensor> halves(const torch::Tensor& gate_up) {
 // their concatenation (the CPU composition writes them apart).
 torch::Tensor side_by_side(const torch::Tensor& a, const torch::Tensor& b) {
   const int64_t cols = a.size(1);
-  const bool halves_of_one = a.stride(1) == 1 && b.stride(1) == 1 && a.stride(0) == 2 * cols &&
-                             b.stride(0) == 2 * cols &&
+  const bool halves_of_one = a.is_alias_of(b) && a.stride(1) == 1 && b.stride(1) == 1 &&
+                             a.stride(0) == 2 * cols && b.stride(0) == 2 * cols &&
                              static_cast<const char*>(b.data_ptr()) ==
                                  static_cast<const char*>(a.data_ptr()) + cols * a.element_size();
   return halves_of_one ? a.as_strided({a.size(0), 2 * cols}, {2 * cols, 1}) : torch::cat({a, b}, 1);

@@ -28,7 +28,10 @@ struct SwigluGradientsFp8 {
   torch::Tensor d_gate, d_up;  // as swiglu_backward_with_output makes them
   torch::Tensor output;        // silu(gate) * up, recomputed
   Fp8Rows d_gate_up;           // [d_gate d_up] * column_scale, quantized per row as one matrix
-  torch::Tensor d_packed;      // [d_gate d_up] as one tensor (the packed form only)
+  // [d_gate d_up] as one tensor (the packed form only): the buffer the CUDA kernel wrote them into
+  // (d_gate and d_up its halves; the op's schema declares them as tensors of their own), or their
+  // concatenation on the CPU and where rows do not allow 16-byte accesses.
+  torch::Tensor d_packed;
 };
 
 // swiglu_backward_with_output, and [d_gate d_up] times `column_scale` ([2 * intermediate] float32,
@@ -38,8 +41,7 @@ SwigluGradientsFp8 swiglu_backward_fp8(const torch::Tensor& grad, const torch::T
                                        const torch::Tensor& column_scale = {});
 
 // The same on gate and up packed side by side in one [rows, 2 * cols] tensor, gate first (a fused
-// gate_up_proj), read in place; the gradients come packed the same way too, as d_packed (d_gate
-// and d_up are its halves).
+// gate_up_proj), read in place on CUDA; the gradients come packed the same way too, as d_packed.
 std::tuple<torch::Tensor, Fp8Rows> swiglu_forward_fp8_packed(const torch::Tensor& gate_up);
 SwigluGradientsFp8 swiglu_backward_fp8_packed(const torch::Tensor& grad,
                                               const torch::Tensor& gate_up,

@@ -49,10 +49,13 @@ TEST(SwigluFp8, CpuValuesAreLibTorchsWithinE4m3Rounding) {
   // Packed in one tensor (a fused gate_up_proj): the same values, the gradients side by side.
   const auto packed = torch::cat({gate.detach(), up}, 1);
   EXPECT_TRUE(torch::equal(std::get<0>(swiglu_forward_fp8_packed(packed)), out));
+  const auto [packed_out, packed_q] = swiglu_forward_fp8_packed(packed);
+  EXPECT_TRUE(torch::equal(packed_q.scales, q.scales));
   const auto ps = swiglu_backward_fp8_packed(dy, packed, cs);
   EXPECT_TRUE(torch::equal(ps.d_packed, torch::cat({s.d_gate, s.d_up}, 1)));
   EXPECT_TRUE(torch::equal(ps.d_gate_up.values.view(torch::kUInt8),
                            s.d_gate_up.values.view(torch::kUInt8)));
+  EXPECT_TRUE(torch::equal(ps.d_gate_up.scales, s.d_gate_up.scales));
   EXPECT_THROW(swiglu_backward_fp8(dy, gate.detach(), up, torch::ones({79})), c10::Error);
   EXPECT_THROW(swiglu_forward_fp8(torch::zeros({6, 40}), torch::zeros({6, 41})), c10::Error);
 }
@@ -96,14 +99,26 @@ TEST(SwigluFp8, CudaKernelsWriteTheSeparateOpsBytes) {
       const auto [packed_out, packed_q] = swiglu_forward_fp8_packed(packed);
       EXPECT_TRUE(torch::equal(packed_out, plain)) << where << " packed";
       EXPECT_TRUE(same_bytes(packed_q.values, plain_q.values)) << where << " packed";
-      const auto ps = swiglu_backward_fp8_packed(dy, packed, cs);
-      const auto [d_gate, d_up, output] = swiglu_backward_with_output(dy, gate, up);
-      const auto gq = quantize_rows_fp8(std::vector<torch::Tensor>{d_gate, d_up}, cs);
-      EXPECT_TRUE(torch::equal(ps.d_packed, torch::cat({d_gate, d_up}, 1)) &&
-                  torch::equal(ps.output, output))
-          << where << " packed";
-      EXPECT_TRUE(same_bytes(ps.d_gate_up.values, gq.values)) << where << " packed";
-      EXPECT_TRUE(torch::equal(ps.d_gate_up.scales, gq.scales)) << where << " packed";
+      EXPECT_TRUE(torch::equal(packed_q.scales, plain_q.scales)) << where << " packed";
+      const bool in_place = cols * torch::elementSize(dtype) % 16 == 0;  // else the separate ops
+      for (bool with_cs : {true, false}) {
+        const auto column_scale = with_cs ? cs : torch::Tensor();
+        const auto ps = swiglu_backward_fp8_packed(dy, packed, column_scale);
+        const auto [d_gate, d_up, output] = swiglu_backward_with_output(dy, gate, up);
+        const auto gq = quantize_rows_fp8(std::vector<torch::Tensor>{d_gate, d_up}, column_scale);
+        EXPECT_TRUE(torch::equal(ps.d_packed, torch::cat({d_gate, d_up}, 1)) &&
+                    torch::equal(ps.output, output))
+            << where << " packed";
+        EXPECT_TRUE(same_bytes(ps.d_gate_up.values, gq.values)) << where << " packed";
+        EXPECT_TRUE(torch::equal(ps.d_gate_up.scales, gq.scales)) << where << " packed";
+        // Written in place: d_gate and d_up are the halves of d_packed, not copies joined.
+        if (in_place) {
+          EXPECT_EQ(ps.d_packed.data_ptr(), ps.d_gate.data_ptr()) << where;
+          EXPECT_EQ(static_cast<char*>(ps.d_up.data_ptr()),
+                    static_cast<char*>(ps.d_gate.data_ptr()) + cols * torch::elementSize(dtype))
+              << where;
+        }
+      }
     }
 }
 

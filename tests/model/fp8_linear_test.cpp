@@ -143,11 +143,12 @@ TEST(Fp8Linear, FrozenBaseIsKeptInFp8) {
 // per token across them, where each plain layer takes its own).
 void expect_group_close(const std::vector<torch::Tensor>& got,
                         const std::vector<torch::Tensor>& ref, size_t outputs,
-                        const std::string& what) {
+                        const std::string& what, double input_gradient_tol = 0.08) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     const double scale = ref[i].abs().max().item<double>() + 1e-12;
-    EXPECT_LE((got[i] - ref[i]).abs().max().item<double>() / scale, i == outputs ? 0.08 : 1e-5)
+    EXPECT_LE((got[i] - ref[i]).abs().max().item<double>() / scale,
+              i == outputs ? input_gradient_tol : 1e-5)
         << what << ": tensor " << i;
   }
 }
@@ -162,13 +163,15 @@ TEST(Fp8Linear, CpuGroupEqualsPlainLayers) {
   // Over chunks of tokens (long sequences): the input is quantized per token, chunk by chunk.
   expect_group_close(run(mlp, true, true, input(), false, /*chunk_rows=*/4),
                      run(mlp, true, false, input(), false), 1, "SwiGLU MLP in chunks");
-  // Phi-3's fused gate_up: SwiGLU's FP8 kernel reads the product's halves in place.
+  // Phi-3's fused gate_up: SwiGLU's FP8 kernel reads the product's halves in place. Grouped and
+  // plain quantize the same [tokens, 2 x intermediate] gradient, so the input's gradient agrees
+  // to far less than E4M3's rounding.
   auto fused = mlp_layers(true, /*fused=*/true);
   expect_group_close(run(fused, true, true, input(), false),
-                     run(fused, true, false, input(), false), 1, "SwiGLU MLP, fused gate_up");
+                     run(fused, true, false, input(), false), 1, "SwiGLU MLP, fused gate_up", 1e-3);
   expect_group_close(run(fused, true, true, input(), false, /*chunk_rows=*/4),
                      run(fused, true, false, input(), false), 1,
-                     "SwiGLU MLP, fused gate_up, in chunks");
+                     "SwiGLU MLP, fused gate_up, in chunks", 1e-3);
   auto q4 = attention_layers(true, /*qlora=*/true);
   expect_group_close(run(q4, false, true, input(), false), run(q4, false, false, input(), false), 3,
                      "q/k/v on 4-bit weights");
