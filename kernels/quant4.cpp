@@ -24,18 +24,12 @@ const CodeBook& code_book(const std::string& type) {
   return type == "nf4" ? nf4 : fp4;
 }
 
-void check_blocksize(int64_t blocksize) {
-  TORCH_CHECK(blocksize >= 32 && blocksize <= 4096 && (blocksize & (blocksize - 1)) == 0,
-              "4-bit quantization blocksize must be a power of two from 32 to 4096, not ",
-              blocksize);
-}
-
 // bitsandbytes' CPU rule: full blocks multiply by 1/max(absmax, 1e-38); the last, partial block
 // divides by its absmax clamped to 1e-38 (and stores the clamped value).
 std::tuple<torch::Tensor, torch::Tensor> quantize_4bit_cpu(const torch::Tensor& weight,
                                                            int64_t blocksize,
                                                            const std::string& type) {
-  check_blocksize(blocksize);
+  check_blocksize_4bit(blocksize);
   const CodeBook& book = code_book(type);
   const torch::Tensor a = weight.reshape(-1).to(torch::kFloat32).contiguous();
   const int64_t n = a.numel(), blocks = (n + blocksize - 1) / blocksize;
@@ -135,7 +129,7 @@ torch::Tensor dequantize_4bit_cpu(const torch::Tensor& packed, const torch::Tens
                                   const c10::optional<torch::Tensor>& nested_absmax, double offset,
                                   c10::IntArrayRef shape, int64_t blocksize,
                                   const std::string& type, c10::ScalarType dtype) {
-  check_blocksize(blocksize);
+  check_blocksize_4bit(blocksize);
   const CodeBook& book = code_book(type);
   const torch::Tensor am = block_absmax(absmax, nested_absmax, offset);
   const torch::Tensor bytes = packed.contiguous().view(torch::kUInt8).reshape(-1);
@@ -157,6 +151,12 @@ torch::Tensor dequantize_4bit_cpu(const torch::Tensor& packed, const torch::Tens
 }
 
 }  // namespace
+
+void check_blocksize_4bit(int64_t blocksize) {
+  TORCH_CHECK(valid_blocksize_4bit(blocksize),
+              "4-bit quantization blocksize must be a power of two from 32 to 4096, not ",
+              blocksize);
+}
 
 int64_t Quant4State::bytes() const {
   auto size = [](const torch::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; };

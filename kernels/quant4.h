@@ -31,6 +31,12 @@ struct Quant4State {
   int64_t bytes() const;  // device memory it takes
 };
 
+// The block sizes bitsandbytes writes and the kernels take: a power of two from 32 to 4096.
+constexpr bool valid_blocksize_4bit(int64_t blocksize) {
+  return blocksize >= 32 && blocksize <= 4096 && (blocksize & (blocksize - 1)) == 0;
+}
+void check_blocksize_4bit(int64_t blocksize);  // throws c10::Error naming it unless valid
+
 // Quantizes `weight` (bf16, fp16 or fp32, any device) with bitsandbytes' rules.
 // blocksize: 32..4096, a power of two; type: "nf4" or "fp4".
 Quant4State quantize_4bit(const torch::Tensor& weight, const std::string& type, int64_t blocksize,

@@ -97,8 +97,7 @@ __global__ void dequantize_4bit_kernel(const uint8_t* __restrict__ packed, Block
 
 std::tuple<at::Tensor, at::Tensor> quantize_4bit_cuda(const at::Tensor& weight, int64_t blocksize,
                                                       c10::string_view type) {
-  TORCH_CHECK(blocksize >= 32 && blocksize <= 4096 && (blocksize & (blocksize - 1)) == 0,
-              "4-bit quantization blocksize must be a power of two from 32 to 4096");
+  check_blocksize_4bit(blocksize);
   c10::cuda::CUDAGuard guard(weight.device());
   const at::Tensor x = weight.contiguous().reshape(-1);
   const int64_t n = x.numel(), blocks = (n + blocksize - 1) / blocksize;
@@ -134,7 +133,7 @@ at::Tensor dequantize_4bit_cuda(const at::Tensor& packed, const at::Tensor& absm
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "dequantize_4bit", [&] {
     scalar_t* o = out.data_ptr<scalar_t>();
-    const bool x8 = n % 8 == 0 && blocksize % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 4 == 0 &&
+    const bool x8 = n % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 4 == 0 &&
                     reinterpret_cast<uintptr_t>(o) % 16 == 0;
     auto launch = [&](auto nested_tag) {
       constexpr bool kNested = decltype(nested_tag)::value;

@@ -12,6 +12,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/quant4.h"
 #include "kernels/quant4_codes.h"
 
 namespace kubetune::kernels::quant4 {
@@ -57,8 +58,7 @@ struct BlockScaleTensors {
     const bool double_quant = nested_in.has_value() && nested_in->defined();
     absmax = double_quant ? absmax_in.contiguous() : absmax_in.to(at::kFloat).contiguous();
     if (double_quant) nested = nested_in->to(at::kFloat).contiguous();
-    TORCH_CHECK(blocksize > 0 && (blocksize & (blocksize - 1)) == 0,
-                "4-bit blocksize must be a power of two, got ", blocksize);
+    check_blocksize_4bit(blocksize);  // a power of two: of() shifts; at least 8: one scale a pack
     int log2 = 0;
     while ((int64_t{1} << log2) < blocksize) ++log2;
     view = {double_quant ? nullptr : absmax.data_ptr<float>(),

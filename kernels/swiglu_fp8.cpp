@@ -82,14 +82,19 @@ std::pair<torch::Tensor, torch::Tensor> halves(const torch::Tensor& gate_up) {
 // their concatenation (the CPU composition writes them apart).
 torch::Tensor side_by_side(const torch::Tensor& a, const torch::Tensor& b) {
   const int64_t cols = a.size(1);
-  const bool halves_of_one = a.is_alias_of(b) && a.stride(1) == 1 && b.stride(1) == 1 &&
-                             a.stride(0) == 2 * cols && b.stride(0) == 2 * cols &&
-                             static_cast<const char*>(b.data_ptr()) ==
-                                 static_cast<const char*>(a.data_ptr()) + cols * a.element_size();
-  return halves_of_one ? a.as_strided({a.size(0), 2 * cols}, {2 * cols, 1}) : torch::cat({a, b}, 1);
+  return are_packed_halves(a, b) ? a.as_strided({a.size(0), 2 * cols}, {2 * cols, 1})
+                                 : torch::cat({a, b}, 1);
 }
 
 }  // namespace
+
+bool are_packed_halves(const torch::Tensor& gate, const torch::Tensor& up) {
+  const int64_t cols = gate.size(1);
+  return gate.is_alias_of(up) && gate.stride(1) == 1 && up.stride(1) == 1 &&
+         gate.stride(0) == 2 * cols && up.stride(0) == 2 * cols &&
+         static_cast<const char*>(up.data_ptr()) ==
+             static_cast<const char*>(gate.data_ptr()) + cols * gate.element_size();
+}
 
 std::tuple<torch::Tensor, Fp8Rows> swiglu_forward_fp8(const torch::Tensor& gate,
                                                       const torch::Tensor& up) {

@@ -40,6 +40,11 @@ SwigluGradientsFp8 swiglu_backward_fp8(const torch::Tensor& grad, const torch::T
                                        const torch::Tensor& up,
                                        const torch::Tensor& column_scale = {});
 
+// Whether gate and up ([rows, cols] each) are the two halves of one packed [rows, 2 * cols]
+// tensor, gate's columns first: what the _packed functions below pass, and the CUDA kernels read in
+// place.
+bool are_packed_halves(const torch::Tensor& gate, const torch::Tensor& up);
+
 // The same on gate and up packed side by side in one [rows, 2 * cols] tensor, gate first (a fused
 // gate_up_proj), read in place on CUDA; the gradients come packed the same way too, as d_packed.
 std::tuple<torch::Tensor, Fp8Rows> swiglu_forward_fp8_packed(const torch::Tensor& gate_up);

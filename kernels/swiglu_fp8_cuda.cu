@@ -177,11 +177,7 @@ struct StridedInputs {
 };
 StridedInputs strided_inputs(const at::Tensor& gate, const at::Tensor& up) {
   const int64_t cols = gate.size(1);
-  const bool packed = cols > 0 && gate.stride(1) == 1 && up.stride(1) == 1 &&
-                      gate.stride(0) == 2 * cols && up.stride(0) == 2 * cols &&
-                      static_cast<const char*>(up.data_ptr()) ==
-                          static_cast<const char*>(gate.data_ptr()) + cols * gate.element_size();
-  if (packed) return {gate, up, 2 * cols};
+  if (cols > 0 && are_packed_halves(gate, up)) return {gate, up, 2 * cols};
   return {gate.contiguous(), up.contiguous(), cols};
 }
 

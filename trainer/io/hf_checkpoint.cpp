@@ -148,7 +148,7 @@ std::optional<kernels::Quant4State> read_bnb_4bit(CheckpointReader& r, const std
   kernels::Quant4State s;
   s.type = q.value("quant_type", type);
   s.blocksize = q["blocksize"].get<int64_t>();
-  if (s.blocksize < 32 || s.blocksize > 4096 || (s.blocksize & (s.blocksize - 1)) != 0) {
+  if (!kernels::valid_blocksize_4bit(s.blocksize)) {
     throw bad("blocksize " + std::to_string(s.blocksize) +
               " is not one bitsandbytes writes (a power of two from 32 to 4096)");
   }

@@ -414,6 +414,32 @@ std::pair<std::vector<Tensor>, Tensor> activation_backward(const Tensor& d_hidde
   return {{d_gate, d_up}, hidden};
 }
 
+// SwiGLU and what the next FP8 products read, from gate_and_up's products: the output and the
+// same quantized per row (down's input).
+std::tuple<Tensor, kernels::Fp8Rows> activation_forward_fp8(const std::vector<Tensor>& gate_up) {
+  return gate_up.size() == 1 ? kernels::swiglu_forward_fp8_packed(gate_up[0])
+                             : kernels::swiglu_forward_fp8(gate_up[0], gate_up[1]);
+}
+
+// Its backward: the gradients of gate_and_up's products (laid out as they are), the output
+// recomputed, and the gradients side by side times `scales` quantized per row (the FP8 input
+// gradient's operand).
+struct ActivationBackwardFp8 {
+  std::vector<Tensor> d_gate_up;
+  Tensor hidden;
+  kernels::Fp8Rows quantized;
+};
+ActivationBackwardFp8 activation_backward_fp8(const Tensor& d_hidden,
+                                              const std::vector<Tensor>& gate_up,
+                                              const Tensor& scales) {
+  if (gate_up.size() == 1) {
+    auto s = kernels::swiglu_backward_fp8_packed(d_hidden, gate_up[0], scales);
+    return {{s.d_packed}, s.output, std::move(s.d_gate_up)};
+  }
+  auto s = kernels::swiglu_backward_fp8(d_hidden, gate_up[0], gate_up[1], scales);
+  return {{s.d_gate, s.d_up}, s.output, std::move(s.d_gate_up)};
+}
+
 // down(act(gate(x)) * up(x)) over all of x2's rows at once; returns y and keeps gate_and_up's
 // products in `gate_up` for backward (down's x A^T is set on members.back()).
 Tensor mlp_forward(const Tensor& x2, std::vector<Member>& members, std::vector<Tensor>& gate_up,
@@ -428,9 +454,7 @@ Tensor mlp_forward(const Tensor& x2, std::vector<Member>& members, std::vector<T
   // Down's FP8 input written by the SwiGLU kernel itself (there is no GeGLU one: MLPImpl keeps
   // GeGLU under FP8 out of the group).
   TORCH_CHECK(act == kernels::GateActivation::kSilu, "the FP8 MLP node computes SwiGLU only");
-  const auto [hidden, hidden_fp8] = gate_up.size() == 1
-                                        ? kernels::swiglu_forward_fp8_packed(gate_up[0])
-                                        : kernels::swiglu_forward_fp8(gate_up[0], gate_up[1]);
+  const auto [hidden, hidden_fp8] = activation_forward_fp8(gate_up);
   set_adapter_inputs(hidden, {&down});
   return member_forward(hidden, down, &hidden_fp8);
 }
@@ -473,14 +497,10 @@ MlpGradients mlp_backward(const Tensor& x2, const std::vector<Tensor>& gate_up, 
     if (m->fp8) fp8_bases.push_back(m->fp8);
   if (need_x && fp8_bases.size() == before.size()) {
     TORCH_CHECK(act == kernels::GateActivation::kSilu, "the FP8 MLP node computes SwiGLU only");
-    const Tensor scales = fp8_group_row_scales(fp8_bases);
-    auto s = before.size() == 1
-                 ? kernels::swiglu_backward_fp8_packed(d_hidden, gate_up[0], scales)
-                 : kernels::swiglu_backward_fp8(d_hidden, gate_up[0], gate_up[1], scales);
-    d_before = before.size() == 1 ? std::vector<Tensor>{s.d_packed}
-                                  : std::vector<Tensor>{s.d_gate, s.d_up};
-    hidden = s.output;
-    fp8_gradients = std::move(s.d_gate_up);
+    auto s = activation_backward_fp8(d_hidden, gate_up, fp8_group_row_scales(fp8_bases));
+    d_before = std::move(s.d_gate_up);
+    hidden = s.hidden;
+    fp8_gradients = std::move(s.quantized);
   } else {
     std::tie(d_before, hidden) = activation_backward(d_hidden, gate_up, act);
   }
@@ -635,9 +655,7 @@ Tensor frozen_gated_mlp(const Tensor& x, const std::vector<LinearImpl*>& linears
   // would pay gate and up twice.
   if (chunk_rows < 0) {
     const bool free_to_chunk = !torch::GradMode::is_enabled() || MlpOutputNotRead::active();
-    chunk_rows = free_to_chunk
-                     ? swiglu_mlp_chunk_rows(x.numel() / x.size(-1), linears.back()->in_features())
-                     : 0;
+    chunk_rows = free_to_chunk ? swiglu_mlp_chunk_rows(x.numel() / x.size(-1), width) : 0;
   }
   return GatedMlpFunction::apply(x, torch::TensorList(adapters), linears, chunk_rows,
                                  static_cast<int64_t>(act));
