@@ -8,6 +8,7 @@ their FLOPs and achieved TFLOP/s, narrow ones (LoRA's rank-r products), and thos
 Usage: trace_summary.py TRACE.json --steps N [--top 25]
 """
 import argparse
+import bisect
 import collections
 import json
 import re
@@ -93,6 +94,67 @@ def gemm_split(events, kernels, narrow: int, per: float) -> None:
         print(f"    {dur / per:8.2f}  M={m} K={k} N={n}")
 
 
+def launches(events):
+    """Correlation id -> (launch event, innermost CPU op around it) on the host."""
+    runtime = {e["args"]["correlation"]: e for e in events
+               if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}
+    ops_by_tid = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") == "cpu_op" and e.get("ph") == "X":
+            ops_by_tid[e["tid"]].append(e)
+    for ops in ops_by_tid.values():
+        ops.sort(key=lambda e: e["ts"])
+    starts = {tid: [op["ts"] for op in ops] for tid, ops in ops_by_tid.items()}
+    owner = {}
+    for corr, launch in runtime.items():
+        # The innermost op around the launch is the latest-starting one that still runs at it.
+        ops, inner = ops_by_tid.get(launch["tid"], []), None
+        i = bisect.bisect_right(starts.get(launch["tid"], []), launch["ts"]) - 1
+        for op in (ops[j] for j in range(i, max(i - 500, -1), -1)):
+            if op["ts"] + op["dur"] >= launch["ts"] + launch["dur"]:
+                inner = op
+                break
+        owner[corr] = (launch, inner)
+    return owner
+
+
+def gap_owners(events, ordered, per: float) -> None:
+    """Idle time by the host op that launched the kernel after each gap, and how late the launch
+    came: a launch after the gap opened means the host, not the device, set the pace."""
+    owner = launches(events)
+    idle_by_op, late_by_op, count = collections.Counter(), collections.Counter(), collections.Counter()
+    end = ordered[0]["ts"] + ordered[0]["dur"]
+    for e in ordered[1:]:
+        if e["ts"] > end:
+            corr = (e.get("args") or {}).get("correlation")
+            launch, op = owner.get(corr, (None, None))
+            name = op["name"] if op else "?"
+            idle_by_op[name] += e["ts"] - end
+            count[name] += 1
+            if launch is not None and launch["ts"] > end:
+                late_by_op[name] += e["ts"] - end
+        end = max(end, e["ts"] + e["dur"])
+    print("  idle time by the op launching the kernel after the gap (ms/step, of it launched late, gaps/step):")
+    for name, idle in idle_by_op.most_common(15):
+        print(f"    {idle / per:8.2f} {late_by_op[name] / per:8.2f} {count[name] * 1000 / per:6.0f}  {short(name, 80)}")
+
+
+def kernels_by_op(events, kernels, pattern: str, per: float) -> None:
+    owner = launches(events)
+    time, calls = collections.Counter(), collections.Counter()
+    for e in kernels:
+        if not re.search(pattern, e["name"]):
+            continue
+        _, op = owner.get((e.get("args") or {}).get("correlation"), (None, None))
+        dims = (op.get("args") or {}).get("Input Dims") if op else None
+        key = (op["name"] if op else "?", json.dumps(dims)[:100] if dims else "", short(e["name"], 50))
+        time[key] += e["dur"]
+        calls[key] += 1
+    print(f"  kernels matching {pattern!r} by launching op (ms/step, calls/step):")
+    for (name, dims, kernel), dur in time.most_common(20):
+        print(f"    {dur / per:8.2f} {calls[(name, dims, kernel)] * 1000 / per:6.0f}  {name} {dims} {kernel}")
+
+
 def short(name: str, width: int = 110) -> str:
     name = re.sub(r"\s+", " ", name)
     return name if len(name) <= width else name[: width - 3] + "..."
@@ -104,6 +166,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, required=True, help="steps covered by the trace")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--gaps", type=int, default=10, help="list the longest idle gaps")
+    ap.add_argument("--by-op", metavar="REGEX",
+                    help="kernels whose name matches: time by the launching op and its input shapes")
     ap.add_argument("--narrow", type=int, default=128,
                     help="a GEMM with a dimension at most this is narrow (LoRA's rank-r products)")
     args = ap.parse_args()
@@ -148,6 +212,9 @@ def main() -> None:
     print(f"  longest {args.gaps} idle gaps (us, at ms into the trace: kernel before -> kernel after):")
     for idle, at, prev, nxt in sorted(gaps, reverse=True)[: args.gaps]:
         print(f"    {idle:8.0f} at {at / 1000:8.2f}: {short(prev, 60)} -> {short(nxt, 60)}")
+    gap_owners(events, ordered, per)
+    if args.by_op:
+        kernels_by_op(events, gpu, args.by_op, per)
     small = sum(g[0] for g in gaps if g[0] < 20)
     print(f"  idle in gaps under 20 us (launch-bound stretches): {small / per:.2f} ms/step "
           f"over {sum(1 for g in gaps if g[0] < 20) / args.steps:.0f} gaps/step")

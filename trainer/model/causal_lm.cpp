@@ -228,9 +228,11 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   if (before_stage) before_stage(-1);
   torch::Tensor h = model->embed_tokens->forward(input_ids);
-  if (config_.family->scaled_embedding)  // sqrt(hidden) as an fp32 scalar, then in h's dtype
+  // sqrt(hidden) as an fp32 scalar, then in h's dtype; a host scalar, which a GPU kernel takes as
+  // an argument (a copy to the device would make the host wait for the GPU).
+  if (config_.family->scaled_embedding)
     h = h * at::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), at::kFloat)
-                .to(h.device(), h.scalar_type());
+                .to(h.scalar_type());
 
   // cos and sin of each RoPE in use (the sliding layers' may differ), made once per forward.
   std::map<const Rope*, std::pair<torch::Tensor, torch::Tensor>> rotations;

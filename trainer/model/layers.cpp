@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/fp8_from_4bit.h"
+#include "kernels/rms_norm_rope.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "trainer/model/device_copy.h"
@@ -242,8 +243,7 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // backward. It rounds once where transformers rounds twice (before and after the weight), and
   // Gemma's 1 + w is rounded to the input's dtype first: a bf16 ulp at most. The CPU path keeps
   // transformers' exact formulas for the parity tests.
-  if (x.is_cuda() && weight.scalar_type() == x.scalar_type())
-    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, one_plus ? weight + 1 : weight, eps_));
+  if (runs_fused(x)) return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, scale(), eps_));
   torch::Tensor h = x.to(at::kFloat);
   torch::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * at::rsqrt(variance + eps_);
@@ -345,15 +345,23 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   // [B,T,heads*D] -> [B,T,heads,D]: a view, or a copy of a fused product's columns.
   auto heads = [&](const torch::Tensor& t) { return t.reshape({B, T, -1, head_dim_}); };
   q = heads(q), k = heads(k);
-  if (q_norm) q = q_norm->forward(q), k = k_norm->forward(k);  // over each head's D values
-  // The fused kernel on [B,T,heads,D] where it rotates whole heads; the CPU (and partial rotary)
-  // keeps transformers' formula.
-  if (x.is_cuda() && in.cos.size(-1) == head_dim_) {
-    q = kernels::rope(q.contiguous(), in.cos, in.sin).transpose(1, 2);
-    k = kernels::rope(k.contiguous(), in.cos, in.sin).transpose(1, 2);
+  // The fused kernels on [B,T,heads,D] where they rotate whole heads; the CPU (and partial rotary)
+  // keeps transformers' formulas.
+  const bool rope_kernel = x.is_cuda() && in.cos.size(-1) == head_dim_;
+  if (q_norm && rope_kernel && q_norm->runs_fused(q) && kernels::rms_norm_rope_fits(head_dim_)) {
+    // Qwen3's and Gemma 3's per-head norms and the rotation in one kernel, which reads the
+    // projection's columns in place.
+    q = kernels::rms_norm_rope(q, q_norm->scale(), in.cos, in.sin, q_norm->eps()).transpose(1, 2);
+    k = kernels::rms_norm_rope(k, k_norm->scale(), in.cos, in.sin, k_norm->eps()).transpose(1, 2);
   } else {
-    q = apply_rope(q.transpose(1, 2), in.cos, in.sin);
-    k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
+    if (q_norm) q = q_norm->forward(q), k = k_norm->forward(k);  // over each head's D values
+    if (rope_kernel) {
+      q = kernels::rope(q.contiguous(), in.cos, in.sin).transpose(1, 2);
+      k = kernels::rope(k.contiguous(), in.cos, in.sin).transpose(1, 2);
+    } else {
+      q = apply_rope(q.transpose(1, 2), in.cos, in.sin);
+      k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
+    }
   }
   v = heads(v).transpose(1, 2);
   const double p = is_training() ? dropout_ : 0.0;

@@ -134,6 +134,14 @@ class RMSNormImpl : public torch::nn::Module {
   // LlamaRMSNorm casts back to the input dtype and scales; Gemma3RMSNorm scales by (1 + w) in
   // fp32 and casts last; GptOssRMSNorm scales by w in fp32 and casts last.
   torch::Tensor forward(const torch::Tensor& x);
+  // Whether x takes the GPU kernels (LibTorch's fused RMSNorm, or ours fused with RoPE): on a GPU,
+  // with the weight in x's dtype.
+  bool runs_fused(const torch::Tensor& x) const {
+    return x.is_cuda() && weight.scalar_type() == x.scalar_type();
+  }
+  // The factor the kernels multiply by: the weight, or Gemma's 1 + w (rounded to its dtype).
+  torch::Tensor scale() const { return style_ == NormWeight::kOnePlusScale ? weight + 1 : weight; }
+  double eps() const { return eps_; }
   // What the weight starts as in a fresh model (transformers' _init_weights): 1, or 0 for (1 + w).
   double initial_weight() const { return style_ == NormWeight::kScale ? 1.0 : 0.0; }
   torch::Tensor weight;

@@ -129,8 +129,8 @@ PreferenceTerms preference_terms(const PreferenceObjective& o, const at::Tensor&
   terms.stats = at::stack({total(t.chosen_reward), total(t.rejected_reward),
                            total((t.chosen_reward > t.rejected_reward).to(at::kDouble)),
                            total(t.chosen_logp), total(t.rejected_logp),
-                           at::full({}, static_cast<double>(n), at::kDouble).to(lp.device()),
-                           at::full({}, static_cast<double>(n), at::kDouble).to(lp.device())});
+                           at::full({}, static_cast<double>(n), lp.options().dtype(at::kDouble)),
+                           at::full({}, static_cast<double>(n), lp.options().dtype(at::kDouble))});
   return terms;
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "trainer/model/device_copy.h"
+
 namespace kubetune::model {
 namespace {
 
@@ -101,8 +103,10 @@ at::Tensor rope_inv_freq(const ModelConfig& c, const Rope& rope, int64_t seq_len
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq,
                                                const at::Tensor& position_ids, at::ScalarType dtype,
                                                double attention_factor) {
-  at::Tensor freqs =
-      position_ids.unsqueeze(-1).to(at::kFloat) * inv_freq.to(position_ids.device(), at::kFloat);
+  // Copied without a blocking copy's wait: that would drain the GPU's queue at every forward, and
+  // the host would then launch the layers' kernels with the GPU idle behind it.
+  at::Tensor freqs = position_ids.unsqueeze(-1).to(at::kFloat) *
+                     to_device_async(inv_freq.to(at::kFloat), position_ids.device());
   at::Tensor emb = at::cat({freqs, freqs}, -1);
   if (attention_factor == 1) return {emb.cos().to(dtype), emb.sin().to(dtype)};
   return {(emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)};

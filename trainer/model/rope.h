@@ -19,7 +19,7 @@ at::Tensor rope_inv_freq(const ModelConfig& c, const Rope& rope, int64_t seq_len
 bool rope_depends_on_length(const Rope& rope);
 
 // cos and sin [B,T,rotated dims] in `dtype` for position_ids [B,T]; computed in fp32, times the
-// rope's attention_factor (longrope), then cast.
+// rope's attention_factor (longrope), then cast. inv_freq on the host, as rope_inv_freq makes it.
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq,
                                                const at::Tensor& position_ids, at::ScalarType dtype,
                                                double attention_factor = 1);
