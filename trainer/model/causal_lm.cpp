@@ -261,6 +261,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
     AttentionInputs in{cos, sin, masks[window], window, segment_ids.defined()};
     auto* layer = model->layers->ptr<DecoderLayerImpl>(l).get();
     if (before_stage) before_stage(l);
+    if (h.is_cuda()) layer->refresh_adapter_copies(product_dtype(h));
     if (!checkpoint) {
       h = layer->forward(h, in);
     } else {

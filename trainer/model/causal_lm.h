@@ -103,7 +103,8 @@ TORCH_MODULE(CausalLM);
 // QLoRA's 4-bit base in `module` (kernels/quant4.h: blocks, scales, the scales' scales), named
 // "<module>.packed", ".absmax", ".nested_absmax" relative to it: frozen storage that is not a
 // parameter, which fully sharded weights split like the rest (trainer/parallel/full_sharding.h).
-std::vector<std::pair<std::string, torch::Tensor>> quantized_tensors(const torch::nn::Module& module);
+std::vector<std::pair<std::string, torch::Tensor>> quantized_tensors(
+    const torch::nn::Module& module);
 
 // The attention mask for one forward pass: undefined (plain causal) when there are no segments
 // and no window, else bool [B,1,T,T]. Padding tokens (segment 0) attend only to themselves so

@@ -24,13 +24,6 @@ using torch::autograd::variable_list;
 // Slots per layer in the saved tensors: weight, bias, lora A, lora B, x A^T.
 constexpr size_t kSlots = 5;
 
-// The dtype the products run in: autocast's, as for the plain layers, else the input's.
-at::ScalarType product_dtype(const Tensor& x) {
-  const auto device = x.device().type();
-  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
-                                                   : x.scalar_type();
-}
-
 // One layer's tensors in the product dtype. a and b are undefined without an adapter. A 4-bit
 // (QLoRA) weight stays packed and is dequantized for each product, forward and backward, as
 // trainer/model/linear_4bit does. Under model.precision fp8 the base product is the layer's
@@ -49,11 +42,11 @@ struct Member {
   }
 };
 
-// The layers' tensors, with the adapters taken from `adapters` (their autograd inputs), in order.
-std::vector<Member> members_of(const std::vector<LinearImpl*>& linears, torch::TensorList adapters,
-                               at::ScalarType dtype) {
+// The layers' tensors, in order; the adapters in `dtype` from their layer's copies (made once per
+// forward for the whole layer, adapter_copies.h), which autograd's inputs `adapters` are the
+// weights of.
+std::vector<Member> members_of(const std::vector<LinearImpl*>& linears, at::ScalarType dtype) {
   std::vector<Member> out;
-  size_t k = 0;
   for (auto* l : linears) {
     Member m;
     m.out = l->out_features();
@@ -65,8 +58,8 @@ std::vector<Member> members_of(const std::vector<LinearImpl*>& linears, torch::T
       m.weight = l->weight.to(dtype);
     if (l->bias.defined()) m.bias = l->bias.to(dtype);
     if (l->has_lora()) {
-      m.a = adapters[k++].to(dtype);
-      m.b = adapters[k++].to(dtype);
+      m.a = l->lora_A_as(dtype);
+      m.b = l->lora_B_as(dtype);
       m.scaling = l->lora_scaling();
     }
     out.push_back(std::move(m));
@@ -329,7 +322,7 @@ struct GroupFunction : public torch::autograd::Function<GroupFunction> {
                                const std::vector<LinearImpl*>& linears) {
     const auto dtype = product_dtype(x);
     const Tensor x2 = x.reshape({-1, x.size(-1)}).to(dtype);
-    auto members = members_of(linears, adapters, dtype);
+    auto members = members_of(linears, dtype);
     const auto x2_fp8 = shared_fp8_input(x2, pointers_to(members));
     set_adapter_inputs(x2, pointers_to(members));
     variable_list out;
@@ -558,7 +551,7 @@ struct GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
     const auto act = static_cast<kernels::GateActivation>(activation);
     const auto dtype = product_dtype(x);
     const Tensor x2 = x.reshape({-1, x.size(-1)}).to(dtype);
-    auto members = members_of(linears, adapters, dtype);
+    auto members = members_of(linears, dtype);
     std::vector<Tensor> gate_up;
     const bool chunked = chunk_rows > 0 && chunk_rows < x2.size(0);
     Tensor y;

@@ -76,10 +76,7 @@ torch::Tensor LinearImpl::base_forward(const torch::Tensor& x) {
   if (!is_quantized() && !fp8_products_) return at::linear(x, weight, bias);
   torch::Tensor out;
   if (fp8_products_) {
-    const auto device = x.device().type();
-    const auto dtype = at::autocast::is_autocast_enabled(device)
-                           ? at::autocast::get_autocast_dtype(device)
-                           : x.scalar_type();
+    const auto dtype = product_dtype(x);
     out =
         weight.requires_grad() ? fp8_linear(x, weight, dtype) : fp8_frozen_linear(x, *this, dtype);
   } else {
@@ -388,6 +385,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
 std::vector<std::vector<LinearImpl*>> AttentionImpl::input_gradient_groups() {
   if (qkv_proj) return {{qkv_proj.get()}, {o_proj.get()}};
   return {{q_proj.get(), k_proj.get(), v_proj.get()}, {o_proj.get()}};
+}
+
+at::ScalarType product_dtype(const torch::Tensor& x) {
+  const auto device = x.device().type();
+  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
+                                                   : x.scalar_type();
+}
+
+void DecoderLayerImpl::refresh_adapter_copies(at::ScalarType dtype) {
+  std::vector<std::pair<ComputeCopy*, torch::Tensor>> copies;
+  for (const auto& m : modules(/*include_self=*/false))
+    if (auto* linear = dynamic_cast<LinearImpl*>(m.get())) linear->add_adapter_copies(copies);
+  refresh_compute_copies(copies, dtype);
 }
 
 MLPImpl::MLPImpl(const ModelConfig& c, const torch::TensorOptions& opts) : gelu_tanh_(c.gelu_tanh) {

@@ -14,6 +14,7 @@
 
 #include "kernels/fp8.h"
 #include "kernels/quant4.h"
+#include "trainer/model/adapter_copies.h"
 #include "trainer/model/model_config.h"
 
 namespace kubetune::model {
@@ -102,6 +103,20 @@ class LinearImpl : public torch::nn::Module {
   torch::ScalarType quantized_compute_dtype() const { return compute_dtype_; }
   torch::Tensor& lora_A() { return lora_A_->weight; }
   torch::Tensor& lora_B() { return lora_B_->weight; }
+  // A and B in the products' dtype: the copies the layer's refresh made (adapter_copies.h) while
+  // they are current, else cast here.
+  torch::Tensor lora_A_as(at::ScalarType dtype) const {
+    return lora_A_copy_.of(lora_A_->weight, dtype);
+  }
+  torch::Tensor lora_B_as(at::ScalarType dtype) const {
+    return lora_B_copy_.of(lora_B_->weight, dtype);
+  }
+  // Appends (copy, weight) for A and B, for refresh_compute_copies.
+  void add_adapter_copies(std::vector<std::pair<ComputeCopy*, torch::Tensor>>& out) {
+    if (!has_lora()) return;
+    out.emplace_back(&lora_A_copy_, lora_A_->weight);
+    out.emplace_back(&lora_B_copy_, lora_B_->weight);
+  }
   double lora_scaling() const { return scaling_; }
   double lora_dropout() const { return dropout_; }
 
@@ -113,6 +128,7 @@ class LinearImpl : public torch::nn::Module {
   std::vector<int64_t> shape_of_weight() const;
 
   LoraWeight lora_A_{nullptr}, lora_B_{nullptr};
+  ComputeCopy lora_A_copy_, lora_B_copy_;
   double scaling_ = 0, dropout_ = 0;
   kernels::Quant4State quantized_;  // QLoRA's base weight; packed undefined otherwise
   torch::ScalarType compute_dtype_ = torch::kBFloat16;
@@ -225,10 +241,17 @@ TORCH_MODULE(MLP);
 
 class SparseMoeImpl;
 
+// The dtype a layer's products run in for input x: autocast's, as for LibTorch's own layers, else
+// x's.
+at::ScalarType product_dtype(const torch::Tensor& x);
+
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& c, const torch::TensorOptions& opts, int64_t index = 0);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& in);
+  // The layer's adapters in the products' dtype for this forward, in one batched copy
+  // (adapter_copies.h); called once its weights are in place (after the stage's gather).
+  void refresh_adapter_copies(at::ScalarType dtype);
   Attention self_attn{nullptr};
   // The gated MLP, or in a mixture of experts' sparse layers (config.is_sparse) the experts and
   // their router (experts.h); both are named "mlp", as in transformers.
