@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "kernels/rope.h"
+#include "tests/kernels/rotation_tables.h"
 
 namespace kubetune::kernels {
 namespace {
@@ -23,14 +24,10 @@ struct Inputs {
 
 Inputs make_inputs(int64_t B, int64_t T, int64_t H, int64_t D) {
   torch::manual_seed(0);
-  auto positions = torch::randint(0, 4096, {B, T}).to(torch::kFloat32);
-  auto inv_freq = torch::pow(1e6, -torch::arange(0, D, 2).to(torch::kFloat32) / D);
-  auto freqs = positions.unsqueeze(-1) * inv_freq;
-  auto emb = torch::cat({freqs, freqs}, -1);
+  auto [cos, sin] = rotation_tables(B, T, D, 1e6);
   // Head rows of different scales, as projections give them; a weight around 1.
   auto wide = torch::randn({B, T, (H + 2) * D}) * (1 + 3 * torch::rand({B, T, 1}));
-  return {wide, 1 + 0.3 * torch::randn({D}), emb.cos(), emb.sin(), torch::randn({B, T, H, D}), H,
-          D};
+  return {wide, 1 + 0.3 * torch::randn({D}), cos, sin, torch::randn({B, T, H, D}), H, D};
 }
 
 enum class Path { kFused, kReference, kUnfusedGpu };

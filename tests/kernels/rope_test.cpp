@@ -6,6 +6,8 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include "tests/kernels/rotation_tables.h"
+
 namespace kubetune::kernels {
 namespace {
 
@@ -20,11 +22,8 @@ struct Inputs {
 
 Inputs make_inputs(int64_t B, int64_t T, int64_t H, int64_t D) {
   torch::manual_seed(0);
-  auto positions = torch::randint(0, 4096, {B, T}).to(torch::kFloat32);
-  auto inv_freq = torch::pow(10000.0, -torch::arange(0, D, 2).to(torch::kFloat32) / D);
-  auto freqs = positions.unsqueeze(-1) * inv_freq;
-  auto emb = torch::cat({freqs, freqs}, -1);
-  return {torch::randn({B, T, H, D}), emb.cos(), emb.sin(), torch::randn({B, T, H, D})};
+  auto [cos, sin] = rotation_tables(B, T, D, 10000.0);
+  return {torch::randn({B, T, H, D}), cos, sin, torch::randn({B, T, H, D})};
 }
 
 Result run(bool fused, const Inputs& in, torch::Dtype x_dtype, torch::Dtype cs_dtype,
