@@ -86,6 +86,7 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, const Tensor& cos, c
   TORCH_CHECK(cos.dim() == 3 && cos.sizes() == sin.sizes() && cos.size(0) == x.size(0) &&
                   cos.size(1) == x.size(1) && cos.size(2) == x.size(3),
               "rms_norm_rope: cos and sin must be [batch, tokens, head_dim] like x");
+  TORCH_CHECK(cos.scalar_type() == sin.scalar_type(), "rms_norm_rope: cos and sin dtypes differ");
   return RmsNormRopeFunction::apply(x, weight, cos.contiguous(), sin.contiguous(), eps);
 }
 

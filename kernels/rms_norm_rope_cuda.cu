@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/rms_norm_rope.h"
+
 namespace kubetune::kernels {
 namespace {
 
@@ -150,16 +152,32 @@ int blocks_for_rows(int64_t rows) {
   return static_cast<int>(std::max<int64_t>(1, std::min(wanted, cap)));
 }
 
-// x with each head's values contiguous and tokens `x_stride` apart (a view of a wider product's
-// columns), aligned for the lanes' accesses; otherwise a contiguous copy.
-at::Tensor lanes_readable(const at::Tensor& x) {
-  const int64_t D = x.size(3), V = D / 32;
-  const auto bytes = std::min<int64_t>(16, V * x.element_size());
+// The widest access a lane makes into a tensor of `t`'s dtype: V = head_dim / 32 values, at most
+// 16 bytes at a time.
+int64_t access_bytes(const at::Tensor& t, int64_t head_dim) {
+  return std::min<int64_t>(16, head_dim / 32 * t.element_size());
+}
+
+bool aligned(const void* p, int64_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+// t itself when contiguous and aligned for the lanes' accesses, else an aligned contiguous copy (a
+// fresh allocation: contiguous() returns a contiguous tensor as it is, aligned or not).
+at::Tensor lanes_readable(const at::Tensor& t, int64_t head_dim) {
+  const bool ok = t.is_contiguous() && aligned(t.data_ptr(), access_bytes(t, head_dim));
+  return ok ? t : t.clone(at::MemoryFormat::Contiguous);
+}
+
+// x [B,T,H,D] read in place where each head's values are contiguous and tokens x.stride(1) apart
+// (a view of a wider product's columns), aligned for the lanes' accesses; else a copy.
+at::Tensor heads_readable(const at::Tensor& x) {
+  const int64_t D = x.size(3), bytes = access_bytes(x, D);
   const bool layout = x.stride(3) == 1 && x.stride(2) == D &&
                       (x.size(0) == 1 || x.stride(0) == x.size(1) * x.stride(1));
-  const bool aligned = reinterpret_cast<std::uintptr_t>(x.data_ptr()) % bytes == 0 &&
-                       (x.stride(1) * x.element_size()) % bytes == 0;
-  return layout && aligned ? x : x.contiguous();
+  const bool ok =
+      layout && aligned(x.data_ptr(), bytes) && (x.stride(1) * x.element_size()) % bytes == 0;
+  return ok ? x : x.clone(at::MemoryFormat::Contiguous);
 }
 
 Rows rows_of(const at::Tensor& x) {
@@ -167,7 +185,7 @@ Rows rows_of(const at::Tensor& x) {
 }
 
 void check(const at::Tensor& x, const at::Tensor& weight) {
-  TORCH_CHECK(x.size(3) == 64 || x.size(3) == 128 || x.size(3) == 256,
+  TORCH_CHECK(rms_norm_rope_fits(x.size(3)),
               "rms_norm_rope (CUDA): head_dim must be 64, 128 or 256, got ", x.size(3));
   TORCH_CHECK(weight.scalar_type() == x.scalar_type(),
               "rms_norm_rope (CUDA): weight and x dtypes differ");
@@ -206,8 +224,10 @@ at::Tensor forward_cuda(const at::Tensor& x_in, const at::Tensor& weight_in,
                         const at::Tensor& cos_in, const at::Tensor& sin_in, double eps) {
   c10::cuda::CUDAGuard guard(x_in.device());
   check(x_in, weight_in);
-  const auto x = lanes_readable(x_in);
-  const auto weight = weight_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  const auto x = heads_readable(x_in);
+  const int64_t D = x.size(3);
+  const auto weight = lanes_readable(weight_in, D), cos = lanes_readable(cos_in, D),
+             sin = lanes_readable(sin_in, D);
   auto out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   const Rows rows = rows_of(x);
   if (rows.count == 0) return out;
@@ -230,9 +250,11 @@ std::tuple<at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_in, cons
                                                  double eps, bool weight_grad) {
   c10::cuda::CUDAGuard guard(x_in.device());
   check(x_in, weight_in);
-  const auto x = lanes_readable(x_in);
-  const auto grad = grad_in.contiguous().to(x.scalar_type());
-  const auto weight = weight_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  const auto x = heads_readable(x_in);
+  const int64_t D = x.size(3);
+  const auto grad = lanes_readable(grad_in.to(x.scalar_type()), D);
+  const auto weight = lanes_readable(weight_in, D), cos = lanes_readable(cos_in, D),
+             sin = lanes_readable(sin_in, D);
   auto dx = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   auto dweight = weight_grad ? at::zeros({x.size(3)}, x.options().dtype(at::kFloat))
                              : at::empty({0}, weight.options());

@@ -37,13 +37,14 @@ struct Result {
 };
 
 // x as a view of the wide product's columns (read in place by the kernel) or a contiguous copy.
+// A frozen weight (LoRA's case) has no gradient: dweight stays undefined.
 Result run(Path path, const Inputs& in, torch::Dtype dtype, torch::Dtype cs_dtype,
-           torch::Device device, bool strided = true) {
+           torch::Device device, bool strided = true, bool weight_trains = true) {
   auto wide = in.wide.to(device, dtype).detach().requires_grad_(true);
   auto x =
       wide.narrow(-1, in.head_dim, in.heads * in.head_dim).unflatten(-1, {in.heads, in.head_dim});
   if (!strided) x = x.contiguous();
-  auto weight = in.weight.to(device, dtype).detach().requires_grad_(true);
+  auto weight = in.weight.to(device, dtype).detach().requires_grad_(weight_trains);
   auto cos = in.cos.to(device, cs_dtype), sin = in.sin.to(device, cs_dtype);
   torch::Tensor out;
   if (path == Path::kFused) out = rms_norm_rope(x, weight, cos, sin, kEps);
@@ -71,6 +72,10 @@ TEST(RmsNormRope, CpuMatchesUnfusedFormulaInFp32) {
       EXPECT_LE(relative_diff(fused.out, ref.out), 1e-5) << "forward, head_dim " << D;
       EXPECT_LE(relative_diff(fused.dx, ref.dx), 1e-5) << "x gradient, head_dim " << D;
       EXPECT_LE(relative_diff(fused.dweight, ref.dweight), 1e-5) << "weight gradient, " << D;
+      auto frozen = run(Path::kFused, in, torch::kFloat32, torch::kFloat32, torch::kCPU, strided,
+                        /*weight_trains=*/false);
+      EXPECT_FALSE(frozen.dweight.defined());
+      EXPECT_TRUE(frozen.dx.equal(fused.dx)) << "x gradient with a frozen weight, " << D;
     }
   }
 }
@@ -116,7 +121,27 @@ TEST(RmsNormRope, CudaKernelMatchesCpuAndTheUnfusedGpuPath) {
     EXPECT_LE(relative_diff(gpu.dx, unfused.dx), tol) << "x gradient vs unfused, " << what;
     EXPECT_LE(relative_diff(gpu.dweight, unfused.dweight), tol)
         << "weight grad vs unfused, " << what;
+    // With the weight frozen the kernel skips its gradient; x's is the same.
+    auto frozen = run(Path::kFused, in, c.x, c.cs, torch::kCUDA, c.strided, false);
+    EXPECT_FALSE(frozen.dweight.defined());
+    EXPECT_TRUE(frozen.dx.equal(gpu.dx)) << "x gradient with a frozen weight, " << what;
   }
+}
+
+// Heads that a lane cannot read in place (one token at an odd offset, contiguous as it is) are
+// copied to aligned memory first.
+TEST(RmsNormRope, CudaKernelCopiesMisalignedHeads) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  auto in = make_inputs(1, 1, 4, 128);
+  auto flat = torch::randn({1 + 4 * 128}).to(torch::kCUDA, torch::kBFloat16);
+  auto x = flat.narrow(0, 1, 4 * 128).view({1, 1, 4, 128});
+  ASSERT_TRUE(x.is_contiguous());
+  auto weight = in.weight.to(torch::kCUDA, torch::kBFloat16);
+  auto cos = in.cos.to(torch::kCUDA, torch::kBFloat16),
+       sin = in.sin.to(torch::kCUDA, torch::kBFloat16);
+  auto gpu = rms_norm_rope(x, weight, cos, sin, kEps);
+  auto cpu = rms_norm_rope(x.cpu(), weight.cpu(), cos.cpu(), sin.cpu(), kEps);
+  EXPECT_LE(relative_diff(gpu, cpu), 1e-2);
 }
 
 }  // namespace

@@ -39,6 +39,20 @@ TEST(AdapterCopies, AWeightChangedSinceIsCastAgain) {
   EXPECT_TRUE(ca.of(a, torch::kBFloat16).equal(torch::full({4, 8}, 3.0, torch::kBFloat16)));
 }
 
+TEST(AdapterCopies, CopiesAreNotUsedInALaterForward) {
+  auto a = torch::ones({4, 8}).requires_grad_(true);
+  ComputeCopy ca;
+  refresh_compute_copies({{&ca, a}}, torch::kBFloat16);
+  const auto made = ca.of(a, torch::kBFloat16);
+  // Written behind the version counter's back, as a gather into a flat buffer does.
+  a.detach().view({-1}).data_ptr<float>()[0] = 7;
+  EXPECT_EQ(ca.of(a, torch::kBFloat16).data_ptr(), made.data_ptr());  // within its forward
+  forget_compute_copies();                                            // the next forward
+  const auto cast = ca.of(a, torch::kBFloat16);
+  EXPECT_NE(cast.data_ptr(), made.data_ptr());
+  EXPECT_EQ(cast[0][0].item<float>(), 7);
+}
+
 TEST(AdapterCopies, ARefreshLeavesEarlierCopiesAsTheyWere) {
   auto a = torch::ones({4, 8}).requires_grad_(true);
   ComputeCopy ca;

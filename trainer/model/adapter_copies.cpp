@@ -1,10 +1,21 @@
 #include "trainer/model/adapter_copies.h"
 
+#include <atomic>
+
 namespace kubetune::model {
+namespace {
+
+// Forwards started so far (forget_compute_copies): a copy is current only in the one that made it.
+std::atomic<uint64_t> forwards{1};
+
+}  // namespace
+
+void forget_compute_copies() { ++forwards; }
 
 torch::Tensor ComputeCopy::of(const torch::Tensor& weight, at::ScalarType dtype) const {
-  const bool current = values_.defined() && values_.scalar_type() == dtype &&
-                       weight.data_ptr() == source_ && weight._version() == version_;
+  const bool current = values_.defined() && forward_ == forwards.load() &&
+                       values_.scalar_type() == dtype && weight.data_ptr() == source_ &&
+                       weight._version() == version_;
   return current ? values_ : weight.to(dtype);
 }
 
@@ -33,6 +44,7 @@ void refresh_compute_copies(const std::vector<std::pair<ComputeCopy*, torch::Ten
     copy->values_ = views[i];
     copy->version_ = weight._version();
     copy->source_ = weight.data_ptr();
+    copy->forward_ = forwards.load();
   }
 }
 

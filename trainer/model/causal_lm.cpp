@@ -234,6 +234,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids,
     h = h * at::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), at::kFloat)
                 .to(h.scalar_type());
 
+  forget_compute_copies();  // each layer refreshes its own once its weights are in place
   // cos and sin of each RoPE in use (the sliding layers' may differ), made once per forward.
   std::map<const Rope*, std::pair<torch::Tensor, torch::Tensor>> rotations;
   auto rotation = [&](const Rope& rope) -> const std::pair<torch::Tensor, torch::Tensor>& {
