@@ -739,7 +739,8 @@ def preflight_memory_matches_measured_peaks():
     and QLoRA in bf16 and fp8 (LoRA's FP8 base now kept transposed too, fp8_linear.h), within 6%.
     Session 25's H100 runs of the other families (issue 45): Qwen3-8B LoRA and QLoRA, Gemma-3-12B
     LoRA and Phi-4 QLoRA, bf16 and fp8, within 6%. Session 26's Qwen3-30B-A3B (24 layers) LoRA and
-    QLoRA, within 6%. Session 35's Phi-4 QLoRA on an H200 (its MLP one node since), within 6%."""
+    QLoRA, within 6%. Session 35's Phi-4 QLoRA on an H200 (its MLP one node since), within 6%.
+    Session 36's whole-model FP8 rows of Gemma-3-12B LoRA and Phi-4 QLoRA on an H200, within 6%."""
     w = h.workdir("preflight-memory")
     rows = []
     for name in ["h200-session11.jsonl", "h200-session12-long-context.jsonl", "h100-full-sharding-1gpu.jsonl",
@@ -762,6 +763,10 @@ def preflight_memory_matches_measured_peaks():
     # 20 of them; bf16, and FP8 at 20), on an H200.
     rows += [r for r in bench_rows("h200-session35-phi4-qlora.jsonl")
              if r["call"].startswith(("session35-C", "session35-H"))]
+    # Session 36: the FP8 rows no earlier session measured on the whole model (Gemma-3-12B LoRA,
+    # Phi-4 QLoRA), on an H200.
+    rows += [r for r in bench_rows("h200-session36-families.jsonl")
+             if r["call"].startswith(("session36-E", "session36-F")) and r.get("precision") == "fp8"]
     rows = [r for r in rows if r.get("impl") == "ours" and r.get("gpus") == 1 and "shape" in r
             and not (r.get("before_chunking") and r["seq"] * r["micro_batch"] > 32768)
             and not (r.get("one_fp8_layout") and r.get("precision") == "fp8" and r["method"] == "lora")]
