@@ -23,17 +23,20 @@ Tensor inverse_rms(const Tensor& xf, double eps) {
   return at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
 }
 
+// The norm's output as the unfused GPU path writes it: fp32 arithmetic, rounded once to x's dtype.
+Tensor normalized(const Tensor& x, const Tensor& weight, double eps) {
+  const Tensor xf = x.to(at::kFloat);
+  return (xf * inverse_rms(xf, eps) * weight.to(at::kFloat)).to(x.scalar_type());
+}
+
 Tensor forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& cos, const Tensor& sin,
                    double eps) {
-  const Tensor xf = x.to(at::kFloat);
-  const Tensor normed = (xf * inverse_rms(xf, eps) * weight.to(at::kFloat)).to(x.scalar_type());
-  return rotate(normed, cos, sin, /*inverse=*/false);
+  return rotate(normalized(x, weight, eps), cos, sin, /*inverse=*/false);
 }
 
 // d(normed) is the gradient rotated back (rounded to its dtype, as the unfused path's RoPE
-// backward writes it); then RMSNorm's backward with x_hat = x * rstd:
-//   dx = rstd * (g - x_hat * mean(g * x_hat)), g = d(normed) * weight;  dweight = sum(d(normed)
-//   x_hat)
+// backward writes it); then RMSNorm's backward with x_hat = x * rstd and g = d(normed) * weight:
+//   dx = rstd * (g - x_hat * mean(g * x_hat)),  dweight = sum over rows of d(normed) * x_hat
 std::tuple<Tensor, Tensor> backward_cpu(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                         const Tensor& cos, const Tensor& sin, double eps,
                                         bool weight_grad) {
@@ -92,9 +95,7 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& weight, const Tensor& cos, c
 
 Tensor rms_norm_rope_reference(const Tensor& x, const Tensor& weight, const Tensor& cos,
                                const Tensor& sin, double eps) {
-  const Tensor xf = x.to(at::kFloat);
-  const Tensor normed = (xf * inverse_rms(xf, eps) * weight.to(at::kFloat)).to(x.scalar_type());
-  return rope_reference(normed, cos, sin);
+  return rope_reference(normalized(x, weight, eps), cos, sin);
 }
 
 TORCH_LIBRARY_FRAGMENT(kubetune, m) {

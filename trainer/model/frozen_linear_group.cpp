@@ -1,7 +1,6 @@
 #include "trainer/model/frozen_linear_group.h"
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
