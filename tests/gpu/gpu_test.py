@@ -170,6 +170,61 @@ def full_sharding_checkpoints_and_resumes_on_two_gpus():
         assert abs(a - b) <= 2e-3 * abs(a), (straight, first + resumed)
 
 
+def full_sharding_gathers_matrices_rounded_as_autocast_would():
+    """Full fine-tuning on 2 GPUs: `sharding: full` gathers the layers' matrices in bf16 from their
+    fp32 slices (full_sharding.h), `sharding: optimizer` holds them whole in fp32 and autocast
+    rounds them for each product. The two round the same values at the same places, so 4 steps
+    give the same losses and the same fp32 weights; a master kept in bf16, or a gather that rounded
+    twice, would be off by bf16's spacing (about 1e-4 at these weights' size) after the first
+    step. Also: the log says which tensors were gathered in bf16, and the first loss is the one a
+    fp32 gather gives."""
+    if torch.cuda.device_count() < 2:
+        print("fewer than 2 GPUs: skipped")
+        sys.exit(77)
+    from safetensors import safe_open
+
+    w = h.workdir("gpu-full-sharding-bf16-gathers")
+    inputs = bench_inputs(w)
+
+    def run(sharding):
+        cfg = lora_config(inputs, w / sharding, 2, 4, 4)
+        cfg["method"] = {"type": "full"}
+        cfg["training"]["learningRate"] = 1e-5
+        cfg["distributed"] = {"sharding": sharding, "timeoutSeconds": 120}
+        log = run_trainer(h.write_config(w / f"{sharding}.json", cfg), 2, {})
+        losses = [json.loads(l)["loss"] for l in open(w / sharding / "metrics_history.jsonl") if '"loss"' in l]
+        return log, losses
+
+    log, full = run("full")
+    products = re.search(r"(\d+) of them, the layers' matrices, gathered in BFloat16", log)
+    assert products, log[-3000:]
+    _, whole = run("optimizer")
+    print("losses, full:", full, "\nlosses, optimizer:", whole)
+    assert len(full) == len(whole) == 4, (full, whole)
+    for a, b in zip(full, whole):
+        assert abs(a - b) <= 1e-4 * abs(b), (full, whole)
+    names = ["model.layers.0.self_attn.q_proj.weight", "model.layers.7.mlp.down_proj.weight",
+             "model.layers.15.input_layernorm.weight"]
+    worst = 0.0
+    for name in names:
+        values = []
+        for sharding in ("full", "optimizer"):
+            files = sorted((w / sharding).glob("*.safetensors"))
+            for f in files:
+                with safe_open(str(f), "pt") as st:
+                    if name in st.keys():
+                        values.append(st.get_tensor(name))
+        assert len(values) == 2 and values[0].dtype == torch.float32, (name, [v.dtype for v in values])
+        diff = (values[0] - values[1]).abs().max().item()
+        print(f"{name}: largest difference {diff:.3g} (bf16 spacing at its largest value "
+              f"{values[1].abs().max().item() * 2**-8:.3g})")
+        worst = max(worst, diff)
+    assert worst <= 2e-6, worst
+    for sharding in ("full", "optimizer"):
+        for f in (w / sharding).glob("*.safetensors"):
+            f.unlink()
+
+
 def full_sharding_loads_what_one_gpu_cannot_hold():
     """LoRA on Llama-3.1-8B's shape (random bf16 base, 14.96 GiB whole) under `sharding: full` on 2
     GPUs, each capped at 13.5 GiB from the start (KUBETUNE_TEST_GPU_MEMORY_FRACTION): the base fits
@@ -212,4 +267,5 @@ if __name__ == "__main__":
     h.main({f.__name__: f for f in [out_of_memory_step_is_rerun_smaller, out_of_memory_on_one_rank_of_two,
                                      auto_micro_batch_runs_at_its_choice,
                                      full_sharding_checkpoints_and_resumes_on_two_gpus,
+                                     full_sharding_gathers_matrices_rounded_as_autocast_would,
                                      full_sharding_loads_what_one_gpu_cannot_hold]})

@@ -115,10 +115,16 @@ double DeviceTimeline::seconds_since(const DeviceTimeline& earlier, size_t first
       .count();
 }
 
+std::optional<torch::Dtype> autocast_dtype(const torch::Device& device, torch::Dtype dtype) {
+  if (!device.is_cuda() || dtype == torch::kFloat32) return std::nullopt;
+  return dtype;
+}
+
 AutocastScope::AutocastScope(const torch::Device& device, torch::Dtype dtype) {
-  if (!device.is_cuda() || dtype == torch::kFloat32) return;
+  const auto autocast = autocast_dtype(device, dtype);
+  if (!autocast) return;
   at::autocast::set_autocast_enabled(at::kCUDA, true);
-  at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+  at::autocast::set_autocast_dtype(at::kCUDA, *autocast);
   active_ = true;
 }
 

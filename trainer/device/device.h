@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/finetunejob_types.h"
@@ -17,6 +18,9 @@ namespace kubetune::train {
 torch::Device pick_device(int local_rank);
 // "auto" is bfloat16 on GPU and float32 on CPU (CPU bf16 matmuls are slow and lossy).
 torch::Dtype compute_dtype(api::ModelDtype configured, const torch::Device& device);
+// The dtype autocast rounds products' operands to in a step on `device` computing in `dtype`
+// (AutocastScope below), or nullopt where there is no autocast: on the CPU, or in fp32.
+std::optional<torch::Dtype> autocast_dtype(const torch::Device& device, torch::Dtype dtype);
 // Bytes in a GiB, for every memory figure the trainer prints.
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Bytes as GiB to two decimals, as reports show them.

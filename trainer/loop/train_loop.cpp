@@ -215,8 +215,9 @@ int run_training(const TrainConfig& configured) {
   const bool lead = env.rank == 0;
   begin_outputs(c, lead);
 
-  apply_test_memory_cap(device, env.rank);    // a smaller GPU for tests, loading included
-  parallel::WeightLoading loading(c, *comm);  // a sharded scheme splits each part as it loads
+  apply_test_memory_cap(device, env.rank);  // a smaller GPU for tests, loading included
+  // A sharded scheme splits each part as it loads.
+  parallel::WeightLoading loading(c, *comm, autocast_dtype(device, dtype));
   auto inputs = load_user_inputs(c, device, dtype, env.local_world_size,
                                  [&loading](const std::string& prefix, torch::nn::Module& part) {
                                    loading.part_loaded(prefix, part);

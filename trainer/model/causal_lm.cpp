@@ -315,6 +315,19 @@ std::vector<std::pair<std::string, torch::Tensor>> quantized_tensors(
   return out;
 }
 
+std::vector<torch::Tensor> product_operands(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> out;
+  for (const auto& item : module.named_modules()) {
+    if (const auto* linear = dynamic_cast<const LinearImpl*>(item.value().get())) {
+      if (linear->weight.numel() > 0) out.push_back(linear->weight);  // not a 4-bit or FP8 base
+    } else if (const auto* experts = dynamic_cast<const ExpertsImpl*>(item.value().get())) {
+      for (const auto& stack : {experts->gate_up_proj, experts->down_proj})
+        if (stack.defined() && stack.numel() > 0) out.push_back(stack);
+    }
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::quantized_tensors() {
   return model::quantized_tensors(*this);
 }

@@ -106,6 +106,13 @@ TORCH_MODULE(CausalLM);
 std::vector<std::pair<std::string, torch::Tensor>> quantized_tensors(
     const torch::nn::Module& module);
 
+// The weights in `module` that are read only as a product's operand, after rounding to the compute
+// dtype (autocast's for the linear layers, the experts' own cast for their stacks): the linear
+// layers' and the expert stacks' matrices; not norms or biases, some of which are applied in
+// fp32. Fully sharded full fine-tuning gathers these in the compute dtype
+// (trainer/parallel/full_sharding.h): the rounding a step does anyway, on half the bytes.
+std::vector<torch::Tensor> product_operands(const torch::nn::Module& module);
+
 // The attention mask for one forward pass: undefined (plain causal) when there are no segments
 // and no window, else bool [B,1,T,T]. Padding tokens (segment 0) attend only to themselves so
 // that no softmax row is empty (their outputs are never used).

@@ -26,9 +26,18 @@ void FlatShard::move_into_flat(int64_t padded, int rank, int world) {
   }
 }
 
-void FlatShard::allocate_moments() {
-  exp_avg = torch::zeros({mine.size}, flat.options());
-  exp_avg_sq = torch::zeros({mine.size}, flat.options());
+void FlatShard::allocate_moments(torch::ScalarType dtype) {
+  exp_avg = torch::zeros({mine.size}, flat.options().dtype(dtype));
+  exp_avg_sq = torch::zeros({mine.size}, flat.options().dtype(dtype));
+}
+
+void FlatShard::retype(torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  flat = torch::empty({flat.numel()}, flat.options().dtype(dtype));
+  for (size_t j = 0; j < members.size(); ++j) {
+    auto& p = members[j];
+    p.set_data(flat.narrow(0, offsets[j], p.numel()).view(p.sizes()));
+  }
 }
 
 std::optional<std::pair<int64_t, int64_t>> FlatShard::overlap(size_t j) const {

@@ -45,7 +45,12 @@ struct FlatShard {
   // A multiple of `world` at least numel.
   int64_t padded_to(int world) const { return (numel + world - 1) / world * world; }
 
-  void allocate_moments();
+  // AdamW's moments of `mine`, in the dtype of the copy AdamW updates (the master's, when the
+  // members are gathered in another: full_sharding.h).
+  void allocate_moments(torch::ScalarType dtype);
+  // After move_into_flat: `flat` becomes a new, uninitialised buffer of `dtype` and the members
+  // views of it, e.g. fp32 weights gathered in bf16 from their fp32 slices (full_sharding.h).
+  void retype(torch::ScalarType dtype);
 
   // The part of member j inside this process's slice, as [begin, end) of `flat`; empty when the
   // slice does not touch it.

@@ -10,23 +10,53 @@
 
 namespace kubetune::parallel {
 
+// One flat buffer of a unit's tensors, padded to a multiple of the world; its storage exists only
+// while gathered (one process: always).
+struct FullSharding::Piece {
+  FlatShard flat;
+  torch::Tensor shard;  // this process's slice; of trainable tensors, the master copy AdamW updates
+  bool empty() const { return flat.numel == 0; }
+};
+
 struct FullSharding::Unit {
   std::string name;  // "model.layers.3", or "root"
-  // The members and their flat buffer, padded to a multiple of the world; the buffer's storage
-  // exists only while gathered (one process: always). Its moments are of `shard`.
-  FlatShard flat;
-  torch::Tensor shard;  // this process's slice: the master copy AdamW updates
-  // QLoRA's 4-bit base (CausalLMImpl::quantized_tensors), one flat buffer per dtype (the blocks'
-  // bytes, the scales), split, gathered and freed with `flat`.
-  struct Quantized {
-    FlatShard flat;
-    torch::Tensor shard;
-  };
-  std::vector<Quantized> quantized;
+  Piece weights;     // in their own dtype: fp32 when trained, the base's when frozen
+  Piece products;    // with products_dtype_: the layer's matrices, gathered in it (shard: fp32)
+  // QLoRA's 4-bit base (CausalLMImpl::quantized_tensors), one piece per dtype (the blocks'
+  // bytes, the scales), split, gathered and freed with the weights.
+  std::vector<Piece> quantized;
   bool trainable = false;  // every member trains (full), or none does (lora's base)
   bool gathered = false;
   std::function<void()> wait_for_gather;  // set while the gather is in flight
   size_t gradients_ready = 0;             // members whose gradient arrived in this backward
+
+  std::vector<Piece*> pieces() {
+    std::vector<Piece*> all;
+    for (Piece* p : {&weights, &products})
+      if (!p->empty()) all.push_back(p);
+    for (Piece& q : quantized) all.push_back(&q);
+    return all;
+  }
+  // The pieces whose members have gradients, and the members' number.
+  std::vector<Piece*> trained() {
+    std::vector<Piece*> all;
+    if (trainable)
+      for (Piece* p : {&weights, &products})
+        if (!p->empty()) all.push_back(p);
+    return all;
+  }
+  size_t trained_members() {
+    size_t n = 0;
+    for (const Piece* p : trained()) n += p->flat.members.size();
+    return n;
+  }
+  // The piece that holds `t`, if any.
+  Piece* holding(const torch::Tensor& t) {
+    for (Piece* p : {&weights, &products})
+      for (const auto& m : p->flat.members)
+        if (m.is_same(t)) return p;
+    return nullptr;
+  }
 };
 
 namespace {
@@ -49,18 +79,6 @@ void allocate_storage(const torch::Tensor& t) {
   s->set_nbytes(bytes);
 }
 
-// `f`'s members moved into its flat buffer, this process's slice of it copied into `shard`, and
-// the buffer's storage freed (one process: the buffer is the slice, and stays).
-void split_flat(FlatShard& f, torch::Tensor& shard, int rank, int world) {
-  f.move_into_flat(f.padded_to(world), rank, world);
-  if (world == 1) {
-    shard = f.flat;
-    return;
-  }
-  shard = f.flat.narrow(0, f.mine.begin, f.mine.size).clone();
-  free_storage(f.flat);
-}
-
 // The unit of a parameter name: 1 + l for decoder layer l, 0 (the root) for the rest.
 size_t unit_of(const std::string& name) {
   const auto layer = model::decoder_layer_of(name);
@@ -69,8 +87,14 @@ size_t unit_of(const std::string& name) {
 
 }  // namespace
 
-FullSharding::FullSharding(Communicator& comm, bool trains_units)
-    : comm_(comm), trains_units_(trains_units), rank_(comm.rank()), world_(comm.world_size()) {
+FullSharding::FullSharding(Communicator& comm, bool trains_units,
+                           std::optional<torch::ScalarType> products_dtype)
+    : comm_(comm),
+      trains_units_(trains_units),
+      // One process gathers nothing: its weights stay in place, as without sharding.
+      products_dtype_(comm.world_size() > 1 ? products_dtype : std::nullopt),
+      rank_(comm.rank()),
+      world_(comm.world_size()) {
   units_.push_back(std::make_unique<Unit>());
   units_.back()->name = "root";
 }
@@ -87,14 +111,23 @@ FullSharding::Unit& FullSharding::unit_named(const std::string& name) {
 void FullSharding::take_part(const std::string& prefix, torch::nn::Module& part) {
   torch::NoGradGuard no_grad;
   Unit* unit = nullptr;
+  const auto products =
+      products_dtype_ ? model::product_operands(part) : std::vector<torch::Tensor>{};
   for (const auto& item : part.named_parameters()) {
     const std::string name = prefix + "." + item.key();
     Unit& u = unit_named(name);
-    const auto& first = u.flat.members;
-    TORCH_CHECK(first.empty() || item.value().options().type_equal(first[0].options()), u.name,
+    const torch::Tensor& t = item.value();
+    // The root stays in fp32: its embedding's output dtype sets the residual stream's.
+    const bool product = products_dtype_ && &u != units_[0].get() &&
+                         t.scalar_type() != *products_dtype_ &&
+                         std::any_of(products.begin(), products.end(),
+                                     [&](const torch::Tensor& m) { return m.is_same(t); });
+    Piece& piece = product ? u.products : u.weights;
+    const auto& first = piece.flat.members;
+    TORCH_CHECK(first.empty() || t.options().type_equal(first[0].options()), u.name,
                 " mixes dtypes or devices (", name, ")");
     u.trainable = trains_units_;
-    u.flat.add(name, item.value());
+    piece.flat.add(name, t);
     unit = &u;
   }
   for (const auto& [suffix, t] : model::quantized_tensors(part)) {
@@ -105,7 +138,7 @@ void FullSharding::take_part(const std::string& prefix, torch::nn::Module& part)
     auto part_of = std::find_if(u.quantized.begin(), u.quantized.end(), [&](const auto& q) {
       return q.flat.members.front().options().type_equal(t.options());
     });
-    Unit::Quantized& q = part_of != u.quantized.end() ? *part_of : u.quantized.emplace_back();
+    Piece& q = part_of != u.quantized.end() ? *part_of : u.quantized.emplace_back();
     // Kernels may read the blocks with wide loads: each starts at a multiple of 16 elements.
     q.flat.add(name, t, /*align=*/16);
     unit = &u;
@@ -114,11 +147,21 @@ void FullSharding::take_part(const std::string& prefix, torch::nn::Module& part)
   if (unit != nullptr && unit != units_[0].get()) split(*unit);
 }
 
-// The unit's tensors moved into their flat buffers, this process's slices kept, the rest freed.
+// The unit's tensors moved into their flat buffers, this process's slices kept, the rest freed
+// (one process: each buffer is its slice, and stays). The products' slices keep the members'
+// dtype, their buffer becomes products_dtype_'s.
 void FullSharding::split(Unit& u) {
-  for (auto& q : u.quantized) split_flat(q.flat, q.shard, rank_, world_);
-  if (u.flat.numel == 0) return;
-  split_flat(u.flat, u.shard, rank_, world_);
+  for (Piece* p : u.pieces()) {
+    FlatShard& f = p->flat;
+    f.move_into_flat(f.padded_to(world_), rank_, world_);
+    if (world_ == 1) {
+      p->shard = f.flat;
+      continue;
+    }
+    p->shard = f.flat.narrow(0, f.mine.begin, f.mine.size).clone();
+    if (p == &u.products) f.retype(*products_dtype_);
+    free_storage(f.flat);
+  }
   u.gathered = world_ == 1;  // one process: for good, nothing to gather from
 }
 
@@ -133,13 +176,13 @@ void FullSharding::attach(model::CausalLM& model, const model::NamedParams& trai
   split(*units_[0]);
   for (auto& unit : units_) {
     Unit& u = *unit;
-    for (const auto& p : u.flat.members)
-      TORCH_CHECK(p.requires_grad() == u.trainable, u.name, " has ",
-                  p.requires_grad() ? "a trainable" : "a frozen",
-                  " tensor among tensors that are not (distributed.sharding full splits units "
-                  "that are all one or the other)");
-    if (!u.trainable || u.flat.numel == 0) continue;
-    u.flat.allocate_moments();
+    for (const Piece* piece : {&u.weights, &u.products})
+      for (const auto& p : piece->flat.members)
+        TORCH_CHECK(p.requires_grad() == u.trainable, u.name, " has ",
+                    p.requires_grad() ? "a trainable" : "a frozen",
+                    " tensor among tensors that are not (distributed.sharding full splits units "
+                    "that are all one or the other)");
+    for (Piece* p : u.trained()) p->flat.allocate_moments(p->shard.scalar_type());
     hook_gradients(u);
   }
   // Autocast keeps the bf16 copy of every fp32 weight that requires gradients until the forward
@@ -162,15 +205,17 @@ void FullSharding::attach(model::CausalLM& model, const model::NamedParams& trai
 
 // Each member's gradient accumulator tells when its gradient for this backward arrived.
 void FullSharding::hook_gradients(Unit& u) {
-  for (auto& p : u.flat.members) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(p);
-    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [this, &u](const torch::autograd::variable_list& outputs,
-                   const torch::autograd::variable_list&) {
-          gradient_ready(u);
-          return outputs;
-        }));
-    accumulators_.push_back(std::move(accumulator));
+  for (Piece* piece : u.trained()) {
+    for (auto& p : piece->flat.members) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(p);
+      accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, &u](const torch::autograd::variable_list& outputs,
+                     const torch::autograd::variable_list&) {
+            gradient_ready(u);
+            return outputs;
+          }));
+      accumulators_.push_back(std::move(accumulator));
+    }
   }
 }
 
@@ -183,10 +228,8 @@ FullSharding::~FullSharding() {
 FullSharding::Unit& FullSharding::layer_unit(int64_t layer) { return *units_.at(1 + layer); }
 
 bool FullSharding::holds(const torch::Tensor& t) const {
-  for (const auto& u : units_)
-    for (const auto& p : u->flat.members)
-      if (p.is_same(t)) return true;
-  return false;
+  return std::any_of(units_.begin(), units_.end(),
+                     [&](const auto& u) { return u->holding(t) != nullptr; });
 }
 
 // Stage -1: the embedding (the root); l: decoder layer l; layers: the final norm (the root).
@@ -214,27 +257,27 @@ void FullSharding::before_layer_backward(int64_t layer) {
 }
 
 void FullSharding::start_gather(Unit& u) {
-  if (u.gathered || u.flat.numel == 0) return;
+  const auto pieces = u.pieces();
+  if (u.gathered || pieces.empty()) return;
   torch::NoGradGuard no_grad;
   std::vector<std::function<void()>> waits;
-  auto gather = [&](FlatShard& f, const torch::Tensor& shard) {
+  for (Piece* p : pieces) {
+    FlatShard& f = p->flat;
     allocate_storage(f.flat);
-    f.flat.narrow(0, f.mine.begin, f.mine.size).copy_(shard);
+    f.flat.narrow(0, f.mine.begin, f.mine.size).copy_(p->shard);  // the products: rounded here
     waits.push_back(comm_.start_all_gather_in_place(f.flat, "weights (all-gather)"));
-  };
-  gather(u.flat, u.shard);
-  for (auto& q : u.quantized) gather(q.flat, q.shard);
+  }
   u.wait_for_gather = [waits] {
     for (const auto& wait : waits) wait();
   };
   u.gathered = true;
   // What the storage really holds now, not what the bookkeeping says: the test of freeing.
   int64_t gathered = 0;
-  for (const auto& unit : units_) {
-    const auto& flat = unit->flat.flat;
-    if (unit->flat.numel > 0)
-      gathered += static_cast<int64_t>(flat.storage().nbytes()) / flat.element_size();
-  }
+  for (const auto& unit : units_)
+    for (const Piece* p : {&unit->weights, &unit->products})
+      if (!p->empty())
+        gathered +=
+            static_cast<int64_t>(p->flat.flat.storage().nbytes()) / p->flat.flat.element_size();
   peak_gathered_ = std::max(peak_gathered_, gathered);
 }
 
@@ -248,23 +291,23 @@ void FullSharding::wait_for(Unit& u) {
 void FullSharding::free(Unit& u) {
   if (world_ == 1 || !u.gathered) return;
   wait_for(u);  // a gather still writing into the storage must finish first
-  free_storage(u.flat.flat);
-  for (auto& q : u.quantized) free_storage(q.flat.flat);
+  for (Piece* p : u.pieces()) free_storage(p->flat.flat);
   u.gathered = false;
 }
 
 void FullSharding::gradient_ready(Unit& u) {
-  if (++u.gradients_ready < u.flat.members.size()) return;
+  if (++u.gradients_ready < u.trained_members()) return;
   u.gradients_ready = 0;
-  reduce_gradients(u);
+  for (Piece* p : u.trained()) reduce_gradients(*p);
 }
 
-// The unit's full-size gradients, flattened like its weights, summed over processes into this
-// process's slice and added to the slice's gradient (accumulation); the full-size ones go.
-void FullSharding::reduce_gradients(Unit& u) {
+// The piece's full-size gradients, flattened like its weights in the slice's dtype (fp32), summed
+// over processes into this process's slice and added to the slice's gradient (accumulation); the
+// full-size ones go.
+void FullSharding::reduce_gradients(Piece& piece) {
   torch::NoGradGuard no_grad;
-  const FlatShard& f = u.flat;
-  auto flat = torch::empty({f.flat.numel()}, u.shard.options());
+  const FlatShard& f = piece.flat;
+  auto flat = torch::empty({f.flat.numel()}, piece.shard.options());
   for (size_t j = 0; j < f.members.size(); ++j) {
     auto p = f.members[j];
     auto place = flat.narrow(0, f.offsets[j], p.numel());
@@ -280,7 +323,7 @@ void FullSharding::reduce_gradients(Unit& u) {
     mine = torch::empty({f.mine.size}, flat.options());
     comm_.reduce_scatter_sum(flat, mine, "gradients (reduce-scatter)");
   }
-  auto& grad = u.shard.mutable_grad();
+  auto& grad = piece.shard.mutable_grad();
   if (grad.defined())
     grad.add_(mine);
   else
@@ -290,7 +333,7 @@ void FullSharding::reduce_gradients(Unit& u) {
 void FullSharding::after_backward() {
   for (auto& u : units_) {
     TORCH_CHECK(u->gradients_ready == 0, u->name, ": only ", u->gradients_ready, " of ",
-                u->flat.members.size(), " gradients arrived in this backward");
+                u->trained_members(), " gradients arrived in this backward");
   }
   release();
 }
@@ -298,14 +341,16 @@ void FullSharding::after_backward() {
 void FullSharding::release() {
   for (auto& u : units_) free(*u);
   being_read_ = nullptr;
+  master_read_ = torch::Tensor();
 }
 
 void FullSharding::drop_gradients() {
   for (auto& u : units_) {
-    if (!u->trainable) continue;
-    u->shard.mutable_grad() = torch::Tensor();
     u->gradients_ready = 0;
-    for (auto p : u->flat.members) p.mutable_grad() = torch::Tensor();
+    for (Piece* piece : u->trained()) {
+      piece->shard.mutable_grad() = torch::Tensor();
+      for (auto p : piece->flat.members) p.mutable_grad() = torch::Tensor();
+    }
   }
 }
 
@@ -318,9 +363,10 @@ std::string FullSharding::why_out_of_memory_is_final() const {
 std::vector<optim::AdamWParam> FullSharding::optimizer_entries(const DecayRule& decays) {
   std::vector<optim::AdamWParam> entries;
   for (auto& u : units_) {
-    if (!u->trainable) continue;
-    auto slices = u->flat.optimizer_entries(decays, u->shard);
-    entries.insert(entries.end(), slices.begin(), slices.end());
+    for (const Piece* p : u->trained()) {
+      auto slices = p->flat.optimizer_entries(decays, p->shard);
+      entries.insert(entries.end(), slices.begin(), slices.end());
+    }
   }
   auto whole =
       whole_entries(trainable_, decays, [this](const torch::Tensor& t) { return holds(t); });
@@ -330,27 +376,51 @@ std::vector<optim::AdamWParam> FullSharding::optimizer_entries(const DecayRule& 
 
 torch::Tensor FullSharding::weight_value(const std::string& name, const torch::Tensor& param) {
   Unit& u = *units_.at(unit_of(name));
-  const auto& members = u.flat.members;
-  if (std::none_of(members.begin(), members.end(),
-                   [&](const torch::Tensor& p) { return p.is_same(param); }))
-    return param;  // held whole
-  if (being_read_ != nullptr && being_read_ != &u) free(*being_read_);
+  const Piece* piece = u.holding(param);
+  if (piece == nullptr) return param;  // held whole
+  if (being_read_ != &u) {
+    if (being_read_ != nullptr) free(*being_read_);
+    master_read_ = torch::Tensor();
+    being_read_ = &u;
+  }
+  if (piece == &u.products) {
+    const auto& members = piece->flat.members;
+    const auto j =
+        static_cast<size_t>(std::find_if(members.begin(), members.end(),
+                                         [&](const torch::Tensor& p) { return p.is_same(param); }) -
+                            members.begin());
+    return master_value(u, j);
+  }
   wait_for(u);
-  being_read_ = &u;
   return param;  // a view into the unit's gathered storage
+}
+
+// Member j of the unit's products with its master's values, not the rounded ones its gathers
+// give the forward: all the products' slices are gathered in their own dtype once per unit read.
+torch::Tensor FullSharding::master_value(Unit& u, size_t j) {
+  torch::NoGradGuard no_grad;
+  const FlatShard& f = u.products.flat;
+  if (!master_read_.defined()) {
+    master_read_ = torch::empty({f.flat.numel()}, u.products.shard.options());
+    master_read_.narrow(0, f.mine.begin, f.mine.size).copy_(u.products.shard);
+    comm_.start_all_gather_in_place(master_read_, "weights (all-gather)")();
+  }
+  return master_read_.narrow(0, f.offsets[j], f.members[j].numel()).view(f.members[j].sizes());
 }
 
 void FullSharding::restore_weights(const model::NamedParams& trainable, const WeightReader& read) {
   torch::NoGradGuard no_grad;
   for (auto& u : units_) {
-    if (!u->trainable) continue;
-    const FlatShard& f = u->flat;
-    for (size_t j = 0; j < f.members.size(); ++j) {
-      const auto part = f.overlap(j);
-      if (!part) continue;
-      const auto [begin, end] = *part;
-      const auto values = read(f.names[j]).reshape(-1).narrow(0, begin - f.offsets[j], end - begin);
-      u->shard.narrow(0, begin - f.mine.begin, end - begin).copy_(values);
+    for (Piece* p : u->trained()) {
+      const FlatShard& f = p->flat;
+      for (size_t j = 0; j < f.members.size(); ++j) {
+        const auto part = f.overlap(j);
+        if (!part) continue;
+        const auto [begin, end] = *part;
+        const auto values =
+            read(f.names[j]).reshape(-1).narrow(0, begin - f.offsets[j], end - begin);
+        p->shard.narrow(0, begin - f.mine.begin, end - begin).copy_(values);
+      }
     }
   }
   WeightSync::restore_weights(trainable, read);  // the tensors held whole: LoRA's adapters
@@ -365,13 +435,25 @@ torch::Tensor FullSharding::empty_batch_loss(int32_t pad_id) {
   return model_->logits(hidden).sum() * 0.0;
 }
 
+namespace {
+
+// The elements of a unit's weights and products buffers, padding included.
+template <typename Unit>
+int64_t padded_elements(const Unit& u) {
+  int64_t n = 0;
+  for (const auto* p : {&u.weights, &u.products})
+    if (p->flat.flat.defined()) n += p->flat.flat.numel();
+  return n;
+}
+
+}  // namespace
+
 std::string FullSharding::end_report() const {
-  const auto& root_flat = units_[0]->flat.flat;
-  int64_t all = 0, root = root_flat.defined() ? root_flat.numel() : 0, layer = 0;
+  const int64_t root = padded_elements(*units_[0]);
+  int64_t all = 0, layer = 0;
   for (const auto& u : units_) {
-    if (!u->flat.flat.defined()) continue;
-    all += u->flat.flat.numel();
-    if (u.get() != units_[0].get()) layer = std::max(layer, u->flat.flat.numel());
+    all += padded_elements(*u);
+    if (u.get() != units_[0].get()) layer = std::max(layer, padded_elements(*u));
   }
   std::ostringstream text;
   text << "fully sharded weights: at most " << (world_ == 1 ? all : peak_gathered_) << " of " << all
@@ -381,20 +463,26 @@ std::string FullSharding::end_report() const {
 }
 
 std::string FullSharding::describe() const {
-  int64_t units = 0, all = 0, mine = 0, quantized_all = 0, quantized_mine = 0;
+  int64_t units = 0, all = 0, mine = 0, products = 0, quantized_all = 0, quantized_mine = 0;
   for (const auto& u : units_) {
     for (const auto& q : u->quantized) {
       quantized_all += q.flat.numel * q.flat.flat.element_size();
       quantized_mine += q.flat.mine.size * q.flat.flat.element_size();
     }
-    if (u->flat.numel == 0) continue;
+    if (u->weights.empty() && u->products.empty()) continue;
     ++units;
-    all += u->flat.numel;
-    mine += u->flat.mine.size;
+    for (const Piece* p : {&u->weights, &u->products}) {
+      all += p->flat.numel;
+      mine += p->flat.mine.size;
+    }
+    products += u->products.flat.numel;
   }
   std::ostringstream text;
   text << "weights fully sharded across processes (" << units << " units, " << mine << " of " << all
        << " elements on this process";
+  if (products > 0)
+    text << "; " << products << " of them, the layers' matrices, gathered in "
+         << c10::toString(*products_dtype_);
   if (quantized_all > 0)
     text << "; of the 4-bit base, " << quantized_mine << " of " << quantized_all << " bytes";
   text << ")";

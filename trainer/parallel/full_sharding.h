@@ -26,6 +26,12 @@
 // Freeing is the storage's, not the tensors': autograd's saved references to the weights stay
 // valid and see the same values again once gathered (FSDP's resize-storage-to-0).
 //
+// Full fine-tuning on GPUs: the forward rounds a layer's matrices to bf16 before every product
+// (autocast). Their gathers round first, from the fp32 slices: the same values, half the bytes,
+// as FSDP's param_dtype. Their gradients arrive in bf16, as autocast's products gave them before,
+// and are reduced in fp32. Norms and biases, some applied in fp32, are gathered in fp32; so is
+// the root, whose embedding's dtype is the residual stream's.
+//
 // With method lora only the frozen base is split; the adapters are whole on every process and
 // all-reduced as without sharding. With one process nothing is freed or gathered: the shard is
 // the buffer, and the path differs from no sharding only by the gradient's copy into it.
@@ -35,6 +41,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,8 +60,11 @@ class FullSharding : public WeightSync {
   // Made before the model loads, so that no process ever holds the whole model: each part is
   // split as it arrives (take_part), and attach() finishes the job once the model is complete.
   // `trains_units`: every split tensor trains (method full), or none does (lora, qlora: the
-  // frozen base; their adapters, made after loading, stay whole).
-  FullSharding(Communicator& comm, bool trains_units);
+  // frozen base; their adapters, made after loading, stay whole). `products_dtype`: set (bf16)
+  // for full fine-tuning under autocast, the dtype the decoder layers' matrices
+  // (model::product_operands) are gathered in.
+  FullSharding(Communicator& comm, bool trains_units,
+               std::optional<torch::ScalarType> products_dtype);
   ~FullSharding() override;
   FullSharding(const FullSharding&) = delete;
   FullSharding& operator=(const FullSharding&) = delete;
@@ -102,6 +112,7 @@ class FullSharding : public WeightSync {
   bool holds(const torch::Tensor& t) const;
 
  private:
+  struct Piece;
   struct Unit;
   Unit& layer_unit(int64_t layer);
   Unit& unit_named(const std::string& name);
@@ -114,10 +125,12 @@ class FullSharding : public WeightSync {
   void free(Unit& u);
   void release();
   void gradient_ready(Unit& u);
-  void reduce_gradients(Unit& u);
+  void reduce_gradients(Piece& p);
+  torch::Tensor master_value(Unit& u, size_t member);
 
   Communicator& comm_;
   bool trains_units_;
+  std::optional<torch::ScalarType> products_dtype_;
   model::CausalLM model_{nullptr};
   model::NamedParams trainable_;
   int rank_, world_;
@@ -126,6 +139,7 @@ class FullSharding : public WeightSync {
   // Autograd holds its gradient accumulators weakly; the hooks on them live as long as these.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   Unit* being_read_ = nullptr;  // the unit weight_value gathered last
+  torch::Tensor master_read_;   // and its products' fp32 values, for an output's exact weights
   int64_t peak_gathered_ = 0;   // elements of all units' storage, at most, after any gather
 };
 

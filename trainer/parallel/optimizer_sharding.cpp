@@ -31,7 +31,7 @@ OptimizerSharding::OptimizerSharding(Communicator& comm, model::CausalLM& model,
     b.sharded = splits_evenly(b.shard.numel, comm.world_size());
     if (b.sharded) {
       b.shard.move_into_flat(b.shard.numel, comm.rank(), comm.world_size());
-      b.shard.allocate_moments();
+      b.shard.allocate_moments(b.shard.flat.scalar_type());
     }
     flat_buckets_.push_back(std::move(b));
   }

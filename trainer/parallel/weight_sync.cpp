@@ -32,9 +32,14 @@ std::vector<torch::Tensor> WeightSync::held_whole(const model::NamedParams& trai
 }
 
 // The one place that reads distributed.sharding (with make_weight_sync below).
-WeightLoading::WeightLoading(const TrainConfig& c, Communicator& comm) {
-  if (c.distributed.sharding == api::DistributedSharding::kFull)
-    full_ = std::make_unique<FullSharding>(comm, c.method.type == api::MethodType::kFull);
+WeightLoading::WeightLoading(const TrainConfig& c, Communicator& comm,
+                             std::optional<torch::ScalarType> autocast) {
+  if (c.distributed.sharding != api::DistributedSharding::kFull) return;
+  const bool full = c.method.type == api::MethodType::kFull;
+  // Full fine-tuning's matrices are gathered in the dtype autocast rounds them to, except for FP8
+  // products, which quantize the fp32 weight itself.
+  const bool products_rounded = full && c.model.precision != api::ModelPrecision::kFp8;
+  full_ = std::make_unique<FullSharding>(comm, full, products_rounded ? autocast : std::nullopt);
 }
 
 WeightLoading::~WeightLoading() = default;

@@ -27,6 +27,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,7 +108,9 @@ class FullSharding;
 // others nothing happens. make_weight_sync then takes what it split.
 class WeightLoading {
  public:
-  WeightLoading(const TrainConfig& config, Communicator& comm);
+  // `autocast`: the dtype autocast computes products in (train::autocast_dtype), if any.
+  WeightLoading(const TrainConfig& config, Communicator& comm,
+                std::optional<torch::ScalarType> autocast);
   ~WeightLoading();
   WeightLoading(const WeightLoading&) = delete;
   WeightLoading& operator=(const WeightLoading&) = delete;
