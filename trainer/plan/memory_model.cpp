@@ -150,6 +150,22 @@ double sharded_elements(const model::ModelConfig& m, double n, int world_size) {
          std::min<double>(2, m.num_hidden_layers) * m.largest_layer_parameters();
 }
 
+// The bytes of full fine-tuning's fully sharded fp32 weights: as sharded_elements, but with peers
+// and bf16 products a gathered layer's matrices are bf16 (full_sharding.h), 2 bytes where the
+// rest take 4.
+double sharded_trainable_bytes(const model::ModelConfig& m, int world_size, bool bf16_products) {
+  const double all = static_cast<double>(m.num_parameters());
+  if (world_size == 1 || !bf16_products) return sharded_elements(m, all, world_size) * 4;
+  double layer = 0;  // the largest gathered layer, in bytes
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    int64_t matrices = 0;
+    for (const auto& linear : m.decoder_linears(l)) matrices += linear.weights();
+    layer = std::max(layer, 4.0 * m.parameters_of_layer(l) - 2.0 * matrices);
+  }
+  return (all / world_size + root_elements(m)) * 4 +
+         std::min<double>(2, m.num_hidden_layers) * layer;
+}
+
 // The largest unit of a fully sharded model: its gradients and their flat copy meet while it is
 // reduced.
 double largest_unit(const model::ModelConfig& m) {
@@ -218,7 +234,8 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
     // 1/N of the gradients (summed over micro-batches) and, with peers, while one unit is
     // reduced its full-size gradients and their flat copy. One process keeps one full-size copy,
     // as without sharding (measured: the same peak, bench/README.md "Fully sharded").
-    e.trainable_weights = static_cast<int64_t>(sharded_elements(m, all, world_size) * 4);
+    e.trainable_weights =
+        static_cast<int64_t>(sharded_trainable_bytes(m, world_size, bf16 && !fp8));
     e.gradients = static_cast<int64_t>(
         (static_cast<double>(all) / world_size + (world_size > 1 ? 2 * largest_unit(m) : 0)) * 4);
     e.optimizer_states = all * 8 / world_size;
