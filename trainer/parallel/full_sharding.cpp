@@ -127,7 +127,8 @@ void FullSharding::take_part(const std::string& prefix, torch::nn::Module& part)
     TORCH_CHECK(first.empty() || t.options().type_equal(first[0].options()), u.name,
                 " mixes dtypes or devices (", name, ")");
     u.trainable = trains_units_;
-    piece.flat.add(name, t);
+    // The products' bf16 views go to cuBLAS and grouped GEMMs: each starts 16-byte aligned.
+    piece.flat.add(name, t, /*align=*/product ? 8 : 1);
     unit = &u;
   }
   for (const auto& [suffix, t] : model::quantized_tensors(part)) {
@@ -308,16 +309,23 @@ void FullSharding::reduce_gradients(Piece& piece) {
   torch::NoGradGuard no_grad;
   const FlatShard& f = piece.flat;
   auto flat = torch::empty({f.flat.numel()}, piece.shard.options());
+  // Zeros where no member is: the alignment gaps and the padding.
+  auto zero = [&flat](int64_t begin, int64_t end) {
+    if (begin < end) flat.narrow(0, begin, end - begin).zero_();
+  };
+  int64_t filled = 0;
   for (size_t j = 0; j < f.members.size(); ++j) {
     auto p = f.members[j];
+    zero(filled, f.offsets[j]);
     auto place = flat.narrow(0, f.offsets[j], p.numel());
     if (p.grad().defined())
       place.copy_(p.grad().reshape(-1));
     else
       place.zero_();  // a tensor this backward did not reach (autograd still ran its accumulator)
     p.mutable_grad() = torch::Tensor();
+    filled = f.offsets[j] + p.numel();
   }
-  if (f.numel < flat.numel()) flat.narrow(0, f.numel, flat.numel() - f.numel).zero_();
+  zero(filled, flat.numel());
   torch::Tensor mine = flat;
   if (world_ > 1) {
     mine = torch::empty({f.mine.size}, flat.options());
@@ -464,6 +472,7 @@ std::string FullSharding::end_report() const {
 
 std::string FullSharding::describe() const {
   int64_t units = 0, all = 0, mine = 0, products = 0, quantized_all = 0, quantized_mine = 0;
+  std::string products_dtype;  // what their gathered buffers really are
   for (const auto& u : units_) {
     for (const auto& q : u->quantized) {
       quantized_all += q.flat.numel * q.flat.flat.element_size();
@@ -476,13 +485,13 @@ std::string FullSharding::describe() const {
       mine += p->flat.mine.size;
     }
     products += u->products.flat.numel;
+    if (!u->products.empty()) products_dtype = c10::toString(u->products.flat.flat.scalar_type());
   }
   std::ostringstream text;
   text << "weights fully sharded across processes (" << units << " units, " << mine << " of " << all
        << " elements on this process";
   if (products > 0)
-    text << "; " << products << " of them, the layers' matrices, gathered in "
-         << c10::toString(*products_dtype_);
+    text << "; " << products << " of them, the layers' matrices, gathered in " << products_dtype;
   if (quantized_all > 0)
     text << "; of the 4-bit base, " << quantized_mine << " of " << quantized_all << " bytes";
   text << ")";

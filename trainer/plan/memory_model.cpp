@@ -190,6 +190,8 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   for (int64_t layer = 0; layer < m.num_hidden_layers; ++layer)
     for (const auto& l : m.decoder_linears(layer)) linear += l.weights();
   const bool fp8 = c.model.precision == api::ModelPrecision::kFp8;
+  // Full fine-tuning's matrices gathered in bf16 (full_sharding.h; GPUs, as everything here).
+  const bool bf16_products = weights_sharded && full && world_size > 1 && bf16 && !fp8;
   // model.precision fp8 changes nothing here: lora's frozen decoder linears take one byte each,
   // kept twice (W, and W^T for the input gradients: fp8_linear.h), as bf16's two (their row
   // scales, 4 bytes per few thousand weights, are left out).
@@ -235,7 +237,7 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
     // reduced its full-size gradients and their flat copy. One process keeps one full-size copy,
     // as without sharding (measured: the same peak, bench/README.md "Fully sharded").
     e.trainable_weights =
-        static_cast<int64_t>(sharded_trainable_bytes(m, world_size, bf16 && !fp8));
+        static_cast<int64_t>(sharded_trainable_bytes(m, world_size, bf16_products));
     e.gradients = static_cast<int64_t>(
         (static_cast<double>(all) / world_size + (world_size > 1 ? 2 * largest_unit(m) : 0)) * 4);
     e.optimizer_states = all * 8 / world_size;
@@ -248,6 +250,9 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   // Under fp8 full fine-tuning backward keeps each decoder linear weight in FP8 (one byte) where
   // autocast kept a bf16 copy.
   if (fp8 && full && e.autocast_copies > 0) e.autocast_copies = (trainable - linear) * 2 + linear;
+  // Fully sharded with peers, the matrices are gathered in bf16 (full_sharding.h): backward keeps
+  // the gathered parameter, whose storage is freed between forward and backward, not a cast copy.
+  if (bf16_products && e.autocast_copies > 0) e.autocast_copies = (trainable - linear) * 2;
   const int64_t tokens = micro_batch_size(c) * sequences_per_example(c) * c.data.max_length;
   // Whether the MLP runs as one node (frozen_linear_group.h).
   const bool mlp_grouped =
