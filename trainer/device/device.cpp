@@ -120,6 +120,16 @@ std::optional<torch::Dtype> autocast_dtype(const torch::Device& device, torch::D
   return dtype;
 }
 
+std::optional<torch::Dtype> gathered_products_dtype(const TrainConfig& c, int world_size,
+                                                    std::optional<torch::Dtype> autocast) {
+  // One process gathers nothing; LoRA's frozen base is stored in the compute dtype already; FP8
+  // products quantize the fp32 weight itself.
+  if (c.distributed.sharding != api::DistributedSharding::kFull || world_size == 1 ||
+      c.method.type != api::MethodType::kFull || c.model.precision == api::ModelPrecision::kFp8)
+    return std::nullopt;
+  return autocast;
+}
+
 AutocastScope::AutocastScope(const torch::Device& device, torch::Dtype dtype) {
   const auto autocast = autocast_dtype(device, dtype);
   if (!autocast) return;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/finetunejob_types.h"
+#include "common/train_config.h"
 #include "trainer/device/device_memory.h"
 
 namespace kubetune::train {
@@ -21,6 +22,11 @@ torch::Dtype compute_dtype(api::ModelDtype configured, const torch::Device& devi
 // The dtype autocast rounds products' operands to in a step on `device` computing in `dtype`
 // (AutocastScope below), or nullopt where there is no autocast: on the CPU, or in fp32.
 std::optional<torch::Dtype> autocast_dtype(const torch::Device& device, torch::Dtype dtype);
+// The dtype distributed.sharding full gathers full fine-tuning's layer matrices in, given the
+// step's autocast dtype (trainer/parallel/full_sharding.h), or nullopt where every tensor is
+// gathered as stored. The one rule the trainer and the memory model both follow.
+std::optional<torch::Dtype> gathered_products_dtype(const TrainConfig& c, int world_size,
+                                                    std::optional<torch::Dtype> autocast);
 // Bytes in a GiB, for every memory figure the trainer prints.
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Bytes as GiB to two decimals, as reports show them.

@@ -30,24 +30,29 @@ struct FullSharding::Unit {
   std::function<void()> wait_for_gather;  // set while the gather is in flight
   size_t gradients_ready = 0;             // members whose gradient arrived in this backward
 
-  std::vector<Piece*> pieces() {
+  // The weights and products pieces that hold tensors: the parameters' pieces.
+  std::vector<Piece*> parameters() {
     std::vector<Piece*> all;
     for (Piece* p : {&weights, &products})
       if (!p->empty()) all.push_back(p);
+    return all;
+  }
+  std::vector<Piece*> pieces() {
+    auto all = parameters();
     for (Piece& q : quantized) all.push_back(&q);
     return all;
   }
   // The pieces whose members have gradients, and the members' number.
-  std::vector<Piece*> trained() {
-    std::vector<Piece*> all;
-    if (trainable)
-      for (Piece* p : {&weights, &products})
-        if (!p->empty()) all.push_back(p);
-    return all;
-  }
+  std::vector<Piece*> trained() { return trainable ? parameters() : std::vector<Piece*>{}; }
   size_t trained_members() {
     size_t n = 0;
     for (const Piece* p : trained()) n += p->flat.members.size();
+    return n;
+  }
+  // The elements of the parameters' buffers, padding included.
+  int64_t padded_elements() {
+    int64_t n = 0;
+    for (const Piece* p : parameters()) n += p->flat.flat.numel();
     return n;
   }
   // The piece that holds `t`, if any.
@@ -91,8 +96,7 @@ FullSharding::FullSharding(Communicator& comm, bool trains_units,
                            std::optional<torch::ScalarType> products_dtype)
     : comm_(comm),
       trains_units_(trains_units),
-      // One process gathers nothing: its weights stay in place, as without sharding.
-      products_dtype_(comm.world_size() > 1 ? products_dtype : std::nullopt),
+      products_dtype_(products_dtype),
       rank_(comm.rank()),
       world_(comm.world_size()) {
   units_.push_back(std::make_unique<Unit>());
@@ -177,7 +181,7 @@ void FullSharding::attach(model::CausalLM& model, const model::NamedParams& trai
   split(*units_[0]);
   for (auto& unit : units_) {
     Unit& u = *unit;
-    for (const Piece* piece : {&u.weights, &u.products})
+    for (const Piece* piece : u.parameters())
       for (const auto& p : piece->flat.members)
         TORCH_CHECK(p.requires_grad() == u.trainable, u.name, " has ",
                     p.requires_grad() ? "a trainable" : "a frozen",
@@ -275,10 +279,9 @@ void FullSharding::start_gather(Unit& u) {
   // What the storage really holds now, not what the bookkeeping says: the test of freeing.
   int64_t gathered = 0;
   for (const auto& unit : units_)
-    for (const Piece* p : {&unit->weights, &unit->products})
-      if (!p->empty())
-        gathered +=
-            static_cast<int64_t>(p->flat.flat.storage().nbytes()) / p->flat.flat.element_size();
+    for (const Piece* p : unit->parameters())
+      gathered +=
+          static_cast<int64_t>(p->flat.flat.storage().nbytes()) / p->flat.flat.element_size();
   peak_gathered_ = std::max(peak_gathered_, gathered);
 }
 
@@ -443,25 +446,12 @@ torch::Tensor FullSharding::empty_batch_loss(int32_t pad_id) {
   return model_->logits(hidden).sum() * 0.0;
 }
 
-namespace {
-
-// The elements of a unit's weights and products buffers, padding included.
-template <typename Unit>
-int64_t padded_elements(const Unit& u) {
-  int64_t n = 0;
-  for (const auto* p : {&u.weights, &u.products})
-    if (p->flat.flat.defined()) n += p->flat.flat.numel();
-  return n;
-}
-
-}  // namespace
-
 std::string FullSharding::end_report() const {
-  const int64_t root = padded_elements(*units_[0]);
+  const int64_t root = units_[0]->padded_elements();
   int64_t all = 0, layer = 0;
   for (const auto& u : units_) {
-    all += padded_elements(*u);
-    if (u.get() != units_[0].get()) layer = std::max(layer, padded_elements(*u));
+    all += u->padded_elements();
+    if (u.get() != units_[0].get()) layer = std::max(layer, u->padded_elements());
   }
   std::ostringstream text;
   text << "fully sharded weights: at most " << (world_ == 1 ? all : peak_gathered_) << " of " << all
@@ -478,9 +468,9 @@ std::string FullSharding::describe() const {
       quantized_all += q.flat.numel * q.flat.flat.element_size();
       quantized_mine += q.flat.mine.size * q.flat.flat.element_size();
     }
-    if (u->weights.empty() && u->products.empty()) continue;
+    if (u->parameters().empty()) continue;
     ++units;
-    for (const Piece* p : {&u->weights, &u->products}) {
+    for (const Piece* p : u->parameters()) {
       all += p->flat.numel;
       mine += p->flat.mine.size;
     }

@@ -60,9 +60,9 @@ class FullSharding : public WeightSync {
   // Made before the model loads, so that no process ever holds the whole model: each part is
   // split as it arrives (take_part), and attach() finishes the job once the model is complete.
   // `trains_units`: every split tensor trains (method full), or none does (lora, qlora: the
-  // frozen base; their adapters, made after loading, stay whole). `products_dtype`: set (bf16)
-  // for full fine-tuning under autocast, the dtype the decoder layers' matrices
-  // (model::product_operands) are gathered in.
+  // frozen base; their adapters, made after loading, stay whole). `products_dtype`: the dtype
+  // the decoder layers' matrices (model::product_operands) are gathered in, if not their own
+  // (train::gathered_products_dtype).
   FullSharding(Communicator& comm, bool trains_units,
                std::optional<torch::ScalarType> products_dtype);
   ~FullSharding() override;

@@ -1,5 +1,6 @@
 #include "trainer/parallel/weight_sync.h"
 
+#include "trainer/device/device.h"
 #include "trainer/parallel/full_sharding.h"
 #include "trainer/parallel/optimizer_sharding.h"
 #include "trainer/parallel/replicated_weights.h"
@@ -35,11 +36,9 @@ std::vector<torch::Tensor> WeightSync::held_whole(const model::NamedParams& trai
 WeightLoading::WeightLoading(const TrainConfig& c, Communicator& comm,
                              std::optional<torch::ScalarType> autocast) {
   if (c.distributed.sharding != api::DistributedSharding::kFull) return;
-  const bool full = c.method.type == api::MethodType::kFull;
-  // Full fine-tuning's matrices are gathered in the dtype autocast rounds them to, except for FP8
-  // products, which quantize the fp32 weight itself.
-  const bool products_rounded = full && c.model.precision != api::ModelPrecision::kFp8;
-  full_ = std::make_unique<FullSharding>(comm, full, products_rounded ? autocast : std::nullopt);
+  full_ = std::make_unique<FullSharding>(
+      comm, c.method.type == api::MethodType::kFull,
+      train::gathered_products_dtype(c, comm.world_size(), autocast));
 }
 
 WeightLoading::~WeightLoading() = default;

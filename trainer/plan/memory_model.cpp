@@ -190,8 +190,11 @@ MemoryEstimate estimate_gpu_memory(const model::ModelConfig& m, const TrainConfi
   for (int64_t layer = 0; layer < m.num_hidden_layers; ++layer)
     for (const auto& l : m.decoder_linears(layer)) linear += l.weights();
   const bool fp8 = c.model.precision == api::ModelPrecision::kFp8;
-  // Full fine-tuning's matrices gathered in bf16 (full_sharding.h; GPUs, as everything here).
-  const bool bf16_products = weights_sharded && full && world_size > 1 && bf16 && !fp8;
+  // Full fine-tuning's matrices gathered in bf16 (full_sharding.h), on GPUs as everything here.
+  const torch::Device gpu(torch::kCUDA);
+  const bool bf16_products =
+      gathered_products_dtype(c, world_size, autocast_dtype(gpu, compute_dtype(c.model.dtype, gpu)))
+          .has_value();
   // model.precision fp8 changes nothing here: lora's frozen decoder linears take one byte each,
   // kept twice (W, and W^T for the input gradients: fp8_linear.h), as bf16's two (their row
   // scales, 4 bytes per few thousand weights, are left out).
